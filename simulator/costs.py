@@ -1,0 +1,111 @@
+"""Per-stage costs: what one device of a pipeline stage spends per microbatch and per iteration.
+
+The engine (:mod:`simulator.engine`) turns these per-device costs into time on shared links and
+DRAM ports; everything here is contention-free arithmetic on shapes. Built by
+:func:`simulator.workload.stages.build_stage_costs`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Collective:
+    """``count`` collectives of one kind over a communication group (TP or DP).
+
+    Attributes:
+        kind: ``all_reduce``, ``all_gather``, ``reduce_scatter`` or ``all_to_all``.
+        size_bytes: the full buffer of one collective on one device (for an all-gather, the
+            gathered output; for a reduce-scatter, the input), as in NCCL's convention.
+        count: how many such collectives run back to back.
+    """
+
+    kind: CollectiveKind
+    size_bytes: float
+    count: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PassCost:
+    """One pass (forward, backward, or optimizer step) of one microbatch on one device.
+
+    The pass is ``segments`` identical segments (one per layer): each computes for
+    ``compute_s / segments`` while streaming ``dram_bytes / segments`` from DRAM, then runs
+    its share of ``tp_collectives``.
+
+    Attributes:
+        compute_s: busy time of the device's compute units, roofline over on-chip operands with
+            the hardware's calibration (s). On a GPU cluster it includes HBM time.
+        dram_bytes: off-chip DRAM traffic through the mesh's DRAM ports (bytes; 0 on clusters,
+            whose HBM is local and inside ``compute_s``).
+        tp_collectives: tensor-parallel collectives of the whole pass.
+        segments: number of layers the pass is split into (>= 1).
+        flops: arithmetic of the pass on one device (flop), recompute included.
+    """
+
+    compute_s: float
+    dram_bytes: float
+    tp_collectives: tuple[Collective, ...]
+    segments: int
+    flops: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryBreakdown:
+    """Memory of one device of a stage (bytes), for capacity checks (REFERENCE formulas).
+
+    Attributes:
+        weights_bytes: parameters resident on the device (ZeRO-3 aware).
+        gradients_bytes: gradients (ZeRO-2 aware; 0 for inference).
+        optimizer_bytes: optimizer states incl. fp32 master weights (ZeRO-1 aware; 0 for SGD
+            without momentum beyond master weights, and for inference).
+        activation_bytes_per_microbatch: activations stashed by one microbatch until its
+            backward (Korthikanti et al. MLSys'23 §4, recompute- and sequence-parallel-aware).
+        sram_resident_bytes: bytes Algorithm 1 of PALM keeps resident in on-chip SRAM.
+    """
+
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activation_bytes_per_microbatch: float
+    sram_resident_bytes: float
+
+    def total_bytes(self, microbatches_in_flight: int) -> float:
+        """Static memory plus ``microbatches_in_flight`` stashed activations (bytes)."""
+        static = self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+        return static + microbatches_in_flight * self.activation_bytes_per_microbatch
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageCost:
+    """Costs of one virtual pipeline stage (a model chunk) on one of its devices.
+
+    Attributes:
+        units: names of the layers on this stage (e.g. ``("embedding", "layer0", ...)``).
+        forward: forward pass of one microbatch.
+        backward: backward pass of one microbatch, recompute included (zero for inference).
+        optimizer_step: the gradient update at the end of the iteration.
+        activation_send_bytes: bytes one device sends to the next stage per microbatch.
+        gradient_send_bytes: bytes one device sends to the previous stage per microbatch.
+        dp_collectives: data-parallel collectives of one iteration (gradient all-reduce, or
+            ZeRO reduce-scatter / all-gather), issued after the stage's last backward.
+        parameters: parameters held by one device before ZeRO sharding.
+        model_flops_per_microbatch: forward + backward flop of one device without recompute
+            (for MFU; Narayanan et al. SC'21 Eq. 3 without its recompute term).
+        memory: the device's memory.
+    """
+
+    units: tuple[str, ...]
+    forward: PassCost
+    backward: PassCost
+    optimizer_step: PassCost
+    activation_send_bytes: float
+    gradient_send_bytes: float
+    dp_collectives: tuple[Collective, ...]
+    parameters: float
+    model_flops_per_microbatch: float
+    memory: MemoryBreakdown

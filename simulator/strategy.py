@@ -1,0 +1,203 @@
+"""The parallel training (or inference) plan as data.
+
+A :class:`Strategy` is what the search proposes and what the simulator evaluates: degrees of
+tensor (``tp``), pipeline (``pp``) and data (``dp``) parallelism, microbatching, schedule,
+recompute, ZeRO, precision, stage partition, placement of stages on the mesh and the layout of
+communication groups. Degrees follow Megatron-LM (Narayanan et al., SC'21, §2-3); the placement
+and comm-group options follow PALM (Fang et al., arXiv 2406.03868, §V-B, Fig. 8; §V-C, Fig. 11).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+from simulator.errors import InputError
+
+Schedule = Literal["gpipe", "1f1b", "interleaved-1f1b"]
+Recompute = Literal["none", "selective", "full"]
+Optimizer = Literal["sgd", "adam"]
+Precision = Literal["fp32", "fp16", "bf16", "int8"]
+Mode = Literal["training", "inference"]
+PartitionKind = Literal["balanced", "uniform", "explicit"]
+PlacementKind = Literal["line", "s-shape", "explicit"]
+GroupLayout = Literal["compact", "strided"]
+GroupOrder = Literal["tp-major", "dp-major"]
+
+SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved-1f1b")
+RECOMPUTES: tuple[str, ...] = ("none", "selective", "full")
+OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
+MODES: tuple[str, ...] = ("training", "inference")
+PARTITIONS: tuple[str, ...] = ("balanced", "uniform", "explicit")
+PLACEMENTS: tuple[str, ...] = ("line", "s-shape", "explicit")
+GROUP_LAYOUTS: tuple[str, ...] = ("compact", "strided")
+GROUP_ORDERS: tuple[str, ...] = ("tp-major", "dp-major")
+TRANSFER_STRATEGIES: tuple[int, ...] = (1, 2)
+
+BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
+"""Bytes per element of each precision (IEEE 754 binary32 / binary16, bfloat16, int8)."""
+
+
+def _choice(name: str, value: object, allowed: tuple) -> None:
+    if value not in allowed:
+        raise InputError(f"strategy: `{name}` must be one of {list(allowed)}, got {value!r}")
+
+
+def _positive(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InputError(f"strategy: `{name}` must be an integer >= 1, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Strategy:
+    """One mapping of a model onto a machine.
+
+    Attributes:
+        tp: tensor-parallel degree (devices sharing each layer's GEMMs, Megatron §2.3).
+        pp: pipeline-parallel degree (number of pipeline stages).
+        dp: data-parallel degree (model replicas). ``tp * pp * dp`` devices are used.
+        microbatch_size: samples per microbatch ``b``.
+        global_batch_size: samples per iteration ``B``; ``B / (b * dp)`` is the number of
+            microbatches ``m`` per replica per iteration. ``None`` takes the model's.
+        schedule: ``gpipe``, ``1f1b`` or ``interleaved-1f1b`` (Narayanan et al. SC'21 §2.2).
+        num_chunks: model chunks per device ``v`` for ``interleaved-1f1b`` (1 otherwise).
+        recompute: activation recomputation ``none``, ``selective`` (attention core only) or
+            ``full`` (Korthikanti et al., MLSys'23).
+        sequence_parallel: shard layernorm/dropout activations over the TP group (same source).
+        zero_stage: 0-3; shards optimizer states / + gradients / + weights over DP
+            (Rajbhandari et al., SC'20).
+        optimizer: ``sgd`` or ``adam`` (PALM Table II).
+        precision: ``fp16``, ``bf16``, ``fp32`` or ``int8`` arithmetic and storage.
+        mode: ``training`` or ``inference`` (inference has no backward or gradient update).
+        partition: ``balanced`` (by compute), ``uniform`` (by layer count) or ``explicit``.
+        stage_layers: with ``partition="explicit"``, the number of layers on each of the
+            ``pp * num_chunks`` virtual stages, in order.
+        placement: ``line`` (row-major), ``s-shape`` (boustrophedon) or ``explicit``
+            (PALM Fig. 8).
+        stage_devices: with ``placement="explicit"``, the device ids of each stage
+            (``pp`` tuples of ``tp * dp`` ids).
+        group_layout: TP groups ``compact`` (neighbouring devices) or ``strided``
+            (PALM Fig. 8, comm1 vs comm2).
+        group_order: ``tp-major`` (TP ranks vary fastest, as Megatron) or ``dp-major``.
+        transfer_strategy: inter-group p2p strategy 1 or 2 (PALM §V-C, Fig. 11, Eqs. 7-8).
+
+    Raises:
+        InputError: a field is out of its domain (message names the field and value).
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    microbatch_size: int = 1
+    global_batch_size: int | None = None
+    schedule: Schedule = "1f1b"
+    num_chunks: int = 1
+    recompute: Recompute = "none"
+    sequence_parallel: bool = False
+    zero_stage: int = 0
+    optimizer: Optimizer = "adam"
+    precision: Precision = "fp16"
+    mode: Mode = "training"
+    partition: PartitionKind = "balanced"
+    stage_layers: tuple[int, ...] | None = None
+    placement: PlacementKind = "s-shape"
+    stage_devices: tuple[tuple[int, ...], ...] | None = None
+    group_layout: GroupLayout = "compact"
+    group_order: GroupOrder = "tp-major"
+    transfer_strategy: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "microbatch_size", "num_chunks"):
+            _positive(name, getattr(self, name))
+        if self.global_batch_size is not None:
+            _positive("global_batch_size", self.global_batch_size)
+        _choice("schedule", self.schedule, SCHEDULES)
+        _choice("recompute", self.recompute, RECOMPUTES)
+        _choice("optimizer", self.optimizer, OPTIMIZERS)
+        _choice("precision", self.precision, PRECISIONS)
+        _choice("mode", self.mode, MODES)
+        _choice("partition", self.partition, PARTITIONS)
+        _choice("placement", self.placement, PLACEMENTS)
+        _choice("group_layout", self.group_layout, GROUP_LAYOUTS)
+        _choice("group_order", self.group_order, GROUP_ORDERS)
+        _choice("transfer_strategy", self.transfer_strategy, TRANSFER_STRATEGIES)
+        _choice("zero_stage", self.zero_stage, (0, 1, 2, 3))
+        if not isinstance(self.sequence_parallel, bool):
+            raise InputError(
+                f"strategy: `sequence_parallel` must be true or false, got {self.sequence_parallel!r}"
+            )
+        if self.schedule != "interleaved-1f1b" and self.num_chunks != 1:
+            raise InputError(
+                f"strategy: `num_chunks` > 1 needs schedule 'interleaved-1f1b', got {self.num_chunks}"
+                f" with {self.schedule!r}"
+            )
+        if (self.partition == "explicit") != (self.stage_layers is not None):
+            raise InputError("strategy: `stage_layers` is given exactly when partition='explicit'")
+        if (self.placement == "explicit") != (self.stage_devices is not None):
+            raise InputError("strategy: `stage_devices` is given exactly when placement='explicit'")
+        self._check_explicit_lists()
+
+    def _check_explicit_lists(self) -> None:
+        if self.stage_layers is not None:
+            if len(self.stage_layers) != self.pp * self.num_chunks:
+                raise InputError(
+                    f"strategy: `stage_layers` needs pp*num_chunks = {self.pp * self.num_chunks}"
+                    f" entries, got {len(self.stage_layers)}"
+                )
+            if any(not isinstance(n, int) or n < 0 for n in self.stage_layers):
+                raise InputError(f"strategy: `stage_layers` must be integers >= 0, got {self.stage_layers}")
+        if self.stage_devices is not None:
+            if len(self.stage_devices) != self.pp:
+                raise InputError(
+                    f"strategy: `stage_devices` needs pp = {self.pp} entries, got {len(self.stage_devices)}"
+                )
+            for stage, devices in enumerate(self.stage_devices):
+                if len(devices) != self.tp * self.dp:
+                    raise InputError(
+                        f"strategy: `stage_devices[{stage}]` needs tp*dp = {self.tp * self.dp} ids,"
+                        f" got {len(devices)}"
+                    )
+            flat = [d for devices in self.stage_devices for d in devices]
+            if len(set(flat)) != len(flat):
+                raise InputError("strategy: `stage_devices` uses a device id twice")
+
+    @property
+    def num_devices(self) -> int:
+        """Devices used: ``tp * pp * dp``."""
+        return self.tp * self.pp * self.dp
+
+    @property
+    def bytes_per_element(self) -> int:
+        """Bytes of one element at :attr:`precision`."""
+        return BYTES_PER_ELEMENT[self.precision]
+
+    def to_dict(self) -> dict:
+        """A JSON-compatible dict; ``Strategy(**from_dict(d))`` round-trips it."""
+        data = asdict(self)
+        if self.stage_layers is not None:
+            data["stage_layers"] = list(self.stage_layers)
+        if self.stage_devices is not None:
+            data["stage_devices"] = [list(d) for d in self.stage_devices]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Strategy:
+        """Build from a dict (e.g. a TOML table or ``to_dict`` output).
+
+        Raises:
+            InputError: unknown key, or a field out of its domain.
+        """
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InputError(f"strategy: unknown key {unknown[0]!r} (known: {sorted(known)})")
+        values = dict(data)
+        if values.get("stage_layers") is not None:
+            values["stage_layers"] = tuple(values["stage_layers"])
+        if values.get("stage_devices") is not None:
+            values["stage_devices"] = tuple(tuple(d) for d in values["stage_devices"])
+        try:
+            return cls(**values)
+        except TypeError as error:
+            raise InputError(f"strategy: {error}") from None
