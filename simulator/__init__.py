@@ -1,0 +1,31 @@
+"""palm-search's standalone discrete-event simulator of large-model training and inference.
+
+Follows PALM (Fang et al., arXiv 2406.03868). Typical use::
+
+    import simulator
+    model = simulator.load_model("T-145B")
+    hardware = simulator.load_hardware("wafer")
+    strategy = simulator.Strategy(tp=8, dp=2, pp=20, schedule="1f1b", recompute="full")
+    result = simulator.simulate(model, hardware, strategy)
+    print(result.samples_per_s)
+
+This package imports neither optuna, typer, spaces nor palm_search.
+"""
+
+from simulator.api import num_microbatches, simulate, simulate_with_records
+from simulator.errors import InputError, PalmError, SimulationError
+from simulator.hardware.loader import hardware_presets, load_hardware
+from simulator.hardware.spec import Hardware
+from simulator.result import SimulationResult, StageReport
+from simulator.strategy import Strategy
+from simulator.strategy_loader import load_strategy
+from simulator.workload.loader import load_model, model_presets
+from simulator.workload.spec import ModelSpec
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Hardware", "InputError", "ModelSpec", "PalmError", "SimulationError", "SimulationResult",
+    "StageReport", "Strategy", "hardware_presets", "load_hardware", "load_model", "load_strategy",
+    "model_presets", "num_microbatches", "simulate", "simulate_with_records",
+]

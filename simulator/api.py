@@ -1,0 +1,218 @@
+"""``simulate()``: one strategy, one model, one machine -> :class:`SimulationResult`.
+
+Steady state (issue: many microbatches): with ``m`` microbatches per replica well above the
+pipeline depth ``p``, the engine runs ``m_a = 2p`` and ``m_b = 3p`` microbatches; every additive
+quantity (iteration time, stage times, bytes moved) grows by the same amount for each further
+microbatch once the pipeline is full (Narayanan et al. SC'21 §2.2: ``(m + p - 1)`` slots), so
+``X(m) = X(m_b) + (m - m_b) (X(m_b) - X(m_a)) / (m_b - m_a)``. The result says when it did this.
+Inference reports steady-state throughput (PALM §V-A3: fill and drain ignored).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import fields
+
+from simulator.costs import StageCost
+from simulator.engine import Engine, EngineRun, StageStats, traffic_by_kind
+from simulator.errors import InputError
+from simulator.hardware.spec import Hardware
+from simulator.network.backends import network_backend
+from simulator.network.topology import Topology, topology_of
+from simulator.placement import StagePlacement, place
+from simulator.result import ResourceUsage, SimulationResult, StageReport
+from simulator.schedules import PipelineSchedule, make_schedule
+from simulator.strategy import Strategy
+from simulator.workload.spec import ModelSpec
+from simulator.workload.stages import build_stage_costs
+
+
+def num_microbatches(model: ModelSpec, strategy: Strategy) -> int:
+    """Microbatches per replica per iteration, ``B / (b * dp)``.
+
+    Raises:
+        InputError: the global batch is not a multiple of ``microbatch_size * dp``.
+    """
+    batch = strategy.global_batch_size or model.global_batch_size
+    per_step = strategy.microbatch_size * strategy.dp
+    if batch % per_step:
+        raise InputError(
+            f"strategy: global batch {batch} must be a multiple of microbatch_size * dp ="
+            f" {strategy.microbatch_size}*{strategy.dp} = {per_step}"
+        )
+    return batch // per_step
+
+
+def simulate(
+    model: ModelSpec, hardware: Hardware, strategy: Strategy, *, network: str = "contention",
+    steady_state: bool = True, record: bool = False,
+) -> SimulationResult:
+    """Simulate one iteration of ``strategy`` for ``model`` on ``hardware``.
+
+    Args:
+        model: the model.
+        hardware: the machine.
+        strategy: the mapping.
+        network: ``contention`` (PALM Eqs. 2-5 with exclusive links and DRAM ports) or
+            ``analytical`` (PALM Eq. 2 without contention).
+        steady_state: extrapolate from two short runs when there are many microbatches.
+        record: keep per-pass records (see :func:`simulate_with_records`).
+
+    Returns:
+        The result; ``feasible`` is False (and nothing is simulated) when memory is exceeded.
+
+    Raises:
+        InputError: the strategy does not fit the model or machine (degrees, batch, precision).
+    """
+    return simulate_with_records(model, hardware, strategy, network=network,
+                                 steady_state=steady_state, record=record)[0]
+
+
+def simulate_with_records(
+    model: ModelSpec, hardware: Hardware, strategy: Strategy, *, network: str = "contention",
+    steady_state: bool = True, record: bool = True,
+) -> tuple[SimulationResult, list]:
+    """Like :func:`simulate`, also returning the pass records of the (last) engine run."""
+    started = time.perf_counter()
+    if strategy.precision not in hardware.peak_flop_per_s:
+        raise InputError(
+            f"strategy: precision {strategy.precision!r} has no peak on hardware {hardware.name!r}"
+            f" (has {sorted(hardware.peak_flop_per_s)})"
+        )
+    m = num_microbatches(model, strategy)
+    schedule = make_schedule(strategy.schedule, strategy.pp, strategy.num_chunks)
+    schedule.check(m)
+    topology = topology_of(hardware)
+    placements = place(topology, strategy)
+    costs = build_stage_costs(model, hardware, strategy)
+    training = strategy.mode == "training"
+    in_flight = [_in_flight(schedule, i, m, training) for i in range(strategy.pp)]
+    memory = [_stage_memory(costs, strategy.pp, i, in_flight[i]) for i in range(strategy.pp)]
+    base = dict(model=model.name, hardware=hardware.name, strategy=strategy.to_dict(),
+                network=network, num_microbatches=m)
+    reason = _memory_reason(hardware, memory, in_flight)
+    if reason:
+        return _infeasible(base, reason, placements, memory, in_flight, started), []
+    engine = Engine(hardware=hardware, topology=topology, placements=placements, costs=costs,
+                    schedule=schedule, network=network_backend(network), training=training,
+                    transfer_strategy=strategy.transfer_strategy, record=record)
+    run, simulated, extrapolated, period = _run(engine, m, strategy.pp, steady_state, training)
+    result = _assemble(base, hardware, topology, strategy, placements, costs, memory, in_flight,
+                       run, simulated, extrapolated, period, m, model, started)
+    return result, run.records
+
+
+def _in_flight(schedule: PipelineSchedule, stage: int, m: int, training: bool) -> list[int]:
+    if not training:
+        return [1] * schedule.num_chunks
+    return schedule.max_in_flight(stage, m)
+
+
+def _stage_memory(costs: tuple[StageCost, ...], pp: int, stage: int, in_flight: list[int]) -> float:
+    chunks = costs[stage::pp]
+    return sum(c.memory.total_bytes(n) for c, n in zip(chunks, in_flight, strict=True))
+
+
+def _memory_reason(hardware: Hardware, memory: list[float], in_flight: list[list[int]]) -> str:
+    capacity = hardware.device_memory_bytes()
+    worst = max(range(len(memory)), key=memory.__getitem__)
+    if memory[worst] <= capacity:
+        return ""
+    return (f"stage {worst} needs {memory[worst] / 2**30:.2f} GiB per device"
+            f" ({sum(in_flight[worst])} microbatches in flight), capacity {capacity / 2**30:.2f} GiB")
+
+
+def _run(engine: Engine, m: int, pp: int, steady_state: bool, training: bool):
+    """Full run, or two short runs and a linear extrapolation. Returns (run, simulated
+    microbatches, extrapolated, period per microbatch in s)."""
+    m_a, m_b = 2 * pp, 3 * pp
+    if not training or (steady_state and m > m_b):
+        a, b = engine.run(m_a), engine.run(m_b)
+        period = (b.makespan_s - a.makespan_s) / (m_b - m_a)
+        return _extrapolate(a, b, m_a, m_b, m), m_a + m_b, True, period
+    return engine.run(m), m, False, 0.0
+
+
+def _extrapolate(a: EngineRun, b: EngineRun, m_a: int, m_b: int, m: int) -> EngineRun:
+    """Every additive quantity of run ``b`` carried linearly from ``m_b`` to ``m`` microbatches."""
+    scale = (m - m_b) / (m_b - m_a)
+
+    def line(x_a: float, x_b: float) -> float:
+        return x_b + scale * (x_b - x_a)
+
+    stats = [StageStats(**{f.name: line(getattr(sa, f.name), getattr(sb, f.name)) for f in fields(sb)})
+             for sa, sb in zip(a.stats, b.stats, strict=True)]
+    flow_bytes = [line(x, y) for x, y in zip(a.flow_bytes, b.flow_bytes, strict=True)]
+    return EngineRun(line(a.makespan_s, b.makespan_s), stats, b.flows, flow_bytes, a.events + b.events, b.records)
+
+
+def _infeasible(base: dict, reason: str, placements: tuple[StagePlacement, ...], memory: list[float],
+                in_flight: list[list[int]], started: float) -> SimulationResult:
+    stages = tuple(
+        StageReport(stage=i, devices=p.devices, compute_s=0.0, communication_s=0.0, dram_stall_s=0.0,
+                    optimizer_s=0.0, bubble_s=0.0, memory_bytes=memory[i],
+                    microbatches_in_flight=sum(in_flight[i]), sram_resident_bytes=0.0)
+        for i, p in enumerate(placements)
+    )
+    return SimulationResult(
+        **base, feasible=False, reason=reason, iteration_time_s=0.0, samples_per_s=0.0,
+        tokens_per_s=0.0, model_flops_utilisation=0.0, hardware_flops_utilisation=0.0,
+        simulated_microbatches=0, extrapolated=False, stages=stages, resources=(),
+        traffic_bytes={}, events_simulated=0, wall_time_s=time.perf_counter() - started,
+    )
+
+
+def _assemble(base, hardware, topology, strategy, placements, costs, memory, in_flight, run,
+              simulated, extrapolated, period, m, model, started) -> SimulationResult:
+    training = strategy.mode == "training"
+    batch = strategy.microbatch_size * strategy.dp * m
+    iteration = run.makespan_s if training else batch * period / (strategy.microbatch_size * strategy.dp)
+    replicas = strategy.tp * strategy.dp * m
+    model_flops = replicas * sum(c.model_flops_per_microbatch for c in costs)
+    executed = replicas * sum(c.forward.flops + (c.backward.flops if training else 0.0) for c in costs)
+    peak = hardware.peak_flop_per_s[strategy.precision] * strategy.num_devices * iteration
+    samples_per_s = batch / iteration
+    stages = tuple(_stage_report(i, p, costs, strategy.pp, run, memory, in_flight, iteration)
+                   for i, p in enumerate(placements))
+    return SimulationResult(
+        **base, feasible=True, reason="", iteration_time_s=iteration, samples_per_s=samples_per_s,
+        tokens_per_s=samples_per_s * max(model.sequence_length, 1),
+        model_flops_utilisation=model_flops / peak, hardware_flops_utilisation=executed / peak,
+        simulated_microbatches=simulated, extrapolated=extrapolated, stages=stages,
+        resources=_resource_usage(topology, run, iteration),
+        traffic_bytes=traffic_by_kind(run.flows, run.flow_bytes),
+        events_simulated=run.events, wall_time_s=time.perf_counter() - started,
+    )
+
+
+def _stage_report(i: int, placement: StagePlacement, costs: tuple[StageCost, ...], pp: int,
+                  run: EngineRun, memory: list[float], in_flight: list[list[int]],
+                  iteration_s: float) -> StageReport:
+    st = run.stats[i]
+    busy = st.compute_s + st.communication_s + st.dram_stall_s + st.optimizer_s
+    return StageReport(
+        stage=i, devices=placement.devices, compute_s=st.compute_s, communication_s=st.communication_s,
+        dram_stall_s=st.dram_stall_s, optimizer_s=st.optimizer_s, bubble_s=max(iteration_s - busy, 0.0),
+        memory_bytes=memory[i], microbatches_in_flight=sum(in_flight[i]),
+        sram_resident_bytes=sum(c.memory.sram_resident_bytes for c in costs[i::pp]),
+    )
+
+
+def _resource_usage(topology: Topology, run: EngineRun, iteration_s: float) -> tuple[ResourceUsage, ...]:
+    """Bytes carried by each resource over the iteration, as a fraction of its capacity."""
+    carried: dict[int, float] = {}
+    for flow, moved in zip(run.flows, run.flow_bytes, strict=True):
+        for r, load in flow.loads.items():
+            carried[r] = carried.get(r, 0.0) + load * moved
+    usages = []
+    for kind in sorted(set(topology.kinds)):
+        util = {r: carried.get(r, 0.0) / (topology.bandwidth_bytes_per_s[r] * iteration_s)
+                for r, k in enumerate(topology.kinds) if k == kind}
+        used = [u for u in util.values() if u > 0]
+        top = sorted(util, key=util.__getitem__, reverse=True)[:5]
+        usages.append(ResourceUsage(
+            kind=kind, count=len(util), max_utilisation=max(util.values(), default=0.0),
+            mean_utilisation=sum(used) / len(used) if used else 0.0,
+            busiest=tuple((topology.names[r], util[r]) for r in top if util[r] > 0),
+        ))
+    return tuple(usages)

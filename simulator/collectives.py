@@ -1,0 +1,117 @@
+"""Collectives, point-to-point transfers and DRAM streams as *flows* on the topology.
+
+A :class:`Flow` is a fixed traffic pattern: a set of *edges* (source -> destination routes)
+that move the same number of bytes at the same time, for example every ring edge of the ``dp``
+tensor-parallel groups of one pipeline stage (Virtual Tile Aggregation, PALM §IV-A: one
+simulated stage stands for all its groups, while the links they share stay shared). Its
+``load`` on a resource is how many of its edges cross it, so a step moving ``x`` bytes per edge
+lasts
+
+    latency + x * max_r(load_r / bandwidth_r) / efficiency                   (PALM Eq. 2)
+
+and a collective is a number of such steps (Thakur et al., IJHPCA 2005; Patarasuk & Yuan 2009):
+
+* ring all-reduce of ``S`` bytes over ``n`` devices: ``2(n-1)`` steps of ``S/n`` bytes, i.e.
+  ``2(n-1)/n * S / bw + 2(n-1) * latency`` on a contention-free ring;
+* ring all-gather / reduce-scatter: ``n-1`` steps of ``S/n``;
+* all-to-all (direct): one step in which every device sends ``S/n`` to each other device;
+* point-to-point: one step of ``S``; DRAM stream: one step of ``S`` through the DRAM port
+  (PALM Eqs. 4-5: response time plus size over bandwidth, plus the NoC route).
+
+The cost of a collective is O(edges) once, when its flow is built, and O(1) per use: no
+per-step or per-device simulation events (the authors' code spawns 2(P-1)P processes per ring).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from simulator.errors import SimulationError
+from simulator.network.topology import Topology
+
+STEPS_PER_RING = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1,
+                  "reduce_scatter": lambda n: n - 1}
+
+
+@dataclass(slots=True)
+class Flow:
+    """A traffic pattern on the topology and its timing.
+
+    Attributes:
+        name: readable name (e.g. ``stage3 tp``).
+        kind: traffic class: ``tp``, ``dp``, ``p2p`` or ``dram``.
+        group_size: devices per group (``n`` of the ring formulas); 1 for p2p and DRAM.
+        loads: edges crossing each resource.
+        latency_s: the largest route latency among the edges (s).
+        seconds_per_byte: ``max_r(load_r / bandwidth_r) / efficiency`` (s per byte per edge).
+        bytes_moved: bytes per edge moved so far (for link utilisation, filled by the engine).
+        num_edges: edges (source -> destination routes) of the flow.
+        booked: resources the contention backend books for this flow (set by the engine).
+    """
+
+    name: str
+    kind: str
+    group_size: int
+    loads: dict[int, int]
+    latency_s: float
+    seconds_per_byte: float
+    num_edges: int = 0
+    bytes_moved: float = 0.0
+    booked: tuple[int, ...] = field(default=())
+
+    def step_time_s(self, bytes_per_edge: float) -> float:
+        """Duration of one step moving ``bytes_per_edge`` on every edge (s), PALM Eq. 2."""
+        return self.latency_s + bytes_per_edge * self.seconds_per_byte
+
+    def collective_time_s(self, kind: str, size_bytes: float) -> tuple[float, float]:
+        """(duration in s, bytes per edge moved) of one collective of ``size_bytes`` per device.
+
+        Raises:
+            SimulationError: unknown collective kind.
+        """
+        n = self.group_size
+        if n <= 1:
+            return 0.0, 0.0
+        if kind == "all_to_all":
+            return self.step_time_s(size_bytes / n), size_bytes / n
+        if kind not in STEPS_PER_RING:
+            raise SimulationError(f"unknown collective {kind!r}")
+        steps = STEPS_PER_RING[kind](n)
+        return steps * self.step_time_s(size_bytes / n), steps * size_bytes / n
+
+
+def make_flow(
+    topology: Topology, name: str, kind: str, routes: list[tuple[int, int]], efficiency: float,
+    group_size: int = 1,
+) -> Flow:
+    """A flow whose edges are the device pairs ``routes`` (a pair ``(d, -1)`` is d's DRAM stream).
+
+    Args:
+        topology: the machine.
+        name: readable name.
+        kind: ``tp``, ``dp``, ``p2p`` or ``dram``.
+        routes: (source device, destination device) of every edge.
+        efficiency: achieved fraction of link bandwidth (hardware calibration).
+        group_size: devices per group for ring formulas.
+    """
+    loads: Counter[int] = Counter()
+    latency = 0.0
+    for src, dst in routes:
+        resources, route_latency = topology.dram_route(src) if dst < 0 else topology.route(src, dst)
+        loads.update(resources)
+        latency = max(latency, route_latency)
+    bandwidth = topology.bandwidth_bytes_per_s
+    worst = max((load / bandwidth[r] for r, load in loads.items()), default=0.0)
+    return Flow(name=name, kind=kind, group_size=group_size, loads=dict(loads), latency_s=latency,
+                seconds_per_byte=worst / efficiency, num_edges=len(routes))
+
+
+def ring_edges(groups: tuple[tuple[int, ...], ...]) -> list[tuple[int, int]]:
+    """Edges of a ring over each group: ``g[i] -> g[i+1 mod n]`` (no edges for n = 1)."""
+    return [(g[i], g[(i + 1) % len(g)]) for g in groups if len(g) > 1 for i in range(len(g))]
+
+
+def all_pairs_edges(groups: tuple[tuple[int, ...], ...]) -> list[tuple[int, int]]:
+    """Edges of a direct all-to-all in each group: every ordered pair of distinct devices."""
+    return [(a, b) for g in groups for a in g for b in g if a != b]

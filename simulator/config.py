@@ -1,0 +1,240 @@
+"""Strict reading of TOML input files, shared by every loader.
+
+A :class:`Table` wraps one TOML table and is consumed key by key: each ``take_*`` call checks the
+type and range of one key, and :meth:`Table.finish` rejects the keys nobody asked for. Every
+failure is an :class:`~simulator.errors.InputError` whose one-line message names the file, the
+table, the key and the value::
+
+    simulator/hardware/presets/wafer.toml [mesh]: unknown key 'bandwith_GB_per_s'
+    my.toml [device.peak]: key 'fp16_TFLOP_per_s' must be a positive number, got -3
+
+Units live in key names (see ``UNITS``) and are converted to SI exactly once, here, by
+:meth:`Table.take_quantity`: ``hop_latency_ns = 1`` becomes ``hop_latency_s = 1e-9``.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import InputError
+
+UNITS: dict[str, tuple[str, float]] = {
+    "_GB_per_s": ("_bytes_per_s", 1e9),
+    "_Gb_per_s": ("_bytes_per_s", 1e9 / 8),
+    "_TB_per_s": ("_bytes_per_s", 1e12),
+    "_TFLOP_per_s": ("_flop_per_s", 1e12),
+    "_TOP_per_s": ("_flop_per_s", 1e12),
+    "_GiB": ("_bytes", 2**30),
+    "_MiB": ("_bytes", 2**20),
+    "_GB": ("_bytes", 1e9),
+    "_MB": ("_bytes", 1e6),
+    "_ns": ("_s", 1e-9),
+    "_us": ("_s", 1e-6),
+    "_s": ("_s", 1.0),
+}
+"""Unit suffix of a file key -> (SI suffix of the attribute, factor to SI). Longest match wins."""
+
+SOURCE_SUFFIX = "_source"
+
+
+def split_unit(key: str) -> tuple[str, str, float]:
+    """Split a file key into its stem, the SI name and the factor to SI.
+
+    ``"hop_latency_ns"`` -> ``("hop_latency", "hop_latency_s", 1e-9)``; a key without a unit
+    suffix is dimensionless: ``"dies_x"`` -> ``("dies_x", "dies_x", 1.0)``.
+    """
+    for suffix in sorted(UNITS, key=len, reverse=True):
+        if key.endswith(suffix) and len(key) > len(suffix):
+            si_suffix, factor = UNITS[suffix]
+            stem = key[: -len(suffix)]
+            return stem, stem + si_suffix, factor
+    return key, key, 1.0
+
+
+def read_toml(path: str | Path, display: str | None = None) -> Table:
+    """Parse a TOML file into its root :class:`Table`.
+
+    Args:
+        path: file to read.
+        display: the name used in error messages (default: ``path`` as given).
+
+    Raises:
+        InputError: the file is missing or not valid TOML (with tomllib's line and column).
+    """
+    name = display or str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise InputError(f"{name}: cannot read file ({error.strerror})") from None
+    return parse_toml(text, name)
+
+
+def parse_toml(text: str, display: str) -> Table:
+    """Parse TOML text into its root :class:`Table`; ``display`` names it in errors.
+
+    Raises:
+        InputError: the text is not valid TOML (message has tomllib's line and column).
+    """
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise InputError(f"{display}: invalid TOML: {error}") from None
+    return Table(file=display, path="", data=data)
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@dataclass(slots=True)
+class Table:
+    """One TOML table being consumed key by key.
+
+    Attributes:
+        file: the file name shown in messages.
+        path: dotted path of this table in the file (``""`` for the root).
+        data: the parsed table.
+    """
+
+    file: str
+    path: str
+    data: dict[str, Any]
+    _taken: set[str] = field(default_factory=set)
+
+    def error(self, message: str) -> InputError:
+        """An :class:`InputError` prefixed with the file and the table."""
+        where = f"{self.file} [{self.path}]" if self.path else self.file
+        return InputError(f"{where}: {message}")
+
+    def keys(self) -> list[str]:
+        """Keys of this table, in file order."""
+        return list(self.data)
+
+    def has(self, key: str) -> bool:
+        """True when the table holds ``key``."""
+        return key in self.data
+
+    def _get(self, key: str) -> Any:
+        if key not in self.data:
+            raise self.error(f"missing key '{key}'")
+        self._taken.add(key)
+        return self.data[key]
+
+    def take_table(self, key: str) -> Table:
+        """The sub-table ``key``.
+
+        Raises:
+            InputError: missing, or not a table.
+        """
+        value = self._get(key)
+        if not isinstance(value, dict):
+            raise self.error(f"key '{key}' must be a table, got {_show(value)}")
+        return Table(file=self.file, path=f"{self.path}.{key}" if self.path else key, data=value)
+
+    def take_string(self, key: str, choices: tuple[str, ...] | None = None) -> str:
+        """The string ``key``, optionally one of ``choices``.
+
+        Raises:
+            InputError: missing, not a string, or not among ``choices``.
+        """
+        value = self._get(key)
+        if not isinstance(value, str):
+            raise self.error(f"key '{key}' must be a string, got {_show(value)}")
+        if choices is not None and value not in choices:
+            raise self.error(f"key '{key}' must be one of {list(choices)}, got {_show(value)}")
+        return value
+
+    def take_strings(self, key: str) -> list[str]:
+        """The list of strings ``key``.
+
+        Raises:
+            InputError: missing, or not a list of strings.
+        """
+        value = self._get(key)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.error(f"key '{key}' must be a list of strings, got {_show(value)}")
+        return value
+
+    def take_number(
+        self, key: str, *, integer: bool = False, minimum: float = 0.0, inclusive: bool = False,
+        maximum: float = math.inf,
+    ) -> int | float:
+        """The number ``key`` as written in the file (no unit conversion).
+
+        Args:
+            key: the key.
+            integer: require a TOML integer.
+            minimum: lower bound; excluded unless ``inclusive``.
+            inclusive: accept ``minimum`` itself.
+            maximum: inclusive upper bound.
+
+        Raises:
+            InputError: missing, not a (finite) number, or out of range.
+        """
+        value = self._get(key)
+        kind = "integer" if integer else "number"
+        ok_type = isinstance(value, int) and not isinstance(value, bool) if integer else _is_number(value)
+        if not ok_type or not math.isfinite(value):
+            raise self.error(f"key '{key}' must be a {kind}, got {_show(value)}")
+        above = value >= minimum if inclusive else value > minimum
+        if not above or value > maximum:
+            raise self.error(f"key '{key}' must be {_range(kind, minimum, inclusive, maximum)}, got {_show(value)}")
+        return value
+
+    def take_quantity(self, key: str, *, integer: bool = False) -> tuple[str, float]:
+        """The quantity ``key`` converted to SI, with its SI name; range follows the name.
+
+        Times (``_s``) may be zero; efficiencies (``*_efficiency``) lie in (0, 1]; everything
+        else must be positive.
+
+        Returns:
+            ``(si_name, value)``, e.g. ``("hop_latency_s", 1e-9)`` for ``hop_latency_ns = 1``.
+
+        Raises:
+            InputError: missing, wrong type or out of range.
+        """
+        _, si_name, factor = split_unit(key)
+        maximum = 1.0 if si_name.endswith("_efficiency") else math.inf
+        value = self.take_number(key, integer=integer, inclusive=si_name.endswith("_s")
+                                 and not si_name.endswith("_per_s"), maximum=maximum)
+        if integer and factor == 1.0:
+            return si_name, value
+        # dividing by an exact inverse keeps 5 us == 5e-06 exactly (5 * 1e-6 is not)
+        return si_name, float(value * factor if factor >= 1 else value / round(1 / factor))
+
+    def take_source(self, key: str) -> str:
+        """The citation ``<key>_source`` that every numeric key carries.
+
+        Raises:
+            InputError: missing or empty.
+        """
+        source = self.take_string(key + SOURCE_SUFFIX)
+        if not source.strip():
+            raise self.error(f"key '{key}{SOURCE_SUFFIX}' must cite a source, got ''")
+        return source
+
+    def finish(self) -> None:
+        """Reject every key that was not taken.
+
+        Raises:
+            InputError: naming the first unknown key.
+        """
+        for key in self.data:
+            if key not in self._taken:
+                raise self.error(f"unknown key '{key}'")
+
+
+def _range(kind: str, minimum: float, inclusive: bool, maximum: float) -> str:
+    if minimum == 0 and maximum == math.inf:
+        return f"a non-negative {kind}" if inclusive else f"a positive {kind}"
+    low = "[" if inclusive else "("
+    return f"a {kind} in {low}{minimum:g}, {maximum:g}]"

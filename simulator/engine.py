@@ -1,0 +1,299 @@
+"""SimPy wiring: one process per pipeline stage, messages between stages, shared resources.
+
+Time is SimPy's ``env.now`` in **seconds**. Virtual Tile Aggregation (PALM §IV-A): a pipeline
+stage is one process standing for all its ``tp * dp`` devices; its tensor-parallel collectives,
+DRAM streams and data-parallel collectives are flows over *all* its groups at once
+(:mod:`simulator.collectives`), and every link or DRAM port that flows of different processes
+share is booked through the network backend, so contention between stages is real.
+
+A pass (forward or backward of one microbatch on one virtual stage) is ``segments`` layers; each
+computes while streaming its DRAM share (overlapped, PALM Fig. 5), then runs its TP collectives.
+A stage's output is sent to the next as a p2p flow (scatter/gather, Narayanan et al. SC'21 §4.1:
+each rank sends its 1/t slice, the receiving group all-gathers; PALM Fig. 11 strategy 1), or with
+``transfer_strategy=2`` through one adapter per TP group followed by a broadcast in the receiving
+group (PALM Fig. 11 strategy 2, adapted to Megatron where the source group's output is already
+reduced). After its last backward a stage runs its data-parallel collectives and the optimizer
+step (PALM's Gradient Update).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import simpy
+
+from simulator.collectives import Flow, all_pairs_edges, make_flow, ring_edges
+from simulator.costs import Collective, PassCost, StageCost
+from simulator.hardware.spec import Hardware
+from simulator.network.backends import AnalyticalNetwork
+from simulator.network.topology import Topology
+from simulator.placement import StagePlacement
+from simulator.schedules import Pass, PipelineSchedule
+
+
+@dataclass(slots=True)
+class StageStats:
+    """Accumulated times of one pipeline stage (s)."""
+
+    compute_s: float = 0.0
+    communication_s: float = 0.0
+    dram_stall_s: float = 0.0
+    optimizer_s: float = 0.0
+    finish_s: float = 0.0
+
+
+@dataclass(slots=True)
+class PassRecord:
+    """One executed pass, for traces: stage, kind (F, B, U), microbatch, chunk, start, end (s)."""
+
+    stage: int
+    kind: str
+    microbatch: int
+    chunk: int
+    start_s: float
+    end_s: float
+
+
+@dataclass(slots=True)
+class StageFlows:
+    """The flows of one pipeline stage."""
+
+    tp: Flow
+    dp: Flow
+    dram: Flow | None
+    tp_all_to_all: Flow
+
+
+@dataclass(slots=True)
+class EngineRun:
+    """Raw outcome of one engine run."""
+
+    makespan_s: float
+    stats: list[StageStats]
+    flows: list[Flow]
+    flow_bytes: list[float]
+    events: int
+    records: list[PassRecord] = field(default_factory=list)
+
+
+class Engine:
+    """Simulates one iteration of ``num_microbatches`` microbatches per replica.
+
+    Args:
+        hardware: the machine.
+        topology: its routes and resources.
+        placements: devices and groups of each pipeline stage.
+        costs: per virtual stage costs (``pp * num_chunks``, chunk-major).
+        schedule: the pipeline schedule.
+        network: the backend that books resources.
+        training: False runs forwards only (inference).
+        transfer_strategy: 1 or 2 (PALM Fig. 11).
+        record: keep a :class:`PassRecord` per pass.
+    """
+
+    def __init__(
+        self, *, hardware: Hardware, topology: Topology, placements: tuple[StagePlacement, ...],
+        costs: tuple[StageCost, ...], schedule: PipelineSchedule, network: AnalyticalNetwork,
+        training: bool, transfer_strategy: int = 1, record: bool = False,
+    ) -> None:
+        self.topology, self.placements, self.costs = topology, placements, costs
+        self.schedule, self.network, self.training = schedule, network, training
+        self.transfer_strategy, self.record = transfer_strategy, record
+        self.pp = len(placements)
+        self.calibration = hardware.calibration
+        self.stage_flows = [self._stage_flows(i, p) for i, p in enumerate(placements)]
+        self.p2p: dict[tuple[int, int], Flow] = {}
+        for i in range(self.pp):
+            for j in {(i + 1) % self.pp, (i - 1) % self.pp} - {i}:
+                self.p2p[(i, j)] = self._p2p_flow(i, j)
+        self.flows = [f for s in self.stage_flows for f in (s.tp, s.dp, s.dram, s.tp_all_to_all) if f]
+        self.flows += list(self.p2p.values())
+        if network.uses_contention():
+            self._assign_bookings()
+
+    def _stage_flows(self, i: int, placement: StagePlacement) -> StageFlows:
+        cal, topo = self.calibration, self.topology
+        tp_size, dp_size = len(placement.tp_groups[0]), len(placement.dp_groups[0])
+        dram = None
+        if topo.dram_route(placement.devices[0])[0]:
+            dram = make_flow(topo, f"stage{i} dram", "dram", [(d, -1) for d in placement.devices],
+                             cal.memory_bound_efficiency)
+        return StageFlows(
+            tp=make_flow(topo, f"stage{i} tp", "tp", ring_edges(placement.tp_groups),
+                         cal.collective_efficiency, tp_size),
+            dp=make_flow(topo, f"stage{i} dp", "dp", ring_edges(placement.dp_groups),
+                         cal.collective_efficiency, dp_size),
+            dram=dram,
+            tp_all_to_all=make_flow(topo, f"stage{i} tp a2a", "tp", all_pairs_edges(placement.tp_groups),
+                                    cal.collective_efficiency, tp_size),
+        )
+
+    def _p2p_flow(self, i: int, j: int) -> Flow:
+        src, dst = self.placements[i], self.placements[j]
+        if self.transfer_strategy == 1:
+            edges = list(zip(src.devices, dst.devices, strict=True))
+        else:
+            edges = [(a[0], b[0]) for a, b in zip(src.tp_groups, dst.tp_groups, strict=True)]
+        return make_flow(self.topology, f"p2p {i}->{j}", "p2p", edges, self.calibration.p2p_efficiency)
+
+    def _assign_bookings(self) -> None:
+        """Book a resource only where flows of different processes meet; p2p flows, which can
+        overlap themselves, also book a private channel (ids past the physical resources)."""
+        owner = {id(f): i for i, s in enumerate(self.stage_flows) for f in (s.tp, s.dp, s.dram, s.tp_all_to_all) if f}
+        owners: dict[int, set] = {}
+        for flow in self.flows:
+            for r in flow.loads:
+                owners.setdefault(r, set()).add(owner.get(id(flow), flow.name))
+        channel = self.topology.num_resources
+        for flow in self.flows:
+            flow.booked = tuple(r for r in flow.loads if len(owners[r]) > 1)
+            if flow.kind == "p2p":
+                flow.booked += (channel,)
+                channel += 1
+
+    # -- processes ---------------------------------------------------------------------------
+
+    def run(self, num_microbatches: int) -> EngineRun:
+        """Simulate one iteration and return the raw timings."""
+        self.env = simpy.Environment()
+        self.events = 0
+        self.stats = [StageStats() for _ in range(self.pp)]
+        self.records: list[PassRecord] = []
+        self.messages: dict[tuple[str, int, int], simpy.Event] = {}
+        for flow in self.flows:
+            flow.bytes_moved = 0.0
+        if self.network.uses_contention():
+            self.network.__init__()
+        for i in range(self.pp):
+            self.env.process(self._stage(i, num_microbatches))
+        self.env.run()
+        makespan = max(s.finish_s for s in self.stats)
+        return EngineRun(makespan, self.stats, self.flows, [f.bytes_moved for f in self.flows], self.events, self.records)
+
+    def _message(self, key: tuple[str, int, int]) -> simpy.Event:
+        event = self.messages.get(key)
+        if event is None:
+            event = self.messages[key] = self.env.event()
+        return event
+
+    def _stage(self, i: int, num_microbatches: int):
+        order = self.schedule.order(i, num_microbatches) if self.training else \
+            self.schedule.forward_order(i, num_microbatches)
+        last = len(self.costs) - 1
+        for p in order:
+            j = p.chunk * self.pp + i
+            forward = p.kind == "F"
+            waits_on = ("act", j, p.microbatch) if forward else ("grad", j, p.microbatch)
+            if (forward and j > 0) or (not forward and j < last):
+                self.events += 1
+                yield self._message(waits_on)
+            cost = self.costs[j].forward if forward else self.costs[j].backward
+            yield from self._pass(i, cost, p)
+            if forward and j < last:
+                self._send(i, j, j + 1, "act", p.microbatch, self.costs[j].activation_send_bytes)
+            elif not forward and j > 0:
+                self._send(i, j, j - 1, "grad", p.microbatch, self.costs[j].gradient_send_bytes)
+        if self.training:
+            yield from self._gradient_update(i)
+        self.stats[i].finish_s = self.env.now
+
+    def _pass(self, i: int, cost: PassCost, p: Pass):
+        now = self.env.now
+        end = self._pass_end(i, cost, now)
+        self.stats[i].compute_s += cost.compute_s
+        if self.record:
+            self.records.append(PassRecord(i, p.kind, p.microbatch, p.chunk, now, end))
+        self.events += 1
+        yield self.env.timeout(end - now)
+
+    def _pass_end(self, i: int, cost: PassCost, now: float) -> float:
+        """Finish time of a pass started at ``now``: per segment, compute overlapped with the
+        DRAM stream, then the segment's share of the TP collectives."""
+        flows, stats, net = self.stage_flows[i], self.stats[i], self.network
+        segments = cost.segments
+        compute = cost.compute_s / segments
+        dram = 0.0
+        if flows.dram is not None and cost.dram_bytes > 0:
+            dram = flows.dram.step_time_s(cost.dram_bytes / segments)
+            flows.dram.bytes_moved += cost.dram_bytes
+        collective = self._collectives_time(i, cost.tp_collectives) / segments
+        t = now
+        for _ in range(segments):
+            ready = t + compute
+            if dram:
+                ready = max(ready, net.book(flows.dram, t, dram, now) + dram)
+                stats.dram_stall_s += ready - t - compute
+            t = ready
+            if collective:
+                start = net.book(flows.tp, t, collective, now)
+                stats.communication_s += start + collective - t
+                t = start + collective
+        return t
+
+    def _collectives_time(self, i: int, collectives: tuple[Collective, ...], dp: bool = False) -> float:
+        total = 0.0
+        for c in collectives:
+            flows = self.stage_flows[i]
+            flow = flows.dp if dp else (flows.tp_all_to_all if c.kind == "all_to_all" else flows.tp)
+            duration, moved = flow.collective_time_s(c.kind, c.size_bytes)
+            flow.bytes_moved += moved * c.count
+            total += duration * c.count
+        return total
+
+    def _send(self, i: int, j: int, k: int, kind: str, microbatch: int, size_bytes: float) -> None:
+        """Send stage output of virtual stage j to virtual stage k; deliver when it lands."""
+        now, dst = self.env.now, k % self.pp
+        flow = self.p2p.get((i, dst))
+        end = now
+        if flow is not None and size_bytes > 0:
+            per_edge = size_bytes if self.transfer_strategy == 1 else size_bytes * len(self.placements[i].tp_groups[0])
+            duration = flow.step_time_s(per_edge)
+            flow.bytes_moved += per_edge
+            end = self.network.book(flow, now, duration, now) + duration
+            end = self._regroup(dst, end, size_bytes)
+        message = self._message((kind, k, microbatch))
+        self.events += 2
+        self.env.timeout(end - now).callbacks.append(lambda _event: message.succeed())
+
+    def _regroup(self, stage: int, start: float, size_bytes: float) -> float:
+        """Rebuild the full activation in the receiving TP group: an all-gather of the slices
+        (strategy 1) or a broadcast from the adapter, timed as a pipelined ring broadcast
+        (strategy 2). Returns the finish time."""
+        flow = self.stage_flows[stage].tp
+        tp = flow.group_size
+        if tp <= 1:
+            return start
+        full = size_bytes * tp
+        if self.transfer_strategy == 1:
+            duration, moved = flow.collective_time_s("all_gather", full)
+        else:
+            duration, moved = flow.step_time_s(full) + (tp - 2) * flow.latency_s, full
+        flow.bytes_moved += moved
+        return self.network.book(flow, start, duration, self.env.now) + duration
+
+    def _gradient_update(self, i: int):
+        """Data-parallel collectives of every chunk, then the optimizer step (PALM GU)."""
+        chunks = [self.costs[c * self.pp + i] for c in range(len(self.costs) // self.pp)]
+        now = self.env.now
+        collectives = tuple(c for cost in chunks for c in cost.dp_collectives)
+        duration = self._collectives_time(i, collectives, dp=True)
+        end = now
+        if duration:
+            end = self.network.book(self.stage_flows[i].dp, now, duration, now) + duration
+        self.stats[i].communication_s += end - now
+        for cost in chunks:
+            end = self._pass_end(i, cost.optimizer_step, end)
+        self.stats[i].optimizer_s += sum(c.optimizer_step.compute_s for c in chunks)
+        if self.record:
+            self.records.append(PassRecord(i, "U", -1, 0, now, end))
+        self.events += 1
+        yield self.env.timeout(end - now)
+
+
+def traffic_by_kind(flows: list[Flow], flow_bytes: list[float]) -> dict[str, float]:
+    """Total bytes moved per traffic class (bytes per edge x edges), summed over flows."""
+    totals: Counter[str] = Counter({"tp": 0.0, "dp": 0.0, "p2p": 0.0, "dram": 0.0})
+    for flow, moved in zip(flows, flow_bytes, strict=True):
+        totals[flow.kind] += moved * flow.num_edges
+    return dict(totals)

@@ -1,0 +1,141 @@
+"""Load a :class:`~simulator.hardware.spec.Hardware` from a TOML preset or file.
+
+File layout (every number has a sibling ``<key>_source`` string citing where it comes from)::
+
+    kind = "mesh"                      # or "cluster"
+
+    [device]                           # one core (mesh) or one GPU (cluster)
+    sram_MB = 3.75
+    sram_MB_source = "PALM Table VI: 60 MB per die / 16 cores"
+    sram_bandwidth_GB_per_s = 543
+    sram_bandwidth_GB_per_s_source = "assumption: ..."
+
+    [device.peak]                      # any of fp32 / fp16 / bf16 (TFLOP/s), int8 (TOP/s)
+    fp16_TFLOP_per_s = 16
+    fp16_TFLOP_per_s_source = "..."
+
+    [mesh]                             # the fields of Mesh, or [cluster] those of Cluster,
+    hop_latency_ns = 1                 # each with a unit suffix from simulator.config.UNITS
+    hop_latency_ns_source = "..."
+
+    [calibration]                      # the fields of Calibration
+    gemm_efficiency = 0.87
+    gemm_efficiency_source = "..."
+
+A key's SI name (``hop_latency_ns`` -> ``hop_latency_s``) selects the dataclass field, so any
+unit of the right dimension may be used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from importlib import resources
+from pathlib import Path
+
+from simulator.config import SOURCE_SUFFIX, Table, parse_toml, read_toml, split_unit
+from simulator.errors import InputError
+from simulator.hardware.spec import Calibration, Cluster, Hardware, Mesh
+from simulator.strategy import PRECISIONS
+
+_PRESET_DIR = "presets"
+_PRESET_DISPLAY = "simulator/hardware/presets/{}.toml"
+_NETWORKS: dict[str, type] = {"mesh": Mesh, "cluster": Cluster}
+_UNIT_HINT = {"_bytes_per_s": "GB_per_s", "_flop_per_s": "TFLOP_per_s", "_bytes": "GB", "_s": "us"}
+"""SI suffix -> the unit suggested for a missing key (longest suffixes first)."""
+
+
+def hardware_presets() -> list[str]:
+    """Names of the bundled hardware presets, sorted (e.g. ``["a100-cluster", ...]``)."""
+    folder = resources.files("simulator.hardware").joinpath(_PRESET_DIR)
+    return sorted(p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def load_hardware(name_or_path: str | Path) -> Hardware:
+    """Load a preset by name (``"wafer"``) or a TOML file by path.
+
+    A string without ``/`` and not ending in ``.toml`` names a preset bundled in
+    ``simulator/hardware/presets``; anything else is a path.
+
+    Raises:
+        InputError: unknown preset (the message lists the presets), unreadable or invalid file,
+            unknown or missing key, wrong type, or a value out of range.
+    """
+    text = str(name_or_path)
+    if isinstance(name_or_path, Path) or "/" in text or text.endswith(".toml"):
+        return _build(read_toml(name_or_path), Path(text).stem)
+    if text not in hardware_presets():
+        raise InputError(f"hardware: unknown preset {text!r} (presets: {hardware_presets()})")
+    resource = resources.files("simulator.hardware").joinpath(_PRESET_DIR, f"{text}.toml")
+    return _build(parse_toml(resource.read_text(encoding="utf-8"), _PRESET_DISPLAY.format(text)), text)
+
+
+def _build(root: Table, name: str) -> Hardware:
+    sources: dict[str, str] = {}
+    kind = root.take_string("kind", tuple(_NETWORKS))
+    device = root.take_table("device")
+    peak = _read_quantities(device.take_table("peak"), {f"{p}_flop_per_s": "float" for p in PRECISIONS},
+                            sources, required=False)
+    if not peak:
+        raise device.error("table 'peak' needs at least one of fp32/fp16/bf16 (TFLOP_per_s), int8 (TOP_per_s)")
+    device_values = _read_quantities(device, _field_types(Hardware, {"sram_bytes", "sram_bandwidth_bytes_per_s"}),
+                                     sources, subtables=("peak",))
+    network = _read_dataclass(root.take_table(kind), _NETWORKS[kind], sources)
+    calibration_table = root.take_table("calibration")
+    calibration = _read_dataclass(calibration_table, Calibration, sources)
+    calibration = dataclasses.replace(calibration, sources={
+        split_unit(key.rsplit(".", 1)[1])[1]: text for key, text in sources.items() if key.startswith("calibration.")
+    })
+    root.finish()
+    return Hardware(name=name, kind=kind, peak_flop_per_s={k.removesuffix("_flop_per_s"): v for k, v in peak.items()},
+                    network=network, calibration=calibration, sources=sources, **device_values)
+
+
+def _field_types(cls: type, names: set[str] | None = None) -> dict[str, str]:
+    """Field name -> annotation string (``"int"`` / ``"float"``) of a spec dataclass."""
+    return {f.name: str(f.type) for f in dataclasses.fields(cls)
+            if f.name != "sources" and (names is None or f.name in names)}
+
+
+def _read_dataclass(table: Table, cls: type, sources: dict[str, str]) -> object:
+    """Build ``cls`` from a table holding exactly its fields, each with a unit and a source.
+
+    Raises:
+        InputError: unknown, missing or repeated key, wrong type, or value out of range.
+    """
+    values = _read_quantities(table, _field_types(cls), sources)
+    if cls is Mesh and values["dram_ports_per_die"] not in (1, 2):
+        raise table.error(f"key 'dram_ports_per_die' must be 1 or 2, got {values['dram_ports_per_die']}")
+    return cls(**values)
+
+
+def _read_quantities(table: Table, wanted: dict[str, str], sources: dict[str, str], *,
+                     required: bool = True, subtables: tuple[str, ...] = ()) -> dict[str, float]:
+    """Read the quantities whose SI names are in ``wanted`` (name -> ``"int"``/``"float"``).
+
+    Each key's citation goes into ``sources`` under ``"<table path>.<key>"``.
+
+    Raises:
+        InputError: unknown, missing (when ``required``) or repeated key, wrong type, range.
+    """
+    values: dict[str, float] = {}
+    for key in table.keys():
+        stem, si_name, _ = split_unit(key)
+        if key.endswith(SOURCE_SUFFIX) or key in subtables or si_name not in wanted:
+            continue
+        if si_name in values:
+            raise table.error(f"key '{key}' repeats quantity '{stem}' given in another unit")
+        values[si_name] = table.take_quantity(key, integer=wanted[si_name] == "int")[1]
+        sources[f"{table.path}.{key}"] = table.take_source(key)
+    missing = [name for name in wanted if name not in values]
+    if required and missing:
+        raise table.error(f"missing key '{_hint(missing[0])}'")
+    table.finish()
+    return values
+
+
+def _hint(si_name: str) -> str:
+    """A file key for a missing SI field: ``hop_latency_s`` -> ``hop_latency_us``."""
+    for si_suffix, unit in _UNIT_HINT.items():
+        if si_name.endswith(si_suffix):
+            return f"{si_name.removesuffix(si_suffix)}_{unit}"
+    return si_name

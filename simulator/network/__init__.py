@@ -1,0 +1,1 @@
+"""The network: topology (routes and resources) and the backends that time traffic on it."""

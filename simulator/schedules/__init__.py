@@ -1,0 +1,138 @@
+"""Pipeline schedules: the order in which each pipeline stage runs forward and backward passes.
+
+Each schedule is a small class behind :class:`PipelineSchedule`; the engine runs the order as a
+SimPy process per stage, so bubbles come out of the dependencies, not from a formula.
+
+* :class:`GPipe` (Huang et al., NeurIPS'19): all forwards, then all backwards.
+* :class:`OneFOneB` (PipeDream-Flush; Narayanan et al. SC'21 §2.2.1): ``p - i - 1`` warm-up
+  forwards on stage ``i``, then one forward / one backward, then the cool-down backwards.
+* :class:`InterleavedOneFOneB` (Narayanan et al. SC'21 §2.2.2): ``v`` model chunks per stage,
+  the order of Megatron-LM's ``forward_backward_pipelining_with_interleaving``.
+
+With uniform stages of forward time ``t_f`` and backward time ``t_b``, GPipe and 1F1B take
+``(m + p - 1)(t_f + t_b)`` and leave a bubble fraction ``(p - 1)/(m + p - 1)``; interleaving
+divides the bubble by ``v`` (Narayanan et al. SC'21 §2.2).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from simulator.errors import InputError
+
+
+class Pass(NamedTuple):
+    """One entry of a stage's order: ``kind`` ``F`` (forward) or ``B`` (backward)."""
+
+    kind: str
+    microbatch: int
+    chunk: int
+
+
+class PipelineSchedule:
+    """Base: the per-stage order of passes for ``pp`` stages and ``num_chunks`` chunks."""
+
+    name = "base"
+
+    def __init__(self, pp: int, num_chunks: int = 1) -> None:
+        self.pp = pp
+        self.num_chunks = num_chunks
+
+    def check(self, num_microbatches: int) -> None:
+        """Raise InputError if the schedule cannot run ``num_microbatches``."""
+
+    def order(self, stage: int, num_microbatches: int) -> list[Pass]:
+        """Passes of ``stage`` in execution order (training)."""
+        raise NotImplementedError
+
+    def forward_order(self, stage: int, num_microbatches: int) -> list[Pass]:
+        """Passes of ``stage`` for inference: the forwards of :meth:`order`, in order."""
+        return [p for p in self.order(stage, num_microbatches) if p.kind == "F"]
+
+    def max_in_flight(self, stage: int, num_microbatches: int) -> list[int]:
+        """Most microbatches whose activations each chunk of ``stage`` holds at once."""
+        live, peak = [0] * self.num_chunks, [0] * self.num_chunks
+        for p in self.order(stage, num_microbatches):
+            live[p.chunk] += 1 if p.kind == "F" else -1
+            peak[p.chunk] = max(peak[p.chunk], live[p.chunk])
+        return peak
+
+
+class GPipe(PipelineSchedule):
+    """All forwards, then all backwards (Huang et al. 2019)."""
+
+    name = "gpipe"
+
+    def order(self, stage: int, num_microbatches: int) -> list[Pass]:
+        m = range(num_microbatches)
+        return [Pass("F", i, 0) for i in m] + [Pass("B", i, 0) for i in m]
+
+    def max_in_flight(self, stage: int, num_microbatches: int) -> list[int]:
+        return [num_microbatches]
+
+
+class OneFOneB(PipelineSchedule):
+    """PipeDream-Flush 1F1B (Narayanan et al. SC'21 §2.2.1); stage i holds ``min(p - i, m)``."""
+
+    name = "1f1b"
+
+    def order(self, stage: int, num_microbatches: int) -> list[Pass]:
+        m = num_microbatches
+        warmup = min(self.pp - stage - 1, m)
+        passes = [Pass("F", i, 0) for i in range(warmup)]
+        for i in range(m - warmup):
+            passes += [Pass("F", warmup + i, 0), Pass("B", i, 0)]
+        passes += [Pass("B", i, 0) for i in range(m - warmup, m)]
+        return passes
+
+    def max_in_flight(self, stage: int, num_microbatches: int) -> list[int]:
+        return [min(self.pp - stage, num_microbatches)]
+
+
+class InterleavedOneFOneB(PipelineSchedule):
+    """Interleaved 1F1B with ``v`` chunks per stage, as Megatron-LM orders it.
+
+    Virtual microbatch ``k`` (0 <= k < m v) of stage ``i`` is chunk ``(k // p) % v`` of
+    microbatch ``(k // (p v)) p + k % p`` for forwards; backwards walk chunks in reverse.
+    Warm-up: ``(p - i - 1) * 2 + (v - 1) * p`` forwards, capped at ``m v``.
+    """
+
+    name = "interleaved-1f1b"
+
+    def check(self, num_microbatches: int) -> None:
+        if num_microbatches % self.pp:
+            raise InputError(
+                f"strategy: interleaved-1f1b needs microbatches per replica divisible by pp ="
+                f" {self.pp}, got {num_microbatches}"
+            )
+
+    def _virtual(self, k: int, forward: bool) -> tuple[int, int]:
+        p, v = self.pp, self.num_chunks
+        chunk = (k // p) % v
+        microbatch = (k // (p * v)) * p + k % p
+        return microbatch, chunk if forward else v - 1 - chunk
+
+    def order(self, stage: int, num_microbatches: int) -> list[Pass]:
+        p, v = self.pp, self.num_chunks
+        total = num_microbatches * v
+        warmup = min((p - stage - 1) * 2 + (v - 1) * p, total)
+        passes = [Pass("F", *self._virtual(k, True)) for k in range(warmup)]
+        for k in range(total - warmup):
+            passes.append(Pass("F", *self._virtual(warmup + k, True)))
+            passes.append(Pass("B", *self._virtual(k, False)))
+        passes += [Pass("B", *self._virtual(k, False)) for k in range(total - warmup, total)]
+        return passes
+
+
+SCHEDULE_CLASSES = {cls.name: cls for cls in (GPipe, OneFOneB, InterleavedOneFOneB)}
+
+
+def make_schedule(name: str, pp: int, num_chunks: int = 1) -> PipelineSchedule:
+    """The schedule named ``name`` for ``pp`` stages.
+
+    Raises:
+        InputError: unknown name.
+    """
+    if name not in SCHEDULE_CLASSES:
+        raise InputError(f"strategy: `schedule` must be one of {sorted(SCHEDULE_CLASSES)}, got {name!r}")
+    return SCHEDULE_CLASSES[name](pp, num_chunks)

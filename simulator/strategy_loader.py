@@ -1,0 +1,58 @@
+"""Load a :class:`~simulator.strategy.Strategy` from a TOML or JSON file.
+
+* TOML: one table ``[strategy]`` whose keys are the fields of :class:`Strategy` (a field left out
+  takes its default; TOML has no null, so leave ``global_batch_size`` out for "the model's").
+* JSON: either the ``Strategy.to_dict()`` object itself, or a document with a top-level
+  ``"strategy"`` object (as a search run's ``best.json``), whose other keys are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from simulator.config import read_toml
+from simulator.errors import InputError
+from simulator.strategy import Strategy
+
+
+def load_strategy(path: str | Path) -> Strategy:
+    """Read a strategy file; the format follows the suffix (``.json``, else TOML).
+
+    Raises:
+        InputError: unreadable or invalid file, unknown key, or a field out of its domain;
+            the message starts with the file name.
+    """
+    name = str(path)
+    data = _read_json(path) if name.endswith(".json") else _read_toml_strategy(path)
+    try:
+        return Strategy.from_dict(data)
+    except InputError as error:
+        raise InputError(f"{name}: {error}") from None
+
+
+def _read_toml_strategy(path: str | Path) -> dict:
+    root = read_toml(path)
+    table = root.take_table("strategy")
+    root.finish()
+    return table.data
+
+
+def _read_json(path: str | Path) -> dict:
+    """The strategy object of a JSON file (the document, or its ``"strategy"`` member).
+
+    Raises:
+        InputError: unreadable file, invalid JSON, or no JSON object where the strategy should be.
+    """
+    name = str(path)
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise InputError(f"{name}: cannot read file ({error.strerror})") from None
+    except json.JSONDecodeError as error:
+        raise InputError(f"{name}: invalid JSON: {error}") from None
+    if isinstance(document, dict) and "strategy" in document:
+        document = document["strategy"]
+    if not isinstance(document, dict):
+        raise InputError(f"{name}: expected a JSON object with the strategy fields, got {type(document).__name__}")
+    return document

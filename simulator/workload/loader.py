@@ -1,0 +1,104 @@
+"""Load a :class:`~simulator.workload.spec.ModelSpec` from a preset name or a TOML file.
+
+Presets live in ``simulator/workload/presets/models.toml``, one table per model::
+
+    ["T-18B"]
+    aliases = ["T-18.4B"]            # optional other names
+    source = "Narayanan et al. SC'21 Table 1, row 18.4B ..."
+    architecture = "gpt"             # gpt | llama | bert | resnet50
+    num_layers = 40
+    hidden_size = 6144
+    num_heads = 48
+    ffn_hidden_size = 24576
+    sequence_length = 2048
+    vocab_size = 51200
+    global_batch_size = 1024
+    image_size = 224                 # resnet50 only
+
+A user file holds one table ``[model]`` with the same keys; the model is named after the file.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from pathlib import Path
+from typing import get_args
+
+from simulator.config import Table, parse_toml, read_toml
+from simulator.errors import InputError
+from simulator.workload.spec import Architecture, ModelSpec
+
+_PRESETS_DISPLAY = "simulator/workload/presets/models.toml"
+_ARCHITECTURES: tuple[str, ...] = get_args(Architecture)
+_COUNTS = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "sequence_length", "vocab_size",
+           "global_batch_size")
+_TRANSFORMER_ONLY = ("hidden_size", "num_heads", "ffn_hidden_size")
+
+
+def model_presets() -> list[str]:
+    """Names of the bundled model presets, in file order (aliases excluded)."""
+    return list(dict.fromkeys(name for name, _ in _presets().values()))
+
+
+def load_model(name_or_path: str | Path) -> ModelSpec:
+    """Load a preset by name or alias (case-insensitive, e.g. ``"t-145.6b"``) or a TOML file.
+
+    A string containing ``/`` or ending in ``.toml`` is a path to a file with one ``[model]``
+    table; anything else names a preset.
+
+    Raises:
+        InputError: unknown preset (the message lists the presets), unreadable or invalid file,
+            unknown or missing key, wrong type, or a value out of range.
+    """
+    text = str(name_or_path)
+    if isinstance(name_or_path, Path) or "/" in text or text.endswith(".toml"):
+        root = read_toml(name_or_path)
+        model, _ = _build(root.take_table("model"), Path(text).stem)
+        root.finish()
+        return model
+    found = _presets().get(text.lower())
+    if found is None:
+        raise InputError(f"model: unknown preset {text!r} (presets: {model_presets()})")
+    return found[1]
+
+
+@functools.cache
+def _presets() -> dict[str, tuple[str, ModelSpec]]:
+    """Lower-cased name or alias -> (preset name, model), built once from models.toml."""
+    text = resources.files("simulator.workload").joinpath("presets", "models.toml").read_text(encoding="utf-8")
+    root = parse_toml(text, _PRESETS_DISPLAY)
+    index: dict[str, tuple[str, ModelSpec]] = {}
+    for name in root.keys():
+        model, aliases = _build(root.take_table(name), name)
+        for key in (name, *aliases):
+            if key.lower() in index:
+                raise root.error(f"name or alias '{key}' is used twice")
+            index[key.lower()] = (name, model)
+    return index
+
+
+def _build(table: Table, name: str) -> tuple[ModelSpec, list[str]]:
+    """Read and check one model table; returns the model and its aliases.
+
+    Raises:
+        InputError: unknown or missing key, wrong type, value out of range, or ``num_heads``
+            not dividing ``hidden_size``.
+    """
+    aliases = table.take_strings("aliases") if table.has("aliases") else []
+    if not table.take_string("source").strip():
+        raise table.error("key 'source' must cite where the shapes come from, got ''")
+    architecture = table.take_string("architecture", _ARCHITECTURES)
+    transformer = architecture != "resnet50"
+    counts = {key: table.take_number(key, integer=True, inclusive=not transformer and key in _TRANSFORMER_ONLY)
+              for key in _COUNTS}
+    image_size = table.take_number("image_size", integer=True, inclusive=transformer) if table.has(
+        "image_size") else 0
+    if transformer and image_size:
+        raise table.error(f"key 'image_size' is for resnet50 only, got {image_size} for {architecture!r}")
+    if not transformer and not image_size:
+        raise table.error("missing key 'image_size' (required for resnet50)")
+    if transformer and counts["hidden_size"] % counts["num_heads"]:
+        raise table.error(f"key 'num_heads' must divide hidden_size {counts['hidden_size']}, got {counts['num_heads']}")
+    table.finish()
+    return ModelSpec(name=name, architecture=architecture, image_size=image_size, **counts), aliases

@@ -1,0 +1,156 @@
+"""Per-device memory: weights, gradients, optimizer states, stashed activations (bytes).
+
+Model states per parameter follow Rajbhandari et al., ZeRO, SC'20, §3.1: mixed-precision Adam
+keeps 2 (16-bit weights) + 2 (16-bit gradients) + 12 (fp32 master weights 4, momentum 4,
+variance 4) = 16 bytes. SGD (no momentum, as PALM Table II) keeps 2 + 2 + 4 (fp32 master
+weights only). In fp32 there are no separate master weights: 4 + 4 + 8 (Adam) or 4 + 4 + 0 (SGD).
+ZeRO stages 1/2/3 shard optimizer states / + gradients / + weights over ``dp`` (same paper,
+§5). Inference keeps weights only (no KV cache: each microbatch is one full forward).
+
+Activations per transformer layer follow Korthikanti et al., "Reducing Activation Recomputation
+in Large Transformer Models", MLSys'23, §4 (16-bit activations; see
+:func:`layer_activation_bytes` for the other precisions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.strategy import Strategy
+from simulator.workload.spec import ModelSpec
+
+MASTER_WEIGHT_BYTES = 4
+"""fp32 master copy kept by mixed-precision training (Micikevicius et al., ICLR'18)."""
+
+ADAM_MOMENT_BYTES = 8
+"""Adam's two fp32 moments per parameter (Kingma & Ba 2015; ZeRO §3.1)."""
+
+CROSS_ENTROPY_BYTES = 4
+"""fp32 logits kept for the cross-entropy backward (Korthikanti et al., MLSys'23, §4.3)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateBytes:
+    """Bytes of model state per parameter, before ZeRO sharding.
+
+    Attributes:
+        weights_bytes: working-precision weights.
+        gradients_bytes: working-precision gradients (0 for inference).
+        optimizer_bytes: fp32 master weights (mixed precision) + optimizer moments (0 for inference).
+    """
+
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        """Weights + gradients + optimizer states per parameter."""
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+
+
+def has_master_weights(strategy: Strategy) -> bool:
+    """True when training keeps a separate fp32 master copy (any precision below fp32)."""
+    return strategy.mode == "training" and strategy.bytes_per_element < MASTER_WEIGHT_BYTES
+
+
+def state_bytes_per_parameter(strategy: Strategy) -> StateBytes:
+    """Model-state bytes per parameter (ZeRO §3.1): Adam fp16 2 + 2 + 12, SGD fp16 2 + 2 + 4."""
+    bpe = strategy.bytes_per_element
+    if strategy.mode == "inference":
+        return StateBytes(weights_bytes=bpe, gradients_bytes=0.0, optimizer_bytes=0.0)
+    moments = ADAM_MOMENT_BYTES if strategy.optimizer == "adam" else 0
+    master = MASTER_WEIGHT_BYTES if has_master_weights(strategy) else 0
+    return StateBytes(weights_bytes=bpe, gradients_bytes=bpe, optimizer_bytes=master + moments)
+
+
+def sharded_state_bytes(parameters: float, strategy: Strategy) -> StateBytes:
+    """Model-state bytes of one device holding ``parameters``, after ZeRO sharding over ``dp``.
+
+    ZeRO stage >= 1 divides optimizer states, >= 2 also gradients, 3 also weights by ``dp``
+    (Rajbhandari et al., SC'20, §5.1-5.3).
+    """
+    per = state_bytes_per_parameter(strategy)
+    zero, dp = strategy.zero_stage, strategy.dp
+    return StateBytes(
+        weights_bytes=parameters * per.weights_bytes / (dp if zero >= 3 else 1),
+        gradients_bytes=parameters * per.gradients_bytes / (dp if zero >= 2 else 1),
+        optimizer_bytes=parameters * per.optimizer_bytes / (dp if zero >= 1 else 1),
+    )
+
+
+def optimizer_step_bytes_per_parameter(strategy: Strategy) -> float:
+    """Memory traffic of the gradient update per parameter (bytes), read + write.
+
+    Reads the gradient and the fp32 optimizer state (master weights or fp32 weights, moments),
+    writes the optimizer state back and, with mixed precision, the working-precision weights
+    (PALM §IV-A: the update loads and stores full-precision weights). Adam fp16:
+    2 + 12 read + 12 + 2 written = 28; SGD fp16: 2 + 4 + 4 + 2 = 12; Adam fp32: 4 + 12 + 12 = 28.
+    0 for inference.
+    """
+    if strategy.mode == "inference":
+        return 0.0
+    per = state_bytes_per_parameter(strategy)
+    fp32_state = per.optimizer_bytes if has_master_weights(strategy) else per.optimizer_bytes + per.weights_bytes
+    working_copy = per.weights_bytes if has_master_weights(strategy) else 0.0
+    return per.gradients_bytes + 2.0 * fp32_state + working_copy
+
+
+def _mlp_split_terms(model: ModelSpec) -> float:
+    """TP-split MLP activation bytes per ``s b h``: 2 bytes x (``f/h``) x stored MLP tensors.
+
+    GPT/BERT store the GeLU input and output (2 tensors, ``16`` for ``f = 4h``, Korthikanti §4.1);
+    LLaMA stores gate, up and their SwiGLU product (3 tensors).
+    """
+    tensors = 3 if model.architecture == "llama" else 2
+    return 2.0 * tensors * model.ffn_hidden_size / model.hidden_size
+
+
+def layer_activation_bytes(model: ModelSpec, strategy: Strategy) -> float:
+    """Activations one transformer layer stashes for one microbatch on one device (bytes).
+
+    Korthikanti et al., MLSys'23, §4 (Eq. 1-2 and Table 2), with ``t`` = tp:
+    ``s b h (10 + 24/t + 5 a s/(h t))`` without sequence parallelism,
+    ``s b h (34/t + 5 a s/(h t))`` with it; selective recompute drops ``5 a s/(h t)``; full
+    recompute keeps only the ``2 s b h`` layer input (``/ t`` with sequence parallelism). The
+    ``24`` is ``8 + 16`` where 16 is the MLP's ``2 x 2 f/h`` (generalised for ``f != 4h`` and
+    SwiGLU by :func:`_mlp_split_terms`). The formula counts 16-bit activations and 1-byte
+    dropout masks; it is scaled by ``bytes_per_element / 2`` for other precisions.
+    Inference stashes nothing but the layer output in flight: ``s b h`` elements.
+    """
+    s, b, h, a, t = (model.sequence_length, strategy.microbatch_size, model.hidden_size,
+                     model.num_heads, strategy.tp)
+    scale, sbh = strategy.bytes_per_element / 2.0, s * b * h
+    if strategy.mode == "inference":
+        return sbh * strategy.bytes_per_element
+    if strategy.recompute == "full":
+        return scale * 2.0 * sbh / (t if strategy.sequence_parallel else 1)
+    split = 8.0 + _mlp_split_terms(model)
+    per_sbh = (10.0 + split) / t if strategy.sequence_parallel else 10.0 + split / t
+    if strategy.recompute == "none":
+        per_sbh += 5.0 * a * s / (h * t)
+    return scale * sbh * per_sbh
+
+
+def embedding_activation_bytes(model: ModelSpec, strategy: Strategy) -> float:
+    """Embedding dropout mask: ``s b h`` bytes (``/ t`` with sequence parallelism), Korthikanti §4.3.
+
+    0 for inference.
+    """
+    if strategy.mode == "inference":
+        return 0.0
+    sbh = model.sequence_length * strategy.microbatch_size * model.hidden_size
+    return sbh / (strategy.tp if strategy.sequence_parallel else 1)
+
+
+def logits_activation_bytes(model: ModelSpec, strategy: Strategy) -> float:
+    """Final norm input, logits input and fp32 logits: ``4 s b h / t (1 + V/h)`` (Korthikanti §4.3).
+
+    Their expression assumes sequence parallelism; without it the two ``2 s b h`` inputs are not
+    divided by ``t``. 16-bit terms scale with ``bytes_per_element / 2``. 0 for inference.
+    """
+    if strategy.mode == "inference":
+        return 0.0
+    s, b, h, t = model.sequence_length, strategy.microbatch_size, model.hidden_size, strategy.tp
+    inputs = 4.0 * s * b * h * strategy.bytes_per_element / 2.0 / (t if strategy.sequence_parallel else 1)
+    return inputs + CROSS_ENTROPY_BYTES * s * b * model.vocab_size / t

@@ -1,0 +1,315 @@
+"""Operators of a model with their FLOPs and bytes on one device, after the tensor-parallel split.
+
+Every :class:`Operator` describes the *forward* pass of *one microbatch* on *one device* of a
+tensor-parallel group of ``t`` devices. Shape legend: ``b`` microbatch, ``s`` sequence, ``h``
+hidden, ``a`` heads, ``d = h / a`` head size, ``f`` FFN hidden size, ``V`` vocabulary,
+``t`` tensor-parallel degree, ``B`` bytes per element of the strategy's precision.
+
+A GEMM of an ``(m, k)`` by ``(k, n)`` product costs ``2 m n k`` flop (PALM Table III, Linear).
+Transformer layers are split as Megatron-LM (Shoeybi et al. 2019, §3): QKV and MLP-in GEMMs are
+column-parallel, the attention-output projection and MLP-out GEMMs row-parallel, attention heads
+are split over ``t``. With sequence parallelism (Korthikanti et al., MLSys'23, §4.2.2) the
+element-wise operators outside attention and MLP work on ``s / t`` tokens. Element-wise arithmetic
+counts (``flops`` of memory operators) are per-element operation counts of the textbook formulas
+and only matter when an operator is compute-bound, which they never are.
+
+ResNet-50 follows He et al. 2016, Table 1 (stride on the first 1x1 convolution of a stage, as
+the original; 3.8e9 multiply-adds per 224x224 image), convolutions split over output channels
+``k`` (PALM Table III, Conv2 with parallelism ``(1, 1, 1, k)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from simulator.costs import Collective
+from simulator.strategy import Strategy
+from simulator.workload.spec import ModelSpec
+
+OperatorKind = Literal["gemm", "memory"]
+
+ATTENTION_CORE = frozenset({"attention_scores", "attention_softmax", "attention_dropout", "attention_values"})
+"""Operators recomputed by selective recompute (Korthikanti et al., MLSys'23, §4.2.1)."""
+
+TOKEN_ID_BYTES = 4
+"""Bytes of one token id (int32) read by the embedding lookup."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Operator:
+    """One operator's forward pass for one microbatch on one device (after the TP split).
+
+    Attributes:
+        name: operator name, unique within its layer (e.g. ``qkv``, ``mlp_out``).
+        kind: ``gemm`` (compute-bound candidate) or ``memory`` (element-wise, bandwidth-bound).
+        flops: arithmetic (flop).
+        weight_bytes: parameters read (bytes).
+        input_bytes: activations read (bytes).
+        output_bytes: activations written (bytes).
+    """
+
+    name: str
+    kind: OperatorKind
+    flops: float
+    weight_bytes: float
+    input_bytes: float
+    output_bytes: float
+
+
+def _gemm(name: str, m: float, n: float, k: float, weight: float, inputs: float, bpe: int) -> Operator:
+    """A GEMM ``(m, k) x (k, n)``; ``weight`` and ``inputs`` are element counts."""
+    return Operator(
+        name=name, kind="gemm", flops=2.0 * m * n * k,
+        weight_bytes=weight * bpe, input_bytes=inputs * bpe, output_bytes=m * n * bpe,
+    )
+
+
+def _elementwise(name: str, elements: float, flop_per_element: float, bpe: int, *,
+                 inputs: int = 1, weight: float = 0.0) -> Operator:
+    """An element-wise operator over ``elements`` outputs reading ``inputs`` tensors as large."""
+    return Operator(
+        name=name, kind="memory", flops=flop_per_element * elements,
+        weight_bytes=weight * bpe, input_bytes=inputs * elements * bpe, output_bytes=elements * bpe,
+    )
+
+
+def _tokens(model: ModelSpec, strategy: Strategy) -> tuple[int, float]:
+    """``(b*s, tokens of element-wise ops)``: ``b*s``, divided by ``t`` with sequence parallelism."""
+    tokens = strategy.microbatch_size * model.sequence_length
+    return tokens, tokens / strategy.tp if strategy.sequence_parallel else float(tokens)
+
+
+def _attention(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
+    """QKV, scores ``(b a/t, s, d) x (b a/t, d, s)``, softmax, dropout, ``x V``, output projection."""
+    b, s, h, t, bpe = strategy.microbatch_size, model.sequence_length, model.hidden_size, strategy.tp, \
+        strategy.bytes_per_element
+    tokens = b * s
+    bias = 0 if model.architecture == "llama" else 1
+    heads, head_size = model.num_heads / t, h / model.num_heads
+    scores = b * heads * s * s
+    return (
+        _gemm("qkv", tokens, 3 * h / t, h, 3 * h * h / t + bias * 3 * h / t, tokens * h, bpe),
+        _gemm("attention_scores", b * heads * s, s, head_size, 0.0, 2 * tokens * h / t, bpe),
+        _elementwise("attention_softmax", scores, 5.0, bpe),
+        _elementwise("attention_dropout", scores, 2.0, bpe),
+        _gemm("attention_values", b * heads * s, head_size, s, 0.0, scores + tokens * h / t, bpe),
+        _gemm("attention_projection", tokens, h, h / t, h * h / t + bias * h, tokens * h / t, bpe),
+    )
+
+
+def _mlp(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
+    """MLP: ``(b s, h) x (h, f/t)`` then ``(b s, f/t) x (f/t, h)``; LLaMA gates with SwiGLU."""
+    b, s, h, t, bpe = strategy.microbatch_size, model.sequence_length, model.hidden_size, strategy.tp, \
+        strategy.bytes_per_element
+    tokens, inner = b * s, model.ffn_hidden_size / strategy.tp
+    if model.architecture == "llama":
+        return (
+            _gemm("mlp_gate", tokens, inner, h, h * inner, tokens * h, bpe),
+            _gemm("mlp_up", tokens, inner, h, h * inner, tokens * h, bpe),
+            _elementwise("silu_multiply", tokens * inner, 6.0, bpe, inputs=2),
+            _gemm("mlp_out", tokens, h, inner, inner * h, tokens * inner, bpe),
+        )
+    return (
+        _gemm("mlp_in", tokens, inner, h, h * inner + inner, tokens * h, bpe),
+        _elementwise("gelu", tokens * inner, 8.0, bpe),
+        _gemm("mlp_out", tokens, h, inner, inner * h + h, tokens * inner, bpe),
+    )
+
+
+def transformer_layer(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
+    """Operators of one transformer layer, forward, one microbatch, one device.
+
+    Pre-norm order (GPT-2/Megatron): layernorm, attention ``(b, s, h) -> (b, s, h)``, dropout,
+    residual add, layernorm, MLP, dropout, residual add. GEMM flops sum to
+    ``(24 b s h^2 + 4 b s^2 h) / t`` for ``f = 4h`` (PALM Table III, Transformer row).
+    LLaMA uses RMSNorm (``h`` weights, no bias) and a SwiGLU MLP of three GEMMs; BERT is
+    treated as GPT (same operators, post-norm order does not change costs).
+
+    Args:
+        model: the transformer's shapes.
+        strategy: ``tp``, ``microbatch_size``, ``sequence_parallel`` and ``precision`` are used.
+
+    Returns:
+        The layer's operators in execution order.
+    """
+    bpe = strategy.bytes_per_element
+    _, tokens = _tokens(model, strategy)
+    h = model.hidden_size
+    norm_weight = h if model.architecture == "llama" else 2 * h
+    norm = 4.0 if model.architecture == "llama" else 5.0
+    return (
+        _elementwise("input_norm", tokens * h, norm, bpe, weight=norm_weight),
+        *_attention(model, strategy),
+        _elementwise("attention_output_dropout", tokens * h, 2.0, bpe),
+        _elementwise("attention_residual", tokens * h, 1.0, bpe, inputs=2),
+        _elementwise("mlp_norm", tokens * h, norm, bpe, weight=norm_weight),
+        *_mlp(model, strategy),
+        _elementwise("mlp_output_dropout", tokens * h, 2.0, bpe),
+        _elementwise("mlp_residual", tokens * h, 1.0, bpe, inputs=2),
+    )
+
+
+def embedding(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
+    """Vocabulary-parallel embedding lookup ``(b, s) -> (b, s, h)`` (+ positions, dropout).
+
+    The word table ``(V/t, h)`` is split over ``t`` (Megatron ``VocabParallelEmbedding``); GPT and
+    BERT add a learned position table ``(s, h)`` (replicated); LLaMA has rotary positions (no
+    table). The lookup reads ``b s`` rows, so its ``input_bytes`` are the token ids.
+    """
+    b, s, h, bpe = strategy.microbatch_size, model.sequence_length, model.hidden_size, strategy.bytes_per_element
+    tokens, elementwise_tokens = _tokens(model, strategy)
+    positions = 0 if model.architecture == "llama" else s * h
+    return (
+        Operator(name="word_embedding", kind="memory", flops=0.0,
+                 weight_bytes=model.vocab_size * h / strategy.tp * bpe,
+                 input_bytes=b * s * TOKEN_ID_BYTES, output_bytes=tokens * h * bpe),
+        _elementwise("position_embedding", tokens * h, 1.0, bpe, weight=positions),
+        _elementwise("embedding_dropout", elementwise_tokens * h, 2.0, bpe),
+    )
+
+
+def logits(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
+    """Final norm, logits GEMM ``(b s, h) x (h, V/t)`` (``2 b s h V / t`` flop), softmax/cross-entropy.
+
+    The logits weights are the embedding table (tied) for GPT and BERT, a separate table for
+    LLaMA; either way ``V h / t`` of them are read on the last stage.
+    """
+    bpe, h = strategy.bytes_per_element, model.hidden_size
+    tokens, elementwise_tokens = _tokens(model, strategy)
+    vocab = model.vocab_size / strategy.tp
+    norm_weight = h if model.architecture == "llama" else 2 * h
+    return (
+        _elementwise("final_norm", elementwise_tokens * h, 5.0, bpe, weight=norm_weight),
+        _gemm("logits", tokens, vocab, h, vocab * h, tokens * h, bpe),
+        _elementwise("cross_entropy", tokens * vocab, 5.0, bpe),
+    )
+
+
+def transformer_layer_collectives(model: ModelSpec, strategy: Strategy) -> tuple[Collective, ...]:
+    """TP collectives of one layer's forward (PALM Table III, Transformer row; Megatron §3).
+
+    Two all-reduces of ``b s h`` elements (after attention and after the MLP); with sequence
+    parallelism two all-gathers and two reduce-scatters of the same size instead (Korthikanti
+    et al., MLSys'23, §4.2.2). The backward pass has the same collectives (the conjugate
+    operators); a full-recompute forward repeats the forward's. Empty when ``t == 1``.
+    """
+    if strategy.tp == 1:
+        return ()
+    size = strategy.microbatch_size * model.sequence_length * model.hidden_size * strategy.bytes_per_element
+    if strategy.sequence_parallel:
+        return (Collective(kind="all_gather", size_bytes=size, count=2),
+                Collective(kind="reduce_scatter", size_bytes=size, count=2))
+    return (Collective(kind="all_reduce", size_bytes=size, count=2),)
+
+
+def embedding_collectives(model: ModelSpec, strategy: Strategy) -> tuple[Collective, ...]:
+    """Forward TP collective of the vocabulary-parallel embedding: sum of partial lookups.
+
+    One all-reduce of ``b s h`` elements (a reduce-scatter with sequence parallelism), Megatron
+    ``VocabParallelEmbedding``; nothing in the backward. Empty when ``t == 1``.
+    """
+    if strategy.tp == 1:
+        return ()
+    size = strategy.microbatch_size * model.sequence_length * model.hidden_size * strategy.bytes_per_element
+    kind = "reduce_scatter" if strategy.sequence_parallel else "all_reduce"
+    return (Collective(kind=kind, size_bytes=size, count=1),)
+
+
+def logits_collectives(model: ModelSpec, strategy: Strategy) -> tuple[Collective, ...]:
+    """Forward TP collectives of the vocabulary-parallel cross-entropy (Megatron).
+
+    Three all-reduces of ``b s`` fp32 values (max logit, sum of exponentials, target logit);
+    with sequence parallelism also one all-gather of the ``b s h`` input of the logits GEMM.
+    Empty when ``t == 1``.
+    """
+    if strategy.tp == 1:
+        return ()
+    tokens = strategy.microbatch_size * model.sequence_length
+    reductions = (Collective(kind="all_reduce", size_bytes=tokens * 4.0, count=3),)
+    if not strategy.sequence_parallel:
+        return reductions
+    size = tokens * model.hidden_size * strategy.bytes_per_element
+    return (Collective(kind="all_gather", size_bytes=size, count=1), *reductions)
+
+
+# ResNet-50 ------------------------------------------------------------------------------------
+
+RESNET50_STAGES: tuple[tuple[int, int, int], ...] = ((3, 64, 1), (4, 128, 2), (6, 256, 2), (3, 512, 2))
+"""(bottleneck blocks, width, stride of the first block) of conv2_x..conv5_x (He et al. Table 1)."""
+
+RESNET50_EXPANSION = 4
+"""Output channels of a bottleneck block = 4 x its width (He et al. 2016, Table 1)."""
+
+
+def _conv(name: str, batch: int, size_in: int, c_in: int, c_out: int, kernel: int, stride: int,
+          strategy: Strategy) -> tuple[tuple[Operator, ...], int]:
+    """A convolution (split over output channels) + batch norm + ReLU; returns ops, output size."""
+    size_out = size_in // stride
+    t, bpe = strategy.tp, strategy.bytes_per_element
+    outputs = batch * size_out * size_out * c_out / t
+    conv = _gemm(name, batch * size_out * size_out, c_out / t, kernel * kernel * c_in,
+                 kernel * kernel * c_in * c_out / t, batch * size_in * size_in * c_in, bpe)
+    norm = _elementwise(f"{name}_bn_relu", outputs, 5.0, bpe, weight=2 * c_out / t)
+    return (conv, norm), size_out
+
+
+def _bottleneck(index: int, width: int, stride: int, c_in: int, size: int,
+                strategy: Strategy) -> tuple[Operator, ...]:
+    """One bottleneck: 1x1 (stride), 3x3, 1x1 expand; projection shortcut when shapes change."""
+    b, name, c_out = strategy.microbatch_size, f"block{index}", width * RESNET50_EXPANSION
+    first, size1 = _conv(f"{name}_conv1", b, size, c_in, width, 1, stride, strategy)
+    second, _ = _conv(f"{name}_conv2", b, size1, width, width, 3, 1, strategy)
+    third, _ = _conv(f"{name}_conv3", b, size1, width, c_out, 1, 1, strategy)
+    shortcut: tuple[Operator, ...] = ()
+    if stride != 1 or c_in != c_out:
+        shortcut, _ = _conv(f"{name}_projection", b, size, c_in, c_out, 1, stride, strategy)
+    add = _elementwise(f"{name}_residual", b * size1 * size1 * c_out / strategy.tp, 2.0,
+                       strategy.bytes_per_element, inputs=2)
+    return (*first, *second, *third, *shortcut, add)
+
+
+def resnet50_units(model: ModelSpec, strategy: Strategy) -> list[tuple[str, tuple[Operator, ...]]]:
+    """ResNet-50 as 18 units: stem, 16 bottleneck blocks, head (He et al. 2016, Table 1).
+
+    Input ``(b, 3, I, I)`` with ``I = model.image_size``. Stem: 7x7/2 conv to 64 channels, batch
+    norm + ReLU, 3x3/2 max pool. Blocks of conv2_x..conv5_x, widths 64..512, outputs 4x width.
+    Head: global average pool, fully connected ``2048 -> V`` (``V`` classes). Convolutions and the
+    FC layer are split over output channels ``k = t`` (PALM Table III, Conv2).
+
+    Returns:
+        ``(unit name, operators)`` in model order.
+    """
+    b, bpe, t = strategy.microbatch_size, strategy.bytes_per_element, strategy.tp
+    stem, size = _conv("stem_conv", b, model.image_size, 3, 64, 7, 2, strategy)
+    pooled = size // 2
+    pool = _elementwise("stem_maxpool", b * pooled * pooled * 64 / t, 9.0, bpe, inputs=4)
+    units: list[tuple[str, tuple[Operator, ...]]] = [("stem", (*stem, pool))]
+    c_in, size, index = 64, pooled, 0
+    for blocks, width, stride in RESNET50_STAGES:
+        for block in range(blocks):
+            first_stride = stride if block == 0 else 1
+            units.append((f"block{index}", _bottleneck(index, width, first_stride, c_in, size, strategy)))
+            c_in, size, index = width * RESNET50_EXPANSION, size // first_stride, index + 1
+    avgpool = Operator(name="avgpool", kind="memory", flops=b * c_in * size * size, weight_bytes=0.0,
+                       input_bytes=b * c_in * size * size * bpe, output_bytes=b * c_in * bpe)
+    fc = _gemm("fc", b, model.vocab_size / t, c_in, c_in * model.vocab_size / t + model.vocab_size / t,
+               b * c_in, bpe)
+    units.append(("head", (avgpool, fc)))
+    return units
+
+
+def convolution_collectives(ops: tuple[Operator, ...], strategy: Strategy) -> tuple[
+        tuple[Collective, ...], tuple[Collective, ...]]:
+    """``(forward, backward)`` TP collectives of a ResNet-50 unit split over output channels.
+
+    PALM Table III, Conv2 with parallelism over ``k``: forward all-gathers each GEMM's output
+    channels (``b H_o W_o K`` elements, the next operator needs all of them); backward
+    all-reduces each GEMM's input gradient (``b H W C`` elements). Empty when ``t == 1``.
+    """
+    if strategy.tp == 1:
+        return (), ()
+    gemms = [op for op in ops if op.kind == "gemm"]
+    forward = tuple(Collective(kind="all_gather", size_bytes=op.output_bytes * strategy.tp) for op in gemms)
+    backward = tuple(Collective(kind="all_reduce", size_bytes=op.input_bytes) for op in gemms)
+    return forward, backward

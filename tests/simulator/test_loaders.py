@@ -1,0 +1,339 @@
+"""Loaders: presets load with the published figures; bad input gives a one-line InputError."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator.config import parse_toml, split_unit
+from simulator.errors import InputError
+from simulator.hardware.loader import hardware_presets, load_hardware
+from simulator.hardware.spec import Cluster, Mesh
+from simulator.strategy import Strategy
+from simulator.strategy_loader import load_strategy
+from simulator.workload.loader import load_model, model_presets
+
+
+def preset_text(name: str) -> str:
+    return resources.files("simulator.hardware").joinpath("presets", f"{name}.toml").read_text(encoding="utf-8")
+
+
+def write(tmp_path: Path, text: str, name: str = "my.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def replace_line(text: str, key: str, new: str | None) -> str:
+    """Replace (or drop, with ``new=None``) the line assigning ``key``."""
+    pattern = re.compile(rf"^{re.escape(key)} = .*$", re.MULTILINE)
+    assert pattern.search(text), key
+    return pattern.sub(lambda _: new if new is not None else "", text, count=1)
+
+
+def raises_one_line(call, *fragments: str) -> str:
+    with pytest.raises(InputError) as info:
+        call()
+    message = str(info.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+    return message
+
+
+# ---------------------------------------------------------------- hardware presets
+
+
+def test_hardware_presets_listed():
+    assert {"wafer", "a100-cluster", "grayskull"} <= set(hardware_presets())
+
+
+@pytest.mark.parametrize("name", hardware_presets())
+def test_every_hardware_preset_loads_with_a_source_per_number(name):
+    hardware = load_hardware(name)
+    assert hardware.name == name
+    assert hardware.num_devices > 0
+    assert all(text.strip() for text in hardware.sources.values())
+    assert set(hardware.calibration.sources) == {
+        "gemm_efficiency", "memory_bound_efficiency", "collective_efficiency", "p2p_efficiency", "kernel_overhead_s"}
+    numeric = [line.split(" = ")[0] for line in preset_text(name).splitlines()
+               if " = " in line and not line.startswith(("#", "kind")) and "_source" not in line.split(" = ")[0]]
+    assert len(hardware.sources) == len(numeric)
+
+
+def test_wafer_matches_palm_table_vi():
+    wafer = load_hardware("wafer")
+    mesh = wafer.network
+    assert isinstance(mesh, Mesh) and wafer.kind == "mesh"
+    assert wafer.num_devices == 320
+    assert wafer.peak_flop_per_s["fp16"] == 16e12
+    assert wafer.peak_flop_per_s["int8"] == 32e12
+    assert wafer.sram_bytes == 3.75e6
+    assert mesh.intra_die_link_bandwidth_bytes_per_s == 1024e9
+    assert mesh.inter_die_link_bandwidth_bytes_per_s == 256e9
+    assert mesh.dram_bandwidth_bytes_per_s == 256e9
+    assert mesh.dram_capacity_bytes == 256e9
+    assert mesh.hop_latency_s == 1e-9
+    assert wafer.sources["mesh.intra_die_link_bandwidth_GB_per_s"].startswith("PALM Table VI")
+
+
+def test_a100_cluster_matches_datasheets():
+    a100 = load_hardware("a100-cluster")
+    cluster = a100.network
+    assert isinstance(cluster, Cluster) and a100.kind == "cluster"
+    assert a100.peak_flop_per_s["fp16"] == 312e12
+    assert a100.num_devices == 3072
+    assert cluster.inter_node_bandwidth_bytes_per_s == 25e9
+    assert cluster.intra_node_bandwidth_bytes_per_s == 300e9
+    assert cluster.hbm_capacity_bytes == 80 * 2**30
+    assert cluster.inter_node_latency_s == 5e-6
+    assert 0 < a100.calibration.gemm_efficiency <= 1
+
+
+def test_grayskull_has_120_cores_and_92_tflops():
+    grayskull = load_hardware("grayskull")
+    assert grayskull.num_devices == 120
+    assert math.isclose(grayskull.peak_flop_per_s["fp16"] * 120, 92e12, rel_tol=1e-9)
+    assert math.isclose(grayskull.peak_flop_per_s["int8"] * 120, 368e12, rel_tol=1e-9)
+
+
+def test_hardware_from_path_equals_preset(tmp_path):
+    path = write(tmp_path, preset_text("wafer"), "wafer.toml")
+    assert load_hardware(path) == load_hardware("wafer")
+    assert load_hardware(str(path)) == load_hardware("wafer")
+
+
+def test_unknown_hardware_preset_lists_presets():
+    raises_one_line(lambda: load_hardware("wafr"), "'wafr'", "wafer", "a100-cluster")
+
+
+# ---------------------------------------------------------------- hardware errors
+
+
+def test_unknown_key_named_with_file_and_table(tmp_path):
+    text = preset_text("wafer") + ""
+    text = text.replace("[mesh]\n", "[mesh]\nbandwith_GB_per_s = 1\n", 1)
+    path = write(tmp_path, text)
+    message = raises_one_line(lambda: load_hardware(path), str(path), "[mesh]", "bandwith_GB_per_s")
+    assert message == f"{path} [mesh]: unknown key 'bandwith_GB_per_s'"
+
+
+def test_preset_errors_name_the_package_path():
+    root = parse_toml("[mesh]\nbandwith_GB_per_s = 1\n", "simulator/hardware/presets/wafer.toml")
+    with pytest.raises(InputError, match=re.escape(
+            "simulator/hardware/presets/wafer.toml [mesh]: unknown key 'bandwith_GB_per_s'")):
+        root.take_table("mesh").finish()
+
+
+def test_missing_key(tmp_path):
+    path = write(tmp_path, replace_line(preset_text("wafer"), "hop_latency_ns", None))
+    raises_one_line(lambda: load_hardware(path), str(path), "[mesh]", "hop_latency")
+
+
+def test_missing_source(tmp_path):
+    path = write(tmp_path, replace_line(preset_text("wafer"), "dies_x_source", None))
+    raises_one_line(lambda: load_hardware(path), str(path), "[mesh]", "dies_x_source")
+
+
+def test_negative_number(tmp_path):
+    path = write(tmp_path, replace_line(preset_text("wafer"), "fp16_TFLOP_per_s", "fp16_TFLOP_per_s = -3"))
+    message = raises_one_line(lambda: load_hardware(path), str(path), "[device.peak]", "fp16_TFLOP_per_s", "-3")
+    assert message == f"{path} [device.peak]: key 'fp16_TFLOP_per_s' must be a positive number, got -3"
+
+
+@pytest.mark.parametrize(("key", "line"), [
+    ("dies_x", 'dies_x = "5"'),
+    ("dies_x", "dies_x = 2.5"),
+    ("gemm_efficiency", "gemm_efficiency = 1.5"),
+    ("gemm_efficiency", "gemm_efficiency = true"),
+    ("dram_ports_per_die", "dram_ports_per_die = 3"),
+    ("hop_latency_ns", "hop_latency_ns = nan"),
+    ("kind", 'kind = "torus"'),
+])
+def test_wrong_type_or_range(tmp_path, key, line):
+    path = write(tmp_path, replace_line(preset_text("wafer"), key, line))
+    raises_one_line(lambda: load_hardware(path), str(path), key)
+
+
+def test_same_quantity_in_two_units_is_rejected(tmp_path):
+    text = preset_text("wafer").replace("hop_latency_ns = 1\n", "hop_latency_ns = 1\nhop_latency_us = 0.001\n")
+    path = write(tmp_path, text)
+    raises_one_line(lambda: load_hardware(path), str(path), "hop_latency_us")
+
+
+def test_toml_syntax_error_names_file_line_and_column(tmp_path):
+    path = write(tmp_path, 'kind = "mesh"\n[device\n')
+    raises_one_line(lambda: load_hardware(path), str(path), "line 2")
+
+
+def test_missing_file():
+    raises_one_line(lambda: load_hardware("no/such/file.toml"), "no/such/file.toml")
+
+
+@pytest.mark.parametrize(("key", "si_name", "factor"), [
+    ("link_bandwidth_GB_per_s", "link_bandwidth_bytes_per_s", 1e9),
+    ("nic_bandwidth_Gb_per_s", "nic_bandwidth_bytes_per_s", 1e9 / 8),
+    ("hbm_bandwidth_TB_per_s", "hbm_bandwidth_bytes_per_s", 1e12),
+    ("dram_capacity_GiB", "dram_capacity_bytes", 2**30),
+    ("sram_MiB", "sram_bytes", 2**20),
+    ("sram_MB", "sram_bytes", 1e6),
+    ("dram_capacity_GB", "dram_capacity_bytes", 1e9),
+    ("fp16_TFLOP_per_s", "fp16_flop_per_s", 1e12),
+    ("int8_TOP_per_s", "int8_flop_per_s", 1e12),
+    ("hop_latency_ns", "hop_latency_s", 1e-9),
+    ("kernel_overhead_us", "kernel_overhead_s", 1e-6),
+    ("step_s", "step_s", 1.0),
+    ("dies_x", "dies_x", 1.0),
+])
+def test_unit_suffixes(key, si_name, factor):
+    assert split_unit(key)[1:] == (si_name, factor)
+
+
+JUNK = st.one_of(
+    st.integers(min_value=-10**30, max_value=10**30), st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(), st.text(max_size=10), st.lists(st.integers(), max_size=3),
+)
+NUMERIC_KEYS = ["dies_x", "fp16_TFLOP_per_s", "hop_latency_ns", "gemm_efficiency", "dram_ports_per_die", "sram_MB"]
+
+
+def toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return json.dumps(value)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(NUMERIC_KEYS), value=JUNK)
+def test_junk_values_give_input_error_or_a_valid_load(tmp_path, key, value):
+    path = write(tmp_path, replace_line(preset_text("wafer"), key, f"{key} = {toml_value(value)}"))
+    try:
+        hardware = load_hardware(path)
+    except InputError as error:
+        assert "\n" not in str(error) and str(path) in str(error)
+    else:
+        assert hardware.num_devices > 0
+
+
+# ---------------------------------------------------------------- models
+
+
+@pytest.mark.parametrize("name", model_presets())
+def test_every_model_preset_loads(name):
+    model = load_model(name)
+    assert model.name == name
+    if model.is_transformer:
+        assert model.hidden_size % model.num_heads == 0
+
+
+@pytest.mark.parametrize(("alias", "name"), [
+    ("T-18.4B", "T-18B"), ("T-39.1B", "T-39B"), ("T-76.1B", "T-76B"), ("T-145.6B", "T-145B"),
+    ("T-310.1B", "T-310B"), ("T-529.6B", "T-530B"), ("T-1008B", "T-1T"), ("t-145b", "T-145B"),
+    ("gpt3-175b", "GPT3-175B"), ("resnet-50", "ResNet-50"),
+])
+def test_model_aliases(alias, name):
+    assert load_model(alias) == load_model(name)
+
+
+def test_megatron_rows():
+    model = load_model("T-145.6B")
+    assert (model.num_layers, model.hidden_size, model.num_heads, model.global_batch_size) == (80, 12288, 96, 2304)
+    assert (model.sequence_length, model.vocab_size, model.ffn_hidden_size) == (2048, 51200, 4 * 12288)
+    assert load_model("T-1T").num_layers == 128
+    assert load_model("ResNet-50").image_size == 224
+
+
+MODEL_TOML = """[model]
+source = "test"
+architecture = "gpt"
+num_layers = 2
+hidden_size = 64
+num_heads = 4
+ffn_hidden_size = 256
+sequence_length = 16
+vocab_size = 100
+global_batch_size = 8
+"""
+
+
+def test_model_from_file(tmp_path):
+    model = load_model(write(tmp_path, MODEL_TOML, "tiny.toml"))
+    assert model.name == "tiny" and model.hidden_size == 64
+
+
+@pytest.mark.parametrize(("key", "line"), [
+    ("num_heads", "num_heads = 5"),
+    ("architecture", 'architecture = "lstm"'),
+    ("num_layers", "num_layers = 0"),
+    ("hidden_size", "hidden_size = 64.0"),
+    ("source", 'source = ""'),
+])
+def test_bad_model_file(tmp_path, key, line):
+    path = write(tmp_path, replace_line(MODEL_TOML, key, line))
+    raises_one_line(lambda: load_model(path), str(path), "[model]", key)
+
+
+def test_model_file_unknown_and_missing_keys(tmp_path):
+    path = write(tmp_path, MODEL_TOML + "num_kv_heads = 2\n")
+    raises_one_line(lambda: load_model(path), str(path), "[model]", "unknown key 'num_kv_heads'")
+    path = write(tmp_path, replace_line(MODEL_TOML, "vocab_size", None))
+    raises_one_line(lambda: load_model(path), str(path), "[model]", "missing key 'vocab_size'")
+
+
+def test_unknown_model_lists_presets():
+    raises_one_line(lambda: load_model("T-2B"), "'T-2B'", "T-1.7B", "GPT3-175B")
+
+
+# ---------------------------------------------------------------- strategies
+
+
+STRATEGY = Strategy(tp=8, pp=4, dp=2, microbatch_size=2, schedule="interleaved-1f1b", num_chunks=2,
+                    recompute="selective", zero_stage=1, partition="explicit", stage_layers=(2, 3, 3, 2, 2, 3, 3, 2),
+                    placement="line", group_layout="strided")
+
+
+def to_toml(data: dict) -> str:
+    lines = ["[strategy]"]
+    for key, value in data.items():
+        if value is not None:
+            lines.append(f"{key} = {json.dumps(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def test_strategy_toml_round_trip(tmp_path):
+    assert load_strategy(write(tmp_path, to_toml(STRATEGY.to_dict()), "s.toml")) == STRATEGY
+
+
+def test_strategy_json_round_trip(tmp_path):
+    path = write(tmp_path, json.dumps(STRATEGY.to_dict()), "s.json")
+    assert load_strategy(path) == STRATEGY
+    best = write(tmp_path, json.dumps({"objective": 1.5, "strategy": STRATEGY.to_dict()}), "best.json")
+    assert load_strategy(best) == STRATEGY
+
+
+def test_strategy_explicit_devices_round_trip(tmp_path):
+    strategy = Strategy(tp=2, pp=2, placement="explicit", stage_devices=((0, 1), (2, 3)), global_batch_size=16)
+    assert load_strategy(write(tmp_path, json.dumps(strategy.to_dict()), "s.json")) == strategy
+    assert load_strategy(write(tmp_path, to_toml(strategy.to_dict()), "s.toml")) == strategy
+
+
+@pytest.mark.parametrize(("name", "text", "fragment"), [
+    ("s.toml", "[strategy]\ntp = 0\n", "tp"),
+    ("s.toml", "[strategy]\nteepee = 2\n", "teepee"),
+    ("s.toml", "[strateg]\ntp = 2\n", "strategy"),
+    ("s.toml", "[strategy\n", "line 1"),
+    ("s.json", '{"tp": 2, "schedule": "zigzag"}', "schedule"),
+    ("s.json", "[1, 2]", "JSON object"),
+    ("s.json", "{tp: 2}", "invalid JSON"),
+])
+def test_bad_strategy_files(tmp_path, name, text, fragment):
+    path = write(tmp_path, text, name)
+    raises_one_line(lambda: load_strategy(path), str(path), fragment)
