@@ -187,7 +187,8 @@ class Table:
             raise self.error(f"key '{key}' must be a {kind}, got {_show(value)}")
         above = value >= minimum if inclusive else value > minimum
         if not above or value > maximum:
-            raise self.error(f"key '{key}' must be {_range(kind, minimum, inclusive, maximum)}, got {_show(value)}")
+            wanted = _range(kind, minimum, inclusive, maximum)
+            raise self.error(f"key '{key}' must be {wanted}, got {_show(value)}")
         return value
 
     def take_quantity(self, key: str, *, integer: bool = False) -> tuple[str, float]:

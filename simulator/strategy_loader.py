@@ -54,5 +54,6 @@ def _read_json(path: str | Path) -> dict:
     if isinstance(document, dict) and "strategy" in document:
         document = document["strategy"]
     if not isinstance(document, dict):
-        raise InputError(f"{name}: expected a JSON object with the strategy fields, got {type(document).__name__}")
+        kind = type(document).__name__
+        raise InputError(f"{name}: expected a JSON object with the strategy fields, got {kind}")
     return document

@@ -70,24 +70,29 @@ def load_hardware(name_or_path: str | Path) -> Hardware:
 
 
 def _build(root: Table, name: str) -> Hardware:
+    """Read the root table of a hardware file (layout in the module docstring).
+
+    Raises:
+        InputError: unknown or missing key, wrong type, or value out of range.
+    """
     sources: dict[str, str] = {}
     kind = root.take_string("kind", tuple(_NETWORKS))
     device = root.take_table("device")
-    peak = _read_quantities(device.take_table("peak"), {f"{p}_flop_per_s": "float" for p in PRECISIONS},
-                            sources, required=False)
+    precisions = {f"{p}_flop_per_s": "float" for p in PRECISIONS}
+    peak = _read_quantities(device.take_table("peak"), precisions, sources, required=False)
     if not peak:
-        raise device.error("table 'peak' needs at least one of fp32/fp16/bf16 (TFLOP_per_s), int8 (TOP_per_s)")
-    device_values = _read_quantities(device, _field_types(Hardware, {"sram_bytes", "sram_bandwidth_bytes_per_s"}),
-                                     sources, subtables=("peak",))
+        raise device.error("table 'peak' needs one of fp32/fp16/bf16_TFLOP_per_s, int8_TOP_per_s")
+    device_fields = _field_types(Hardware, {"sram_bytes", "sram_bandwidth_bytes_per_s"})
+    device_values = _read_quantities(device, device_fields, sources, subtables=("peak",))
     network = _read_dataclass(root.take_table(kind), _NETWORKS[kind], sources)
-    calibration_table = root.take_table("calibration")
-    calibration = _read_dataclass(calibration_table, Calibration, sources)
+    calibration = _read_dataclass(root.take_table("calibration"), Calibration, sources)
     calibration = dataclasses.replace(calibration, sources={
-        split_unit(key.rsplit(".", 1)[1])[1]: text for key, text in sources.items() if key.startswith("calibration.")
-    })
+        split_unit(key.removeprefix("calibration."))[1]: text
+        for key, text in sources.items() if key.startswith("calibration.")})
     root.finish()
-    return Hardware(name=name, kind=kind, peak_flop_per_s={k.removesuffix("_flop_per_s"): v for k, v in peak.items()},
-                    network=network, calibration=calibration, sources=sources, **device_values)
+    return Hardware(name=name, kind=kind, network=network, calibration=calibration, sources=sources,
+                    peak_flop_per_s={key.removesuffix("_flop_per_s"): v for key, v in peak.items()},
+                    **device_values)
 
 
 def _field_types(cls: type, names: set[str] | None = None) -> dict[str, str]:

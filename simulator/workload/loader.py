@@ -66,8 +66,8 @@ def load_model(name_or_path: str | Path) -> ModelSpec:
 @functools.cache
 def _presets() -> dict[str, tuple[str, ModelSpec]]:
     """Lower-cased name or alias -> (preset name, model), built once from models.toml."""
-    text = resources.files("simulator.workload").joinpath("presets", "models.toml").read_text(encoding="utf-8")
-    root = parse_toml(text, _PRESETS_DISPLAY)
+    resource = resources.files("simulator.workload").joinpath("presets", "models.toml")
+    root = parse_toml(resource.read_text(encoding="utf-8"), _PRESETS_DISPLAY)
     index: dict[str, tuple[str, ModelSpec]] = {}
     for name in root.keys():
         model, aliases = _build(root.take_table(name), name)
@@ -90,15 +90,16 @@ def _build(table: Table, name: str) -> tuple[ModelSpec, list[str]]:
         raise table.error("key 'source' must cite where the shapes come from, got ''")
     architecture = table.take_string("architecture", _ARCHITECTURES)
     transformer = architecture != "resnet50"
-    counts = {key: table.take_number(key, integer=True, inclusive=not transformer and key in _TRANSFORMER_ONLY)
-              for key in _COUNTS}
-    image_size = table.take_number("image_size", integer=True, inclusive=transformer) if table.has(
-        "image_size") else 0
+    zero_ok = () if transformer else _TRANSFORMER_ONLY
+    counts = {key: table.take_number(key, integer=True, inclusive=key in zero_ok) for key in _COUNTS}
+    has_image = table.has("image_size")
+    image_size = table.take_number("image_size", integer=True, inclusive=transformer) if has_image else 0
     if transformer and image_size:
         raise table.error(f"key 'image_size' is for resnet50 only, got {image_size} for {architecture!r}")
     if not transformer and not image_size:
         raise table.error("missing key 'image_size' (required for resnet50)")
     if transformer and counts["hidden_size"] % counts["num_heads"]:
-        raise table.error(f"key 'num_heads' must divide hidden_size {counts['hidden_size']}, got {counts['num_heads']}")
+        hidden, heads = counts["hidden_size"], counts["num_heads"]
+        raise table.error(f"key 'num_heads' must divide hidden_size {hidden}, got {heads}")
     table.finish()
     return ModelSpec(name=name, architecture=architecture, image_size=image_size, **counts), aliases

@@ -1,0 +1,48 @@
+"""Small machines and synthetic stage costs for closed-form tests."""
+
+from __future__ import annotations
+
+from simulator.costs import MemoryBreakdown, PassCost, StageCost
+from simulator.hardware.spec import Calibration, Cluster, Hardware, Mesh
+
+IDEAL = Calibration(gemm_efficiency=1.0, memory_bound_efficiency=1.0, collective_efficiency=1.0,
+                    p2p_efficiency=1.0, kernel_overhead_s=0.0)
+
+
+def mesh_hardware(*, dies=(2, 2), cores=(2, 2), intra=100e9, inter=50e9, hop=1e-9,
+                  dram=200e9, dram_capacity=1e12) -> Hardware:
+    """A small ideal mesh machine (all efficiencies 1)."""
+    return Hardware(
+        name="test-mesh", kind="mesh", peak_flop_per_s={"fp16": 1e12}, sram_bytes=1e6,
+        sram_bandwidth_bytes_per_s=1e12, calibration=IDEAL,
+        network=Mesh(dies_x=dies[0], dies_y=dies[1], cores_x=cores[0], cores_y=cores[1],
+                     intra_die_link_bandwidth_bytes_per_s=intra, inter_die_link_bandwidth_bytes_per_s=inter,
+                     hop_latency_s=hop, dram_ports_per_die=2, dram_bandwidth_bytes_per_s=dram,
+                     dram_latency_s=1e-7, dram_capacity_bytes=dram_capacity),
+    )
+
+
+def cluster_hardware(*, nodes=2, gpus=8) -> Hardware:
+    """A small ideal GPU cluster."""
+    return Hardware(
+        name="test-cluster", kind="cluster", peak_flop_per_s={"fp16": 100e12}, sram_bytes=40e6,
+        sram_bandwidth_bytes_per_s=5e12, calibration=IDEAL,
+        network=Cluster(nodes=nodes, gpus_per_node=gpus, intra_node_bandwidth_bytes_per_s=300e9,
+                        inter_node_bandwidth_bytes_per_s=25e9, intra_node_latency_s=2e-6,
+                        inter_node_latency_s=5e-6, hbm_bandwidth_bytes_per_s=2e12,
+                        hbm_capacity_bytes=80e9),
+    )
+
+
+def uniform_cost(forward_s: float, backward_s: float, send_bytes: float = 0.0) -> StageCost:
+    """A stage with fixed compute times, no collectives, no DRAM traffic."""
+    empty = PassCost(compute_s=0.0, dram_bytes=0.0, tp_collectives=(), segments=1, flops=0.0)
+    return StageCost(
+        units=("layer",),
+        forward=PassCost(compute_s=forward_s, dram_bytes=0.0, tp_collectives=(), segments=1, flops=1.0),
+        backward=PassCost(compute_s=backward_s, dram_bytes=0.0, tp_collectives=(), segments=1, flops=2.0),
+        optimizer_step=empty, activation_send_bytes=send_bytes, gradient_send_bytes=send_bytes,
+        dp_collectives=(), parameters=0.0, model_flops_per_microbatch=3.0,
+        memory=MemoryBreakdown(weights_bytes=0.0, gradients_bytes=0.0, optimizer_bytes=0.0,
+                               activation_bytes_per_microbatch=0.0, sram_resident_bytes=0.0),
+    )

@@ -1,0 +1,111 @@
+"""The simulator reproduces closed forms when contention is off (STYLE.md, Tests)."""
+
+from __future__ import annotations
+
+import pytest
+from fixtures import cluster_hardware, mesh_hardware, uniform_cost
+
+from simulator.collectives import make_flow, ring_edges
+from simulator.engine import Engine
+from simulator.network.backends import AnalyticalNetwork, ContentionNetwork
+from simulator.network.topology import topology_of
+from simulator.placement import place, ring_order
+from simulator.schedules import GPipe, InterleavedOneFOneB, OneFOneB
+from simulator.strategy import Strategy
+
+
+def test_p2p_is_hops_times_latency_plus_size_over_bandwidth():
+    hw = mesh_hardware(dies=(1, 1), cores=(4, 1), intra=100e9, hop=1e-9)
+    topo = topology_of(hw)
+    flow = make_flow(topo, "p2p", "p2p", [(0, 3)], efficiency=1.0)
+    size = 1e6
+    assert flow.step_time_s(size) == pytest.approx(3 * 1e-9 + size / 100e9, rel=1e-12)
+
+
+def test_p2p_across_dies_is_limited_by_the_inter_die_link():
+    hw = mesh_hardware(dies=(2, 1), cores=(2, 1), intra=100e9, inter=25e9, hop=2e-9)
+    flow = make_flow(topology_of(hw), "p2p", "p2p", [(0, 3)], efficiency=1.0)
+    assert flow.step_time_s(1e6) == pytest.approx(3 * 2e-9 + 1e6 / 25e9, rel=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(2, 2), (4, 2), (2, 3), (4, 4)])
+def test_ring_all_reduce_closed_form_on_a_hamiltonian_ring(shape):
+    n = shape[0] * shape[1]
+    hw = mesh_hardware(dies=(1, 1), cores=shape, intra=100e9, hop=1e-9)
+    topo = topology_of(hw)
+    ring = ring_order(topo, tuple(range(n)))
+    flow = make_flow(topo, "tp", "tp", ring_edges((ring,)), efficiency=1.0, group_size=n)
+    size = 8e6
+    duration, _ = flow.collective_time_s("all_reduce", size)
+    expected = 2 * (n - 1) / n * size / 100e9 + 2 * (n - 1) * 1e-9
+    assert duration == pytest.approx(expected, rel=1e-12)
+
+
+def test_ring_all_reduce_on_the_cluster_uses_nvswitch_then_nics():
+    hw = cluster_hardware(nodes=2, gpus=8)
+    topo = topology_of(hw)
+    node = make_flow(topo, "tp", "tp", ring_edges((tuple(range(8)),)), 1.0, 8)
+    across = make_flow(topo, "dp", "dp", ring_edges(((0, 8),)), 1.0, 2)
+    assert node.collective_time_s("all_reduce", 1e9)[0] == pytest.approx(14 / 8 * 1e9 / 300e9 + 14 * 2e-6)
+    assert across.collective_time_s("all_reduce", 1e9)[0] == pytest.approx(1e9 / 25e9 + 2 * 5e-6)
+
+
+def _engine(pp, schedule, forward_s, backward_s, network=None, chunks=1, send=0.0):
+    hw = mesh_hardware(dies=(2, 2), cores=(2, 2))
+    strategy = Strategy(pp=pp, schedule=schedule.name, num_chunks=chunks)
+    topo = topology_of(hw)
+    costs = tuple(uniform_cost(forward_s, backward_s, send) for _ in range(pp * chunks))
+    return Engine(hardware=hw, topology=topo, placements=place(topo, strategy), costs=costs,
+                  schedule=schedule, network=network or AnalyticalNetwork(), training=True, record=True)
+
+
+@pytest.mark.parametrize("schedule_class", [GPipe, OneFOneB])
+@pytest.mark.parametrize(("pp", "m"), [(1, 1), (2, 4), (4, 8), (8, 3)])
+def test_gpipe_and_1f1b_makespan_and_bubble(schedule_class, pp, m):
+    t_f, t_b = 1.0, 2.0
+    run = _engine(pp, schedule_class(pp), t_f, t_b).run(m)
+    assert run.makespan_s == pytest.approx((m + pp - 1) * (t_f + t_b))
+    bubble = 1 - m * (t_f + t_b) / run.makespan_s
+    assert bubble == pytest.approx((pp - 1) / (m + pp - 1))
+
+
+def test_interleaving_divides_the_bubble_by_the_number_of_chunks():
+    pp, m, v, t = 4, 8, 2, 1.0
+    run = _engine(pp, InterleavedOneFOneB(pp, v), t / v, 2 * t / v, chunks=v).run(m)
+    bubble_s = run.makespan_s - m * 3 * t
+    assert bubble_s == pytest.approx((pp - 1) * 3 * t / v)
+
+
+def test_two_flows_sharing_a_link_take_twice_as_long_as_one():
+    hw = mesh_hardware(dies=(1, 1), cores=(4, 1), intra=100e9, hop=0.0)
+    topo = topology_of(hw)
+    first = make_flow(topo, "a", "p2p", [(0, 2)], 1.0)
+    second = make_flow(topo, "b", "p2p", [(1, 3)], 1.0)
+    shared = set(first.loads) & set(second.loads)
+    first.booked = second.booked = tuple(shared)
+    duration = first.step_time_s(1e6)
+    net = ContentionNetwork()
+    ends = [net.book(f, 0.0, duration, 0.0) + duration for f in (first, second)]
+    assert max(ends) == pytest.approx(2 * duration)
+    analytical = AnalyticalNetwork()
+    assert max(analytical.book(f, 0.0, duration, 0.0) + duration for f in (first, second)) == duration
+
+
+def test_every_forward_precedes_its_backward_on_every_stage():
+    engine = _engine(4, OneFOneB(4), 1.0, 2.0, network=ContentionNetwork(), send=1e6)
+    run = engine.run(8)
+    done = {}
+    for r in run.records:
+        done[(r.stage, r.kind, r.microbatch)] = (r.start_s, r.end_s)
+    for stage in range(4):
+        for mb in range(8):
+            assert done[(stage, "F", mb)][1] <= done[(stage, "B", mb)][0]
+
+
+def test_a_line_of_four_closes_its_ring_over_three_hops():
+    hw = mesh_hardware(dies=(1, 1), cores=(4, 1), intra=100e9, hop=1e-9)
+    topo = topology_of(hw)
+    flow = make_flow(topo, "tp", "tp", ring_edges((ring_order(topo, (0, 1, 2, 3)),)), 1.0, 4)
+    # the link 1->0 carries the closing edge 3->0 only; 2->1 carries it too: load 1 everywhere
+    # but the closing edge's latency is 3 hops
+    assert flow.latency_s == pytest.approx(3e-9)
