@@ -91,9 +91,9 @@ def optimizer_step_bytes_per_parameter(strategy: Strategy) -> float:
     if strategy.mode == "inference":
         return 0.0
     per = state_bytes_per_parameter(strategy)
-    fp32_state = per.optimizer_bytes if has_master_weights(strategy) else per.optimizer_bytes + per.weights_bytes
-    working_copy = per.weights_bytes if has_master_weights(strategy) else 0.0
-    return per.gradients_bytes + 2.0 * fp32_state + working_copy
+    if has_master_weights(strategy):
+        return per.gradients_bytes + 2.0 * per.optimizer_bytes + per.weights_bytes
+    return per.gradients_bytes + 2.0 * (per.optimizer_bytes + per.weights_bytes)
 
 
 def _mlp_split_terms(model: ModelSpec) -> float:

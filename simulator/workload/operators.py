@@ -100,9 +100,8 @@ def _attention(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
 
 def _mlp(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     """MLP: ``(b s, h) x (h, f/t)`` then ``(b s, f/t) x (f/t, h)``; LLaMA gates with SwiGLU."""
-    b, s, h, t, bpe = strategy.microbatch_size, model.sequence_length, model.hidden_size, strategy.tp, \
-        strategy.bytes_per_element
-    tokens, inner = b * s, model.ffn_hidden_size / strategy.tp
+    h, bpe = model.hidden_size, strategy.bytes_per_element
+    tokens, inner = strategy.microbatch_size * model.sequence_length, model.ffn_hidden_size / strategy.tp
     if model.architecture == "llama":
         return (
             _gemm("mlp_gate", tokens, inner, h, h * inner, tokens * h, bpe),
@@ -157,7 +156,8 @@ def embedding(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     BERT add a learned position table ``(s, h)`` (replicated); LLaMA has rotary positions (no
     table). The lookup reads ``b s`` rows, so its ``input_bytes`` are the token ids.
     """
-    b, s, h, bpe = strategy.microbatch_size, model.sequence_length, model.hidden_size, strategy.bytes_per_element
+    b, s, h = strategy.microbatch_size, model.sequence_length, model.hidden_size
+    bpe = strategy.bytes_per_element
     tokens, elementwise_tokens = _tokens(model, strategy)
     positions = 0 if model.architecture == "llama" else s * h
     return (
@@ -237,6 +237,9 @@ def logits_collectives(model: ModelSpec, strategy: Strategy) -> tuple[Collective
 
 RESNET50_STAGES: tuple[tuple[int, int, int], ...] = ((3, 64, 1), (4, 128, 2), (6, 256, 2), (3, 512, 2))
 """(bottleneck blocks, width, stride of the first block) of conv2_x..conv5_x (He et al. Table 1)."""
+
+RESNET50_UNITS = 2 + sum(blocks for blocks, _, _ in RESNET50_STAGES)
+"""Units of ResNet-50: stem, 16 bottleneck blocks, head."""
 
 RESNET50_EXPANSION = 4
 """Output channels of a bottleneck block = 4 x its width (He et al. 2016, Table 1)."""

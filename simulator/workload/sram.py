@@ -128,7 +128,8 @@ def _backward(op: Operator, branch: str, totals: StageTotals, capacity: float, g
     """Backward DRAM bytes of ``op`` (data gradient + weight gradient), see the module docstring."""
     if branch == "activation_stream":
         spill = gradient if totals.wsg_bytes > capacity else 0.0
-        return op.output_bytes + op.input_bytes + (op.input_bytes + op.output_bytes + spill if gradient else 0.0)
+        data = op.output_bytes + op.input_bytes
+        return data + ((op.input_bytes + op.output_bytes + spill) if gradient else 0.0)
     if branch == "weight_stream":
         return op.weight_bytes + gradient
     data = _phi(op.output_bytes, op.weight_bytes, capacity)[0] + op.input_bytes
@@ -165,7 +166,8 @@ def operator_access(op: Operator, totals: StageTotals, capacity: float, strategy
         chosen = "weight_stationary" if stationary_weights else "input_stationary"
         forward = phi + op.output_bytes
     backward = _backward(op, branch, totals, capacity, gradient) if strategy.mode == "training" else 0.0
-    return OperatorAccess(name=op.name, strategy=chosen, forward_dram_bytes=forward, backward_dram_bytes=backward)
+    return OperatorAccess(name=op.name, strategy=chosen, forward_dram_bytes=forward,
+                          backward_dram_bytes=backward)
 
 
 def _update_bytes(totals: StageTotals, capacity: float, strategy: Strategy) -> float:

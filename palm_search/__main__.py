@@ -1,0 +1,3 @@
+from palm_search.cli import main
+
+main()

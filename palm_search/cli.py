@@ -1,0 +1,100 @@
+"""The ``palm-search`` command line (typer): thin adapters over the simulator and the search."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from palm_search.render import print_result
+from simulator import InputError, PalmError, Strategy, load_hardware, load_model, load_strategy, simulate
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Simulate and search parallel mappings of large-model training.")
+
+STRATEGY_FLAGS = ("tp", "pp", "dp", "microbatch_size", "global_batch_size", "schedule", "num_chunks",
+                  "recompute", "sequence_parallel", "zero_stage", "optimizer", "precision", "mode",
+                  "partition", "placement", "group_layout", "group_order", "transfer_strategy")
+
+
+def fail(message: str) -> None:
+    """Print a one-line error on stderr and exit with code 2."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code=2)
+
+
+def _int_list(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise InputError(f"{flag}: expected comma-separated integers, got {text!r}") from None
+
+
+def build_strategy(base: Path | None, overrides: dict, stage_layers: str | None,
+                   stage_devices: str | None) -> Strategy:
+    """The strategy file's fields (if any) overridden by the flags the user gave.
+
+    Raises:
+        InputError: bad file or values.
+    """
+    fields = load_strategy(base).to_dict() if base else {}
+    fields.update({k: v for k, v in overrides.items() if v is not None})
+    if stage_layers:
+        fields.update(partition="explicit", stage_layers=_int_list(stage_layers, "--stage-layers"))
+    if stage_devices:
+        groups = [_int_list(g, "--stage-devices") for g in stage_devices.split(";")]
+        fields.update(placement="explicit", stage_devices=tuple(groups))
+    return Strategy.from_dict(fields)
+
+
+Opt = typer.Option
+
+
+@app.command("simulate")
+def simulate_command(
+    model: Annotated[str, Opt("--model", help="Model preset (e.g. T-145B) or TOML file.")],
+    hw: Annotated[str, Opt("--hw", help="Hardware preset (wafer, a100-cluster, grayskull) or TOML file.")],
+    strategy_file: Annotated[Path | None, Opt("--strategy", help="Strategy TOML/JSON (flags override).")] = None,
+    tp: Annotated[int | None, Opt(help="Tensor-parallel degree.")] = None,
+    pp: Annotated[int | None, Opt(help="Pipeline-parallel degree (stages).")] = None,
+    dp: Annotated[int | None, Opt(help="Data-parallel degree.")] = None,
+    microbatch_size: Annotated[int | None, Opt(help="Samples per microbatch.")] = None,
+    global_batch_size: Annotated[int | None, Opt(help="Samples per iteration (default: model's).")] = None,
+    schedule: Annotated[str | None, Opt(help="gpipe, 1f1b or interleaved-1f1b.")] = None,
+    num_chunks: Annotated[int | None, Opt(help="Model chunks per stage (interleaved).")] = None,
+    recompute: Annotated[str | None, Opt(help="none, selective or full.")] = None,
+    sequence_parallel: Annotated[bool | None, Opt("--sequence-parallel/--no-sequence-parallel")] = None,
+    zero_stage: Annotated[int | None, Opt(help="ZeRO stage 0-3.")] = None,
+    optimizer: Annotated[str | None, Opt(help="sgd or adam.")] = None,
+    precision: Annotated[str | None, Opt(help="fp16, bf16, fp32 or int8.")] = None,
+    mode: Annotated[str | None, Opt(help="training or inference.")] = None,
+    partition: Annotated[str | None, Opt(help="balanced or uniform (see --stage-layers).")] = None,
+    stage_layers: Annotated[str | None, Opt(help="Explicit layers per virtual stage, e.g. 4,4,3.")] = None,
+    placement: Annotated[str | None, Opt(help="line or s-shape (see --stage-devices).")] = None,
+    stage_devices: Annotated[str | None, Opt(help="Explicit devices per stage: '0,1;2,3'.")] = None,
+    group_layout: Annotated[str | None, Opt(help="TP groups compact or strided.")] = None,
+    group_order: Annotated[str | None, Opt(help="tp-major or dp-major walk inside a stage.")] = None,
+    transfer_strategy: Annotated[int | None, Opt(help="Inter-stage transfer, PALM Fig. 11: 1 or 2.")] = None,
+    network: Annotated[str, Opt(help="contention or analytical.")] = "contention",
+    steady_state: Annotated[bool, Opt("--steady-state/--full", help="Extrapolate from steady state.")] = True,
+    json_output: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False,
+) -> None:
+    """Simulate one training (or inference) iteration of MODEL on HW with one strategy."""
+    values = locals()
+    overrides = {k: values[k] for k in STRATEGY_FLAGS}
+    try:
+        strategy = build_strategy(strategy_file, overrides, stage_layers, stage_devices)
+        result = simulate(load_model(model), load_hardware(hw), strategy, network=network,
+                          steady_state=steady_state)
+    except PalmError as error:
+        fail(str(error))
+    if json_output:
+        typer.echo(result.to_json())
+    else:
+        print_result(result)
+
+
+def main() -> None:
+    """Entry point for ``python -m palm_search``."""
+    app()

@@ -1,0 +1,59 @@
+"""Readable terminal summaries (rich) of simulation results."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from simulator import SimulationResult
+
+
+def _gib(x: float) -> str:
+    return f"{x / 2**30:.2f} GiB"
+
+
+def print_result(result: SimulationResult, console: Console | None = None) -> None:
+    """Print the headline numbers, the per-stage table and the busiest resources."""
+    console = console or Console()
+    s = result.strategy
+    console.print(f"[bold]{result.model}[/] on [bold]{result.hardware}[/]  tp={s['tp']} pp={s['pp']} "
+                  f"dp={s['dp']} microbatch={s['microbatch_size']} schedule={s['schedule']} "
+                  f"recompute={s['recompute']} placement={s['placement']} groups={s['group_layout']}")
+    if not result.feasible:
+        console.print(f"[red]infeasible[/]: {result.reason}")
+        return
+    how = (f"extrapolated from {result.simulated_microbatches} simulated microbatches"
+           if result.extrapolated else f"{result.simulated_microbatches} microbatches simulated")
+    console.print(
+        f"iteration {result.iteration_time_s:.4g} s | {result.samples_per_s:.4g} samples/s | "
+        f"{result.tokens_per_s:.4g} tokens/s | MFU {result.model_flops_utilisation:.1%} | "
+        f"HFU {result.hardware_flops_utilisation:.1%} | bubble {result.bubble_fraction:.1%}\n"
+        f"{result.num_microbatches} microbatches per replica, {how}; network {result.network}; "
+        f"{result.events_simulated} events in {result.wall_time_s * 1e3:.0f} ms"
+    )
+    console.print(_stage_table(result))
+    console.print(_resource_table(result))
+
+
+def _stage_table(result: SimulationResult) -> Table:
+    table = Table(title="per pipeline stage (one device)")
+    for column in ("stage", "compute s", "comm s", "DRAM stall s", "optimizer s", "bubble s",
+                   "memory", "in flight"):
+        table.add_column(column, justify="right")
+    for st in result.stages:
+        table.add_row(str(st.stage), f"{st.compute_s:.3f}", f"{st.communication_s:.3f}",
+                      f"{st.dram_stall_s:.3f}", f"{st.optimizer_s:.3f}", f"{st.bubble_s:.3f}",
+                      _gib(st.memory_bytes), str(st.microbatches_in_flight))
+    return table
+
+
+def _resource_table(result: SimulationResult) -> Table:
+    table = Table(title="resources and traffic")
+    for column in ("kind", "count", "max util", "mean util", "busiest"):
+        table.add_column(column)
+    for r in result.resources:
+        busiest = ", ".join(f"{name} {u:.0%}" for name, u in r.busiest[:3])
+        table.add_row(r.kind, str(r.count), f"{r.max_utilisation:.1%}", f"{r.mean_utilisation:.1%}", busiest)
+    traffic = "  ".join(f"{k} {v / 1e9:.1f} GB" for k, v in result.traffic_bytes.items())
+    table.caption = f"traffic per iteration: {traffic}"
+    return table

@@ -1,0 +1,51 @@
+"""`palm-search simulate` through typer's CliRunner."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from palm_search.cli import app
+
+runner = CliRunner()
+SMALL = ["simulate", "--model", "T-1.7B", "--hw", "a100-cluster", "--tp", "1", "--pp", "2", "--dp", "4",
+         "--global-batch-size", "32"]
+
+
+def test_simulate_json_is_one_document():
+    result = runner.invoke(app, [*SMALL, "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["feasible"] is True
+    assert doc["samples_per_s"] > 0
+    assert doc["strategy"]["pp"] == 2
+
+
+def test_simulate_prints_a_summary():
+    result = runner.invoke(app, SMALL)
+    assert result.exit_code == 0, result.output
+    assert "samples/s" in result.stdout
+
+
+@pytest.mark.parametrize(("flags", "needle"), [
+    (["--model", "no-such-model", "--hw", "wafer"], "no-such-model"),
+    (["--model", "T-18B", "--hw", "nowhere"], "nowhere"),
+    (["--model", "T-18B", "--hw", "wafer", "--tp", "7"], "tp"),
+    (["--model", "T-18B", "--hw", "wafer", "--schedule", "zigzag"], "schedule"),
+    (["--model", "T-18B", "--hw", "wafer", "--tp", "8", "--pp", "40", "--dp", "2"], "devices"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(flags, needle):
+    result = runner.invoke(app, ["simulate", *flags])
+    assert result.exit_code == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0]
+
+
+def test_bad_strategy_file_names_the_file(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text("[strategy]\ntp = 8\nbogus = 1\n")
+    result = runner.invoke(app, ["simulate", "--model", "T-18B", "--hw", "wafer", "--strategy", str(path)])
+    assert result.exit_code == 2
+    assert "s.toml" in result.stderr and "bogus" in result.stderr
