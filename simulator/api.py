@@ -1,10 +1,12 @@
 """``simulate()``: one strategy, one model, one machine -> :class:`SimulationResult`.
 
 Steady state (issue: many microbatches): with ``m`` microbatches per replica well above the
-pipeline depth ``p``, the engine runs ``m_a = 2p`` and ``m_b = 3p`` microbatches; every additive
-quantity (iteration time, stage times, bytes moved) grows by the same amount for each further
-microbatch once the pipeline is full (Narayanan et al. SC'21 §2.2: ``(m + p - 1)`` slots), so
-``X(m) = X(m_b) + (m - m_b) (X(m_b) - X(m_a)) / (m_b - m_a)``. The result says when it did this.
+pipeline depth ``p``, the engine runs ``m_a = p`` and ``m_b = 2p`` microbatches; every additive
+quantity (stage times, bytes moved) grows by the same amount for each further microbatch once
+the pipeline is full (Narayanan et al. SC'21 §2.2: ``(m + p - 1)`` slots), so
+``X(m) = X(m_b) + (m - m_b) (X(m_b) - X(m_a)) / (m_b - m_a)``; the iteration time grows by the
+steady-state period, the larger of the makespan's growth and the busiest stage's work per
+microbatch. The result says when it did this.
 Inference reports steady-state throughput (PALM §V-A3: fill and drain ignored).
 """
 
@@ -125,16 +127,28 @@ def _memory_reason(hardware: Hardware, memory: list[float], in_flight: list[list
 def _run(engine: Engine, m: int, pp: int, steady_state: bool, training: bool):
     """Full run, or two short runs and a linear extrapolation. Returns (run, simulated
     microbatches, extrapolated, period per microbatch in s)."""
-    m_a, m_b = 2 * pp, 3 * pp
+    m_a, m_b = pp, 2 * pp
     if not training or (steady_state and m > m_b):
         a, b = engine.run(m_a), engine.run(m_b)
-        period = (b.makespan_s - a.makespan_s) / (m_b - m_a)
-        return _extrapolate(a, b, m_a, m_b, m), m_a + m_b, True, period
+        return _extrapolate(a, b, m_a, m_b, m), m_a + m_b, True, _period(a, b, m_b - m_a)
     return engine.run(m), m, False, 0.0
 
 
+def _busy_s(stats: StageStats) -> float:
+    return stats.compute_s + stats.communication_s + stats.dram_stall_s
+
+
+def _period(a: EngineRun, b: EngineRun, delta: int) -> float:
+    """Steady-state time per microbatch: the makespan's growth, or the busiest stage's work per
+    microbatch if larger (in steady state the bottleneck stage is never idle; with slightly
+    unequal stages the makespan takes hundreds of microbatches to reach that slope)."""
+    busiest = max(_busy_s(y) - _busy_s(x) for x, y in zip(a.stats, b.stats, strict=True))
+    return max(b.makespan_s - a.makespan_s, busiest) / delta
+
+
 def _extrapolate(a: EngineRun, b: EngineRun, m_a: int, m_b: int, m: int) -> EngineRun:
-    """Every additive quantity of run ``b`` carried linearly from ``m_b`` to ``m`` microbatches."""
+    """Run ``b`` carried to ``m`` microbatches: stage work linearly, the makespan at the
+    steady-state period."""
     scale = (m - m_b) / (m_b - m_a)
 
     def line(x_a: float, x_b: float) -> float:
@@ -143,7 +157,8 @@ def _extrapolate(a: EngineRun, b: EngineRun, m_a: int, m_b: int, m: int) -> Engi
     stats = [StageStats(**{f.name: line(getattr(sa, f.name), getattr(sb, f.name)) for f in fields(sb)})
              for sa, sb in zip(a.stats, b.stats, strict=True)]
     flow_bytes = [line(x, y) for x, y in zip(a.flow_bytes, b.flow_bytes, strict=True)]
-    return EngineRun(line(a.makespan_s, b.makespan_s), stats, b.flows, flow_bytes, a.events + b.events, b.records)
+    makespan = b.makespan_s + (m - m_b) * _period(a, b, m_b - m_a)
+    return EngineRun(makespan, stats, b.flows, flow_bytes, a.events + b.events, b.records)
 
 
 def _infeasible(base: dict, reason: str, placements: tuple[StagePlacement, ...], memory: list[float],

@@ -139,15 +139,26 @@ class Engine:
 
     def _assign_bookings(self) -> None:
         """Book a resource only where flows of different processes meet; p2p flows, which can
-        overlap themselves, also book a private channel (ids past the physical resources)."""
+        overlap themselves, also book a private channel (ids past the physical resources).
+        Resources booked by exactly the same flows always hold the same calendar, so each such
+        class is booked once, through one representative."""
         owner = {id(f): i for i, s in enumerate(self.stage_flows) for f in (s.tp, s.dp, s.dram, s.tp_all_to_all) if f}
         owners: dict[int, set] = {}
         for flow in self.flows:
             for r in flow.loads:
                 owners.setdefault(r, set()).add(owner.get(id(flow), flow.name))
+        booked_by: dict[int, list[int]] = {}
+        for index, flow in enumerate(self.flows):
+            for r in flow.loads:
+                if len(owners[r]) > 1:
+                    booked_by.setdefault(r, []).append(index)
+        representative: dict[tuple[int, ...], int] = {}
+        for r, users in booked_by.items():
+            representative.setdefault(tuple(users), r)
         channel = self.topology.num_resources
-        for flow in self.flows:
-            flow.booked = tuple(r for r in flow.loads if len(owners[r]) > 1)
+        for index, flow in enumerate(self.flows):
+            classes = {tuple(booked_by[r]) for r in flow.loads if r in booked_by}
+            flow.booked = tuple(sorted(representative[c] for c in classes))
             if flow.kind == "p2p":
                 flow.booked += (channel,)
                 channel += 1

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from bisect import bisect_right, insort
 
+from simulator.errors import InputError
+
 from simulator.collectives import Flow
 
-_PRUNE_AT = 64
+_PRUNE_EVERY = 512
 
 
 class AnalyticalNetwork:
@@ -39,46 +41,45 @@ class ContentionNetwork(AnalyticalNetwork):
     name = "contention"
 
     def __init__(self) -> None:
-        self._starts: dict[int, list[float]] = {}
-        self._ends: dict[int, list[float]] = {}
+        self._calendars: dict[int, tuple[list[float], list[float]]] = {}
+        self._of_flow: dict[int, list[tuple[list[float], list[float]]]] = {}
+        self._bookings = 0
 
     def uses_contention(self) -> bool:
         return True
 
-    def _fit(self, resource: int, start: float, duration: float) -> float:
-        starts, ends = self._starts[resource], self._ends[resource]
-        i = bisect_right(ends, start)
-        while i < len(starts) and starts[i] < start + duration:
-            start = max(start, ends[i])
-            i += 1
-        return start
+    def _flow_calendars(self, flow: Flow) -> list[tuple[list[float], list[float]]]:
+        calendars = self._of_flow.get(id(flow))
+        if calendars is None:
+            calendars = [self._calendars.setdefault(r, ([], [])) for r in flow.booked]
+            self._of_flow[id(flow)] = calendars
+        return calendars
 
     def book(self, flow: Flow, earliest_s: float, duration_s: float, now_s: float) -> float:
         if not flow.booked or duration_s <= 0.0:
             return earliest_s
-        for r in flow.booked:
-            if r not in self._starts:
-                self._starts[r], self._ends[r] = [], []
-            self._prune(r, now_s)
-        start = earliest_s
-        moved = True
+        calendars = self._flow_calendars(flow)
+        start, moved = earliest_s, True
         while moved:
             moved = False
-            for r in flow.booked:
-                fitted = self._fit(r, start, duration_s)
-                moved |= fitted > start
-                start = fitted
-        for r in flow.booked:
-            insort(self._starts[r], start)
-            insort(self._ends[r], start + duration_s)
+            for starts, ends in calendars:
+                i, n = bisect_right(ends, start), len(starts)
+                while i < n and starts[i] < start + duration_s:
+                    start, moved = ends[i], True
+                    i += 1
+        for starts, ends in calendars:
+            insort(starts, start)
+            insort(ends, start + duration_s)
+        self._bookings += 1
+        if self._bookings % _PRUNE_EVERY == 0:
+            self._prune(now_s)
         return start
 
-    def _prune(self, resource: int, now_s: float) -> None:
-        ends = self._ends[resource]
-        if len(ends) > _PRUNE_AT:
+    def _prune(self, now_s: float) -> None:
+        """Forget intervals that ended before ``now_s`` (no later booking can reach them)."""
+        for starts, ends in self._calendars.values():
             k = bisect_right(ends, now_s)
-            del ends[:k]
-            del self._starts[resource][:k]
+            del starts[:k], ends[:k]
 
 
 def network_backend(name: str) -> AnalyticalNetwork:
@@ -87,8 +88,6 @@ def network_backend(name: str) -> AnalyticalNetwork:
     Raises:
         InputError: unknown name.
     """
-    from simulator.errors import InputError
-
     backends = {"analytical": AnalyticalNetwork, "contention": ContentionNetwork}
     if name not in backends:
         raise InputError(f"network backend must be one of {sorted(backends)}, got {name!r}")
