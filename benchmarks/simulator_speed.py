@@ -1,0 +1,61 @@
+"""Simulator wall time per configuration, contention on (issue: at most 0.2 s per configuration).
+
+Cases: T-18B, T-76B and T-145B on ``wafer`` at TP 8 / DP 2 / PP 20 (PALM §V-B baseline: 1F1B,
+full recompute, Adam, FP16; ZeRO-1 where the plain baseline exceeds the per-die DRAM), and the six
+Megatron configurations of PALM Table IV on ``a100-cluster``. Each case runs ``--repeat`` times
+after one warm-up run (which builds the cached topology); the median is reported.
+
+Usage: ``python benchmarks/simulator_speed.py [--repeat N] [--csv FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import pandas as pd
+
+from simulator import Strategy, load_hardware, load_model, simulate
+
+WAFER_CASES = [("T-18B", 0), ("T-76B", 0), ("T-145B", 1)]
+TABLE_IV = [("T-18B", 8, 32, 1), ("T-39B", 8, 32, 2), ("T-76B", 8, 32, 4), ("T-145B", 8, 24, 8),
+            ("T-310B", 8, 15, 16), ("T-530B", 8, 9, 35)]
+
+
+def cases() -> list[tuple[str, str, Strategy]]:
+    """(model, hardware, strategy) of every benchmark case."""
+    wafer = [(m, "wafer", Strategy(tp=8, dp=2, pp=20, recompute="full", zero_stage=z)) for m, z in WAFER_CASES]
+    gpu = [(m, "a100-cluster", Strategy(tp=tp, dp=dp, pp=pp, recompute="full")) for m, tp, dp, pp in TABLE_IV]
+    return wafer + gpu
+
+
+def measure(model: str, hardware: str, strategy: Strategy, repeat: int) -> dict:
+    """Median wall time of ``repeat`` simulations and the result's headline numbers."""
+    spec, hw = load_model(model), load_hardware(hardware)
+    result = simulate(spec, hw, strategy)
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        result = simulate(spec, hw, strategy)
+        times.append(time.perf_counter() - started)
+    return dict(model=model, hardware=hardware, tp=strategy.tp, dp=strategy.dp, pp=strategy.pp,
+                zero=strategy.zero_stage, feasible=result.feasible, samples_per_s=result.samples_per_s,
+                mfu=result.model_flops_utilisation, events=result.events_simulated,
+                wall_s=statistics.median(times))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--csv", default=None)
+    args = parser.parse_args()
+    table = pd.DataFrame([measure(m, h, s, args.repeat) for m, h, s in cases()])
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    print(f"max {table.wall_s.max():.3f} s, mean {table.wall_s.mean():.3f} s per configuration")
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+
+
+if __name__ == "__main__":
+    main()

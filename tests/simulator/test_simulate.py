@@ -1,0 +1,90 @@
+"""End-to-end properties of simulate() on the presets."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import simulator
+from simulator import Strategy, load_hardware, load_model, simulate
+
+WAFER = load_hardware("wafer")
+A100 = load_hardware("a100-cluster")
+
+
+@pytest.mark.parametrize("network", ["contention", "analytical"])
+def test_steady_state_extrapolation_is_within_half_a_percent_of_a_full_run(network):
+    model = load_model("T-18B")
+    strategy = Strategy(tp=8, dp=2, pp=20, recompute="full", global_batch_size=512)
+    full = simulate(model, WAFER, strategy, network=network, steady_state=False)
+    extrapolated = simulate(model, WAFER, strategy, network=network)
+    assert extrapolated.extrapolated and not full.extrapolated
+    assert extrapolated.simulated_microbatches < full.num_microbatches
+    assert extrapolated.iteration_time_s == pytest.approx(full.iteration_time_s, rel=5e-3)
+
+
+def test_over_capacity_is_reported_not_simulated():
+    model = load_model("T-145B")
+    result = simulate(model, WAFER, Strategy(tp=8, dp=2, pp=20, recompute="none"))
+    assert not result.feasible
+    assert "GiB" in result.reason and "stage" in result.reason
+    assert result.events_simulated == 0 and result.samples_per_s == 0
+
+
+def test_result_round_trips_through_json():
+    model = load_model("T-1.7B")
+    result = simulate(model, A100, Strategy(tp=1, pp=2, dp=4, global_batch_size=32))
+    import json
+
+    doc = json.loads(result.to_json())
+    assert doc["samples_per_s"] == pytest.approx(result.samples_per_s)
+    assert len(doc["stages"]) == 2
+
+
+def _scaled(hardware, factor):
+    net = hardware.network
+    if hardware.kind == "mesh":
+        net = dataclasses.replace(net, intra_die_link_bandwidth_bytes_per_s=net.intra_die_link_bandwidth_bytes_per_s * factor,
+                                  inter_die_link_bandwidth_bytes_per_s=net.inter_die_link_bandwidth_bytes_per_s * factor,
+                                  dram_bandwidth_bytes_per_s=net.dram_bandwidth_bytes_per_s * factor)
+    else:
+        net = dataclasses.replace(net, intra_node_bandwidth_bytes_per_s=net.intra_node_bandwidth_bytes_per_s * factor,
+                                  inter_node_bandwidth_bytes_per_s=net.inter_node_bandwidth_bytes_per_s * factor)
+    return dataclasses.replace(hardware, network=net)
+
+
+small_strategies = st.builds(
+    lambda tp, pp, b, sched, rc, place, layout: Strategy(
+        tp=tp, pp=pp, dp=16 // (tp * pp) if 16 % (tp * pp) == 0 else 1, microbatch_size=b,
+        global_batch_size=64, schedule=sched, recompute=rc, placement=place, group_layout=layout),
+    tp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2, 4]), b=st.sampled_from([1, 2]),
+    sched=st.sampled_from(["gpipe", "1f1b"]), rc=st.sampled_from(["none", "selective", "full"]),
+    place=st.sampled_from(["line", "s-shape"]), layout=st.sampled_from(["compact", "strided"]),
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(strategy=small_strategies, factor=st.sampled_from([1.5, 2.0, 4.0]),
+       hardware=st.sampled_from([WAFER, A100]))
+def test_more_bandwidth_is_never_slower(strategy, factor, hardware):
+    model = load_model("T-1.7B")
+    slow = simulate(model, hardware, strategy)
+    fast = simulate(model, _scaled(hardware, factor), strategy)
+    assert slow.feasible == fast.feasible
+    if slow.feasible:
+        assert fast.iteration_time_s <= slow.iteration_time_s * (1 + 1e-9)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(strategy=small_strategies, hardware=st.sampled_from([WAFER, A100]))
+def test_throughput_never_exceeds_the_compute_roofline(strategy, hardware):
+    result = simulate(load_model("T-1.7B"), hardware, strategy)
+    if result.feasible:
+        assert 0 < result.model_flops_utilisation <= result.hardware_flops_utilisation <= 1.0
+
+
+def test_public_api_is_importable_from_the_package():
+    assert callable(simulator.simulate) and callable(simulator.load_strategy)
