@@ -1,0 +1,247 @@
+"""Degrees of parallelism, microbatch size, pipeline schedule, recompute, sequence parallelism, ZeRO.
+
+Legality follows Megatron-LM (Narayanan et al., SC'21, §2-3): ``tp * pp * dp`` devices; ``tp``
+divides the heads, hidden and FFN sizes (ResNet-50: its 64 narrowest channels); ``pp`` is at most
+the number of partitionable units (transformer layers; ResNet-50's 18 units); ``dp`` divides the
+global batch ``B``; the microbatch ``b`` divides ``B / dp``. The interleaved schedule with ``v``
+chunks needs ``L % (pp v) == 0`` (Megatron's layers-per-chunk rule) and microbatches per replica
+``m % pp == 0`` (SC'21 §2.2.2).
+
+Suggestions never change a categorical's choices between trials (Optuna 5): ``degrees`` is one
+categorical over a fixed list of labels like ``"8x20x2"``; the microbatch size is suggested under
+``microbatch_size|dp=<dp>`` (its choices depend on ``dp`` only); the schedule under ``schedule`` or
+``schedule|only=...`` naming its valid subset (see :mod:`spaces._choices`). Sequence parallelism
+is suggested only when ``tp > 1``, ZeRO only when ``dp > 1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import optuna
+
+from simulator.errors import InputError
+from simulator.hardware.spec import Hardware
+from simulator.strategy import RECOMPUTES
+from simulator.workload.operators import RESNET50_UNITS
+from simulator.workload.spec import ModelSpec
+from spaces._choices import conditional_name, suggest_among
+
+RESNET50_TP_CHANNELS = 64
+"""ResNet-50's narrowest channel count (stem, conv2_x; He et al. 2016 Table 1); tp must divide it.
+Equals ``simulator.workload.stages.RESNET50_BLOCK_CHANNELS`` (a test checks)."""
+
+CHUNK_CHOICES: tuple[int, ...] = (2, 4)
+"""Model chunks per device tried with the interleaved schedule (Narayanan et al. SC'21 Fig. 12)."""
+
+ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
+"""ZeRO stages (Rajbhandari et al., SC'20, §5)."""
+
+
+class ParallelDegrees(NamedTuple):
+    """Tensor, pipeline and data parallel degrees; ``tp * pp * dp`` devices."""
+
+    tp: int
+    pp: int
+    dp: int
+
+    @property
+    def label(self) -> str:
+        """``"TPxPPxDP"``, the categorical value Optuna stores (e.g. ``"8x20x2"``)."""
+        return f"{self.tp}x{self.pp}x{self.dp}"
+
+    @classmethod
+    def parse(cls, label: str) -> ParallelDegrees:
+        """Inverse of :attr:`label`.
+
+        Raises:
+            InputError: not three positive integers joined by ``x``.
+        """
+        parts = label.split("x")
+        if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise InputError(f"degrees: expected 'TPxPPxDP' like '8x20x2', got {label!r}")
+        return cls(*(int(p) for p in parts))
+
+
+class ScheduleChoice(NamedTuple):
+    """A pipeline schedule and its model chunks per device (1 except interleaved)."""
+
+    schedule: str
+    num_chunks: int = 1
+
+    @property
+    def label(self) -> str:
+        """``"1f1b"``, or ``"interleaved-1f1b:4"`` with chunks."""
+        return self.schedule if self.num_chunks == 1 else f"{self.schedule}:{self.num_chunks}"
+
+    @classmethod
+    def parse(cls, label: str) -> ScheduleChoice:
+        """Inverse of :attr:`label`."""
+        name, _, chunks = label.partition(":")
+        return cls(name, int(chunks) if chunks else 1)
+
+
+def schedule_choices(chunk_choices: Sequence[int] = CHUNK_CHOICES) -> tuple[ScheduleChoice, ...]:
+    """The fixed list: GPipe, 1F1B, then interleaved 1F1B with each of ``chunk_choices``."""
+    interleaved = tuple(ScheduleChoice("interleaved-1f1b", v) for v in chunk_choices)
+    return (ScheduleChoice("gpipe"), ScheduleChoice("1f1b"), *interleaved)
+
+
+def partition_units(model: ModelSpec) -> int:
+    """Units a pipeline can split: transformer layers, or ResNet-50's 18 (stem, 16 blocks, head)."""
+    return model.num_layers if model.is_transformer else RESNET50_UNITS
+
+
+def global_batch(model: ModelSpec, global_batch_size: int | None = None) -> int:
+    """``global_batch_size`` if given, else the model's ``B``."""
+    return global_batch_size or model.global_batch_size
+
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of ``n`` in increasing order."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def tp_divides(model: ModelSpec, tp: int) -> bool:
+    """True if ``tp`` splits the model's heads, hidden and FFN (ResNet-50: its 64 channels)."""
+    if not model.is_transformer:
+        return RESNET50_TP_CHANNELS % tp == 0
+    return all(size % tp == 0 for size in (model.num_heads, model.hidden_size, model.ffn_hidden_size))
+
+
+def enumerate_degrees(model: ModelSpec, hardware: Hardware, *, devices: int | None = None,
+                      max_tp: int | None = None, global_batch_size: int | None = None,
+                      ) -> list[ParallelDegrees]:
+    """Every legal ``(tp, pp, dp)`` using exactly ``devices`` devices, sorted by (tp, pp, dp).
+
+    Args:
+        model: the model (heads, hidden, layers, batch).
+        hardware: the machine; ``devices`` defaults to all of its devices.
+        devices: devices to use, ``tp * pp * dp``.
+        max_tp: largest tensor-parallel degree (e.g. GPUs per node on a cluster).
+        global_batch_size: ``B`` if not the model's.
+
+    Raises:
+        InputError: ``devices`` is below 1 or above the machine's.
+    """
+    devices = hardware.num_devices if devices is None else devices
+    if not 1 <= devices <= hardware.num_devices:
+        raise InputError(f"degrees: `devices` must be in 1..{hardware.num_devices}, got {devices}")
+    batch, units = global_batch(model, global_batch_size), partition_units(model)
+    found = []
+    for tp in divisors(devices):
+        if not tp_divides(model, tp) or (max_tp is not None and tp > max_tp):
+            continue
+        for pp in divisors(devices // tp):
+            dp = devices // (tp * pp)
+            if pp <= units and batch % dp == 0:
+                found.append(ParallelDegrees(tp, pp, dp))
+    return found
+
+
+def enumerate_microbatch_sizes(model: ModelSpec, degrees: ParallelDegrees, *,
+                               global_batch_size: int | None = None,
+                               choices: Sequence[int] | None = None) -> list[int]:
+    """Microbatch sizes ``b`` with ``(B / dp) % b == 0``, increasing; only ``choices`` if given.
+
+    Returns an empty list when ``dp`` does not divide ``B`` or no ``choices`` entry fits.
+    """
+    batch = global_batch(model, global_batch_size)
+    if batch % degrees.dp:
+        return []
+    sizes = divisors(batch // degrees.dp)
+    return sizes if choices is None else [b for b in sizes if b in set(choices)]
+
+
+def enumerate_schedules(model: ModelSpec, degrees: ParallelDegrees, microbatch_size: int, *,
+                        global_batch_size: int | None = None,
+                        chunk_choices: Sequence[int] = CHUNK_CHOICES) -> list[ScheduleChoice]:
+    """The schedules of :func:`schedule_choices` legal for these degrees and microbatch.
+
+    Interleaved 1F1B with ``v`` chunks needs ``pp > 1``, ``units % (pp v) == 0`` and
+    ``m % pp == 0`` with ``m = B / (b dp)`` (Narayanan et al. SC'21 §2.2.2).
+    """
+    batch = global_batch(model, global_batch_size)
+    m = batch // (microbatch_size * degrees.dp)
+    units, pp = partition_units(model), degrees.pp
+
+    def legal(choice: ScheduleChoice) -> bool:
+        if choice.num_chunks == 1:
+            return True
+        return pp > 1 and units % (pp * choice.num_chunks) == 0 and m % pp == 0
+
+    return [c for c in schedule_choices(chunk_choices) if legal(c)]
+
+
+def enumerate_recompute() -> tuple[str, ...]:
+    """Activation recomputation: none, selective, full (Korthikanti et al., MLSys'23)."""
+    return RECOMPUTES
+
+
+def enumerate_sequence_parallel(model: ModelSpec, degrees: ParallelDegrees) -> tuple[bool, ...]:
+    """``(False, True)`` when sequence parallelism means something (transformer, ``tp > 1``,
+    ``tp`` divides the sequence; Korthikanti et al. §4.2.2), else ``(False,)``."""
+    if model.is_transformer and degrees.tp > 1 and model.sequence_length % degrees.tp == 0:
+        return (False, True)
+    return (False,)
+
+
+def enumerate_zero_stages(degrees: ParallelDegrees) -> tuple[int, ...]:
+    """ZeRO stages 0-3 when ``dp > 1``; only 0 otherwise (nothing to shard)."""
+    return ZERO_STAGES if degrees.dp > 1 else (0,)
+
+
+def suggest_degrees(trial: optuna.trial.Trial, choices: Sequence[ParallelDegrees]) -> ParallelDegrees:
+    """One of ``choices`` (a fixed list, e.g. :func:`enumerate_degrees`) as categorical ``degrees``.
+
+    Raises:
+        InputError: ``choices`` is empty.
+    """
+    if not choices:
+        raise InputError("degrees: no legal (tp, pp, dp) for this model, machine and constraints")
+    return ParallelDegrees.parse(trial.suggest_categorical("degrees", [d.label for d in choices]))
+
+
+def suggest_microbatch_size(trial: optuna.trial.Trial, model: ModelSpec, degrees: ParallelDegrees, *,
+                            global_batch_size: int | None = None,
+                            choices: Sequence[int] | None = None) -> int:
+    """A microbatch size under ``microbatch_size|dp=<dp>`` (its choices depend on ``dp`` only).
+
+    Raises:
+        InputError: no size is legal (``dp`` does not divide ``B``, or ``choices`` excludes all).
+    """
+    sizes = enumerate_microbatch_sizes(model, degrees, global_batch_size=global_batch_size, choices=choices)
+    if not sizes:
+        raise InputError(f"microbatch_size: none of {choices} divides B/dp for dp = {degrees.dp}")
+    return trial.suggest_categorical(conditional_name("microbatch_size", dp=degrees.dp), sizes)
+
+
+def suggest_schedule(trial: optuna.trial.Trial, model: ModelSpec, degrees: ParallelDegrees,
+                     microbatch_size: int, *, global_batch_size: int | None = None,
+                     chunk_choices: Sequence[int] = CHUNK_CHOICES) -> ScheduleChoice:
+    """A legal schedule under ``schedule`` or ``schedule|only=<valid subset>``."""
+    universe = [c.label for c in schedule_choices(chunk_choices)]
+    valid = [c.label for c in enumerate_schedules(model, degrees, microbatch_size,
+                                                  global_batch_size=global_batch_size,
+                                                  chunk_choices=chunk_choices)]
+    return ScheduleChoice.parse(suggest_among(trial, "schedule", universe, valid))
+
+
+def suggest_recompute(trial: optuna.trial.Trial) -> str:
+    """Categorical ``recompute`` over none, selective, full."""
+    return trial.suggest_categorical("recompute", list(enumerate_recompute()))
+
+
+def suggest_sequence_parallel(trial: optuna.trial.Trial, model: ModelSpec, degrees: ParallelDegrees) -> bool:
+    """Categorical ``sequence_parallel`` when meaningful (see :func:`enumerate_sequence_parallel`);
+    False without suggesting otherwise."""
+    options = enumerate_sequence_parallel(model, degrees)
+    return trial.suggest_categorical("sequence_parallel", list(options)) if len(options) > 1 else False
+
+
+def suggest_zero_stage(trial: optuna.trial.Trial, degrees: ParallelDegrees) -> int:
+    """Categorical ``zero_stage`` (0-3) when ``dp > 1``; 0 without suggesting otherwise."""
+    options = enumerate_zero_stages(degrees)
+    return trial.suggest_categorical("zero_stage", list(options)) if len(options) > 1 else 0
