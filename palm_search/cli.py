@@ -13,6 +13,13 @@ from simulator import InputError, PalmError, Strategy, load_hardware, load_model
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Simulate and search parallel mappings of large-model training.")
 
+
+
+@app.callback()
+def palm_search() -> None:
+    """Simulate and search parallel mappings of large-model training (after PALM, arXiv 2406.03868)."""
+
+
 STRATEGY_FLAGS = ("tp", "pp", "dp", "microbatch_size", "global_batch_size", "schedule", "num_chunks",
                   "recompute", "sequence_parallel", "zero_stage", "optimizer", "precision", "mode",
                   "partition", "placement", "group_layout", "group_order", "transfer_strategy")

@@ -26,6 +26,7 @@ from simulator.result import ResourceUsage, SimulationResult, StageReport
 from simulator.schedules import PipelineSchedule, make_schedule
 from simulator.strategy import Strategy
 from simulator.workload.spec import ModelSpec
+from simulator.workload.stages import build_stage_costs
 
 
 def num_microbatches(model: ModelSpec, strategy: Strategy) -> int:
@@ -85,7 +86,6 @@ def simulate_with_records(
     schedule.check(m)
     topology = topology_of(hardware)
     placements = place(topology, strategy)
-    from simulator.workload.stages import build_stage_costs  # TEMP lazy
     costs = build_stage_costs(model, hardware, strategy)
     training = strategy.mode == "training"
     in_flight = [_in_flight(schedule, i, m, training) for i in range(strategy.pp)]

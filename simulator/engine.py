@@ -107,7 +107,7 @@ class Engine:
         for i in range(self.pp):
             for j in {(i + 1) % self.pp, (i - 1) % self.pp} - {i}:
                 self.p2p[(i, j)] = self._p2p_flow(i, j)
-        self.flows = [f for s in self.stage_flows for f in (s.tp, s.dp, s.dram, s.tp_all_to_all) if f]
+        self.flows = [f for s in self.stage_flows for f in _own_flows(s)]
         self.flows += list(self.p2p.values())
         if network.uses_contention():
             self._assign_bookings()
@@ -142,7 +142,7 @@ class Engine:
         overlap themselves, also book a private channel (ids past the physical resources).
         Resources booked by exactly the same flows always hold the same calendar, so each such
         class is booked once, through one representative."""
-        owner = {id(f): i for i, s in enumerate(self.stage_flows) for f in (s.tp, s.dp, s.dram, s.tp_all_to_all) if f}
+        owner = {id(f): i for i, s in enumerate(self.stage_flows) for f in _own_flows(s)}
         owners: dict[int, set] = {}
         for flow in self.flows:
             for r in flow.loads:
@@ -156,7 +156,7 @@ class Engine:
         for r, users in booked_by.items():
             representative.setdefault(tuple(users), r)
         channel = self.topology.num_resources
-        for index, flow in enumerate(self.flows):
+        for flow in self.flows:
             classes = {tuple(booked_by[r]) for r in flow.loads if r in booked_by}
             flow.booked = tuple(sorted(representative[c] for c in classes))
             if flow.kind == "p2p":
@@ -180,7 +180,8 @@ class Engine:
             self.env.process(self._stage(i, num_microbatches))
         self.env.run()
         makespan = max(s.finish_s for s in self.stats)
-        return EngineRun(makespan, self.stats, self.flows, [f.bytes_moved for f in self.flows], self.events, self.records)
+        moved = [f.bytes_moved for f in self.flows]
+        return EngineRun(makespan, self.stats, self.flows, moved, self.events, self.records)
 
     def _message(self, key: tuple[str, int, int]) -> simpy.Event:
         event = self.messages.get(key)
@@ -258,7 +259,8 @@ class Engine:
         flow = self.p2p.get((i, dst))
         end = now
         if flow is not None and size_bytes > 0:
-            per_edge = size_bytes if self.transfer_strategy == 1 else size_bytes * len(self.placements[i].tp_groups[0])
+            adapters = self.transfer_strategy == 2
+            per_edge = size_bytes * len(self.placements[i].tp_groups[0]) if adapters else size_bytes
             duration = flow.step_time_s(per_edge)
             flow.bytes_moved += per_edge
             end = self.network.book(flow, now, duration, now) + duration
@@ -300,6 +302,11 @@ class Engine:
             self.records.append(PassRecord(i, "U", -1, 0, now, end))
         self.events += 1
         yield self.env.timeout(end - now)
+
+
+def _own_flows(flows: StageFlows) -> list[Flow]:
+    """The flows a stage's own process runs (not its p2p sends)."""
+    return [f for f in (flows.tp, flows.dp, flows.dram, flows.tp_all_to_all) if f is not None]
 
 
 def traffic_by_kind(flows: list[Flow], flow_bytes: list[float]) -> dict[str, float]:

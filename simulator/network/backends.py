@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from bisect import bisect_right, insort
 
-from simulator.errors import InputError
-
 from simulator.collectives import Flow
+from simulator.errors import InputError
 
 _PRUNE_EVERY = 512
 

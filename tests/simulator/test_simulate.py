@@ -45,14 +45,10 @@ def test_result_round_trips_through_json():
 
 
 def _scaled(hardware, factor):
+    """``hardware`` with every link, NIC and DRAM bandwidth multiplied by ``factor``."""
     net = hardware.network
-    if hardware.kind == "mesh":
-        net = dataclasses.replace(net, intra_die_link_bandwidth_bytes_per_s=net.intra_die_link_bandwidth_bytes_per_s * factor,
-                                  inter_die_link_bandwidth_bytes_per_s=net.inter_die_link_bandwidth_bytes_per_s * factor,
-                                  dram_bandwidth_bytes_per_s=net.dram_bandwidth_bytes_per_s * factor)
-    else:
-        net = dataclasses.replace(net, intra_node_bandwidth_bytes_per_s=net.intra_node_bandwidth_bytes_per_s * factor,
-                                  inter_node_bandwidth_bytes_per_s=net.inter_node_bandwidth_bytes_per_s * factor)
+    names = [f for f in net.__dataclass_fields__ if f.endswith("bandwidth_bytes_per_s") and "hbm" not in f]
+    net = dataclasses.replace(net, **{f: getattr(net, f) * factor for f in names})
     return dataclasses.replace(hardware, network=net)
 
 
