@@ -1,0 +1,87 @@
+"""Contract suite for every pipeline schedule and every network backend."""
+
+from __future__ import annotations
+
+import pytest
+from fixtures import mesh_hardware, uniform_cost
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.collectives import make_flow
+from simulator.engine import Engine
+from simulator.errors import InputError
+from simulator.network.backends import AnalyticalNetwork, ContentionNetwork, network_backend
+from simulator.network.topology import topology_of
+from simulator.placement import place
+from simulator.schedules import SCHEDULE_CLASSES, make_schedule
+from simulator.strategy import Strategy
+
+HW = mesh_hardware(dies=(2, 2), cores=(2, 2))
+
+
+@st.composite
+def pipelines(draw):
+    name = draw(st.sampled_from(sorted(SCHEDULE_CLASSES)))
+    pp = draw(st.integers(1, 6))
+    chunks = draw(st.integers(2, 3)) if name == "interleaved-1f1b" else 1
+    m = pp * draw(st.integers(1, 3)) if name == "interleaved-1f1b" else draw(st.integers(1, 10))
+    return name, pp, chunks, m
+
+
+@settings(max_examples=60, deadline=None)
+@given(pipeline=pipelines())
+def test_every_pass_runs_once_and_forward_precedes_backward(pipeline):
+    name, pp, chunks, m = pipeline
+    schedule = make_schedule(name, pp, chunks)
+    for stage in range(pp):
+        order = schedule.order(stage, m)
+        assert sorted(order) == sorted((k, mb, c) for k in "BF" for mb in range(m) for c in range(chunks))
+        position = {p: i for i, p in enumerate(order)}
+        assert all(position[("F", mb, c)] < position[("B", mb, c)] for mb in range(m) for c in range(chunks))
+
+
+@settings(max_examples=30, deadline=None)
+@given(pipeline=pipelines(), network=st.sampled_from(["analytical", "contention"]))
+def test_simulated_forward_ends_before_its_backward_starts_on_every_stage(pipeline, network):
+    name, pp, chunks, m = pipeline
+    topo = topology_of(HW)
+    strategy = Strategy(pp=pp, schedule=name, num_chunks=chunks)
+    costs = tuple(uniform_cost(1.0, 2.0, 1e6) for _ in range(pp * chunks))
+    engine = Engine(hardware=HW, topology=topo, placements=place(topo, strategy), costs=costs,
+                    schedule=make_schedule(name, pp, chunks), network=network_backend(network),
+                    training=True, record=True)
+    records = engine.run(m).records
+    span = {(r.stage, r.kind, r.microbatch, r.chunk): (r.start_s, r.end_s) for r in records if r.kind != "U"}
+    assert len(span) == 2 * pp * chunks * m
+    for (stage, kind, mb, chunk), (start, _end) in span.items():
+        if kind == "B":
+            assert span[(stage, "F", mb, chunk)][1] <= start
+
+
+def test_1f1b_holds_p_minus_i_microbatches_and_gpipe_all():
+    assert [make_schedule("1f1b", 4).max_in_flight(i, 8) for i in range(4)] == [[4], [3], [2], [1]]
+    assert make_schedule("gpipe", 4).max_in_flight(0, 8) == [8]
+
+
+def test_interleaving_needs_microbatches_divisible_by_stages():
+    with pytest.raises(InputError, match="divisible by pp"):
+        make_schedule("interleaved-1f1b", 4, 2).check(6)
+
+
+@pytest.mark.parametrize("backend", [AnalyticalNetwork, ContentionNetwork])
+def test_a_booking_never_starts_before_it_is_ready(backend):
+    topo = topology_of(HW)
+    flow = make_flow(topo, "f", "p2p", [(0, 5)], 1.0)
+    flow.booked = tuple(flow.loads)
+    net = backend()
+    starts = [net.book(flow, t, 1.0, 0.0) for t in (0.0, 0.5, 0.2, 3.0)]
+    assert all(s >= t for s, t in zip(starts, (0.0, 0.5, 0.2, 3.0), strict=True))
+    if backend is ContentionNetwork:
+        assert sorted(starts) == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_unknown_backend_and_schedule_are_input_errors():
+    with pytest.raises(InputError):
+        network_backend("telepathy")
+    with pytest.raises(InputError):
+        make_schedule("zigzag", 2)
