@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from functools import wraps
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from palm_search.optimize_cmd import dashboard_cmd, optimize_command
 from palm_search.render import print_result
 from simulator import InputError, PalmError, Strategy, load_hardware, load_model, load_strategy, simulate
 
@@ -100,6 +102,24 @@ def simulate_command(
         typer.echo(result.to_json())
     else:
         print_result(result)
+
+
+@app.command("optimize")
+@wraps(optimize_command)
+def optimize(*args, **kwargs) -> None:
+    try:
+        optimize_command(*args, **kwargs)
+    except PalmError as error:
+        fail(str(error))
+
+
+@app.command("dashboard")
+@wraps(dashboard_cmd)
+def dashboard(*args, **kwargs) -> None:
+    try:
+        dashboard_cmd(*args, **kwargs)
+    except PalmError as error:
+        fail(str(error))
 
 
 def main() -> None:

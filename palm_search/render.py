@@ -57,3 +57,33 @@ def _resource_table(result: SimulationResult) -> Table:
     traffic = "  ".join(f"{k} {v / 1e9:.1f} GB" for k, v in result.traffic_bytes.items())
     table.caption = f"traffic per iteration: {traffic}"
     return table
+
+
+def print_search_summary(summary: dict, console: Console | None = None) -> None:
+    """Print the best mappings of a search, the baseline, and where to look further."""
+    console = console or Console()
+    base = summary.get("baseline") or {}
+    console.print(f"[bold]{summary['study']}[/]: {summary['trials']} trials ({summary['feasible']} feasible, "
+                  f"{summary['failed']} failed), sampler {summary['sampler']}")
+    if base:
+        state = f"{base.get('samples_per_s', 0):.4g} samples/s" if base.get("feasible") else \
+            f"infeasible: {base.get('reason')}"
+        console.print(f"baseline ({summary.get('baseline_note', '')}): {state}")
+    table = Table(title=f"top {len(summary['top'])} mappings")
+    columns = ("tp", "pp", "dp", "microbatch_size", "schedule", "recompute", "zero_stage", "placement",
+               "group_layout", "samples_per_s", "mfu", "peak_memory_GiB", "bubble_fraction", "speedup")
+    for c in ("#",) + columns:
+        table.add_column(c.replace("_", " "), justify="right")
+    for row in summary["top"]:
+        table.add_row(str(row["number"]), *(_cell(row.get(c)) for c in columns))
+    console.print(table)
+    if summary.get("pareto_front"):
+        console.print(f"Pareto front: {len(summary['pareto_front'])} mappings (see trials.csv)")
+    console.print(f"run directory: {summary['run_dir']} (best.json, trials.csv)\n"
+                  f"open the study: {summary['dashboard']}")
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return "-" if value != value else f"{value:.4g}"
+    return "-" if value is None else str(value)

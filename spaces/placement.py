@@ -6,7 +6,7 @@ family of explicit orders of the whole mesh, each cut into ``pp`` consecutive st
 devices:
 
 * ``s-shape-transposed``: dies walked column by column as a boustrophedon, cores inside each die
-  column-wise too;
+  column-wise too (like the built-in s-shape, each die's walk starts at its own north-west core);
 * ``s-shape-east`` / ``s-shape-south`` / ``s-shape-rotated``: the s-shape mirrored to start from the
   east, from the south, or both (rotated 180 degrees);
 * ``row-snake`` / ``column-snake``: a boustrophedon over all cores of the mesh, ignoring dies;

@@ -1,0 +1,61 @@
+"""The reference mapping every search result is compared with.
+
+For the cases PALM studies on its wafer (§V-B, Table VII: T-18B, T-76B, T-145B) it is the
+paper's mapping: TP 8 / DP 2 / PP 20, 1F1B, full recompute, Adam, FP16. Elsewhere it is a uniform
+Megatron-like mapping (Narayanan et al. SC'21 §3.3 takeaways): tensor parallelism up to the
+devices of one node or die, then the fewest pipeline stages that fit memory, microbatch 1, 1F1B,
+full recompute. If the paper's mapping exceeds memory the lowest ZeRO stage that fits is added,
+and the note says so.
+"""
+
+from __future__ import annotations
+
+from palm_search.study import StudySpec
+from simulator import Hardware, ModelSpec, Strategy, simulate
+from simulator.hardware.spec import Mesh
+from spaces import enumerate_degrees
+
+PAPER_BASELINES = {
+    ("T-18B", "wafer"): {"tp": 8, "dp": 2, "pp": 20, "schedule": "1f1b", "recompute": "full"},
+    ("T-76B", "wafer"): {"tp": 8, "dp": 2, "pp": 20, "schedule": "1f1b", "recompute": "full"},
+    ("T-145B", "wafer"): {"tp": 8, "dp": 2, "pp": 20, "schedule": "1f1b", "recompute": "full"},
+}
+"""PALM §V-B (Table VII) baseline mapping per (model preset, hardware preset)."""
+
+
+def choose_baseline(spec: StudySpec, model: ModelSpec, hardware: Hardware) -> tuple[Strategy, str]:
+    """The baseline strategy and a sentence saying where it comes from."""
+    fixed = {k: v for k, v in spec.fixed.items() if k not in ("stage_devices", "stage_layers")}
+    if spec.baseline is not None:
+        return Strategy.from_dict({**fixed, **spec.baseline}), "the study file's [baseline]"
+    paper = PAPER_BASELINES.get((model.name, hardware.name))
+    if paper is not None:
+        return _fitting_zero({**fixed, **paper}, model, hardware, spec.network)
+    return _megatron_like(fixed, model, hardware, spec.network)
+
+
+def _fitting_zero(fields: dict, model: ModelSpec, hardware: Hardware, network: str) -> tuple[Strategy, str]:
+    note = "PALM §V-B mapping (TP 8 / DP 2 / PP 20, 1F1B, full recompute)"
+    for zero in (0, 1, 2, 3):
+        strategy = Strategy.from_dict({**fields, "zero_stage": zero})
+        if simulate(model, hardware, strategy, network="analytical").feasible:
+            return strategy, note if zero == 0 else f"{note} + ZeRO-{zero}, the lowest stage that fits memory"
+    return Strategy.from_dict(fields), f"{note}; over memory even with ZeRO-3"
+
+
+def _megatron_like(fields: dict, model: ModelSpec, hardware: Hardware, network: str) -> tuple[Strategy, str]:
+    net = hardware.network
+    group = net.cores_x * net.cores_y if isinstance(net, Mesh) else net.gpus_per_node
+    degrees = enumerate_degrees(model, hardware)
+    ranked = sorted(degrees, key=lambda d: (-min(d.tp, group) if d.tp <= group else d.tp, d.pp))
+    for d in ranked:
+        strategy = Strategy.from_dict({**fields, "tp": d.tp, "pp": d.pp, "dp": d.dp, "schedule": "1f1b",
+                                       "recompute": "full", "microbatch_size": 1})
+        try:
+            if simulate(model, hardware, strategy, network="analytical").feasible:
+                return strategy, f"Megatron-like uniform mapping TP {d.tp} / PP {d.pp} / DP {d.dp}"
+        except Exception:  # noqa: BLE001, S112 - an illegal candidate is skipped
+            continue
+    d = ranked[0]
+    return (Strategy.from_dict({**fields, "tp": d.tp, "pp": d.pp, "dp": d.dp}),
+            "Megatron-like mapping (no candidate fits memory)")

@@ -1,0 +1,49 @@
+"""What a worker does with one strategy: simulate it and return a small picklable record.
+
+Workers (joblib/loky processes) only run the simulator; the driver owns the study. A failure
+inside the simulator is returned as an ``error`` record, so one bad strategy fails one trial and
+never the batch.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+
+from simulator import Hardware, ModelSpec, SimulationResult, Strategy, simulate
+from simulator import __version__ as SIMULATOR_VERSION
+
+RECORD_KEYS = ("feasible", "reason", "samples_per_s", "tokens_per_s", "iteration_time_s", "mfu",
+               "bubble_fraction", "peak_memory_bytes", "memory_over_capacity_bytes", "wall_time_s",
+               "events_simulated", "extrapolated", "error")
+"""Keys of an evaluation record (also the trials' user attributes and ``trials.csv`` columns)."""
+
+
+def cache_key(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str) -> str:
+    """Identity of an evaluation: strategy, model, hardware, network and simulator version."""
+    return json.dumps([strategy.to_dict(), repr(model), repr(hardware), network, SIMULATOR_VERSION],
+                      sort_keys=True, default=str)
+
+
+def record_of(result: SimulationResult, capacity_bytes: float) -> dict:
+    """The evaluation record of a simulation result."""
+    return {
+        "feasible": result.feasible, "reason": result.reason, "samples_per_s": result.samples_per_s,
+        "tokens_per_s": result.tokens_per_s, "iteration_time_s": result.iteration_time_s,
+        "mfu": result.model_flops_utilisation, "bubble_fraction": result.bubble_fraction,
+        "peak_memory_bytes": result.peak_memory_bytes,
+        "memory_over_capacity_bytes": max(result.peak_memory_bytes - capacity_bytes, 0.0),
+        "wall_time_s": result.wall_time_s, "events_simulated": result.events_simulated,
+        "extrapolated": result.extrapolated, "error": "",
+    }
+
+
+def evaluate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str) -> dict:
+    """Simulate ``strategy``; never raises (an exception becomes ``{"error": message}``)."""
+    try:
+        result = simulate(model, hardware, strategy, network=network)
+        return record_of(result, hardware.device_memory_bytes())
+    except Exception as error:  # noqa: BLE001 - a failing evaluation must not stop a search
+        last = traceback.extract_tb(error.__traceback__)[-1:]
+        where = f" ({last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
+        return {"error": f"{type(error).__name__}: {error}{where}"}

@@ -1,0 +1,115 @@
+"""``palm-search optimize`` and ``palm-search dashboard``: the search from the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from palm_search.baseline import choose_baseline
+from palm_search.driver import open_search, optimize, run_baseline
+from palm_search.outputs import dashboard_command, write_outputs
+from palm_search.render import print_search_summary
+from palm_search.study import StudySpec, load_study
+
+Opt = typer.Option
+
+
+def resolve_spec(study_file: Path | None, model: str | None, hw: str | None, **overrides) -> StudySpec:
+    """The study file's spec (or the embedded defaults) with the flags the user gave.
+
+    Raises:
+        InputError: missing model/hardware, bad values.
+    """
+    from simulator import InputError
+
+    if study_file is not None:
+        spec = load_study(study_file).replace(model=model, hardware=hw)
+    elif model and hw:
+        spec = StudySpec(model=model, hardware=hw)
+    else:
+        raise InputError("optimize: give --model and --hw, or --study FILE")
+    return spec.replace(**overrides)
+
+
+def optimize_command(
+    model: Annotated[str | None, Opt("--model", help="Model preset or TOML file.")] = None,
+    hw: Annotated[str | None, Opt("--hw", help="Hardware preset or TOML file.")] = None,
+    study_file: Annotated[Path | None, Opt("--study", help="Study TOML (flags override it).")] = None,
+    trials: Annotated[int | None, Opt(help="Finished trials the study should hold.")] = None,
+    sampler: Annotated[str | None, Opt(help="auto, tpe, random, exhaustive or nsga2.")] = None,
+    seed: Annotated[int | None, Opt(help="Sampler seed.")] = None,
+    objective: Annotated[list[str] | None, Opt(help="throughput and/or memory (repeat).")] = None,
+    network: Annotated[str | None, Opt(help="contention or analytical.")] = None,
+    top: Annotated[int | None, Opt(help="Mappings shown at the end.")] = None,
+    jobs: Annotated[int, Opt(help="Simulator worker processes (default: all cores).")] = 0,
+    deterministic: Annotated[bool, Opt(help="Synchronous batches: same trials for any --jobs.")] = False,
+    storage: Annotated[str | None, Opt(help="RDB URL instead of the run directory's journal.")] = None,
+    run_dir: Annotated[Path | None, Opt(help="Run directory (default runs/<study name>).")] = None,
+    json_output: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False,
+) -> None:
+    """Search the fastest mapping of MODEL on HW; re-running the same command resumes."""
+    spec = resolve_spec(study_file, model, hw, trials=trials, sampler=sampler, seed=seed,
+                        objectives=tuple(objective) if objective else None, network=network, top=top)
+    directory = run_dir or Path("runs") / spec.name
+    search = open_search(spec, run_dir=directory, storage=storage, jobs=jobs or os.cpu_count() or 1,
+                         deterministic=deterministic)
+    baseline, note = choose_baseline(spec, search.model, search.hardware)
+    search.study.set_user_attr("baseline_note", note)
+    with _progress_bar(spec.trials) as (progress, task):
+        run_baseline(search, baseline)
+        optimize(search, lambda p: progress.update(task, completed=p.done, description=_describe(p)))
+    summary = write_outputs(search, directory)
+    summary["baseline_note"] = note
+    summary["dashboard"] = dashboard_command(directory, storage)
+    if json_output:
+        typer.echo(json.dumps(summary, default=str))
+    else:
+        print_search_summary(summary)
+
+
+def _describe(p) -> str:
+    return f"feasible {p.feasible} cached {p.cached} failed {p.failed} best {p.best:.4g} samples/s"
+
+
+class _progress_bar:
+    """A rich progress bar on stderr (hidden when stderr is not a terminal)."""
+
+    def __init__(self, total: int) -> None:
+        console = Console(stderr=True)
+        self.progress = Progress(TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                                 disable=not console.is_terminal)
+        self.total = total
+
+    def __enter__(self):
+        self.progress.start()
+        return self.progress, self.progress.add_task("", total=self.total)
+
+    def __exit__(self, *exc) -> None:
+        self.progress.stop()
+
+
+def dashboard_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory of palm-search optimize.")],
+    host: Annotated[str, Opt(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, Opt(help="Port.")] = 8080,
+) -> None:
+    """Serve the run's study in optuna-dashboard."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+    from optuna_dashboard import run_server
+
+    from palm_search.driver import JOURNAL
+    from simulator import InputError
+
+    journal = run_dir / JOURNAL
+    if not journal.is_file():
+        raise InputError(f"dashboard: {journal} does not exist (run palm-search optimize first)")
+    typer.echo(f"optuna-dashboard on http://{host}:{port}/ (Ctrl-C stops)", err=True)
+    run_server(JournalStorage(JournalFileBackend(str(journal))), host=host, port=port)

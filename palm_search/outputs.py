@@ -1,0 +1,96 @@
+"""What a search leaves behind and shows: the top mappings, best.json, trials.csv, a summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pandas as pd
+from optuna.trial import TrialState
+
+from palm_search.driver import JOURNAL, Search
+
+COLUMNS = ("number", "tp", "pp", "dp", "microbatch_size", "schedule", "num_chunks", "recompute",
+           "sequence_parallel", "zero_stage", "placement", "group_layout", "group_order", "samples_per_s",
+           "mfu", "peak_memory_GiB", "bubble_fraction", "speedup", "feasible", "cached", "baseline")
+
+
+def trials_frame(study: optuna.Study) -> pd.DataFrame:
+    """One row per finished trial: strategy fields, metrics, speedup over the baseline."""
+    rows = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
+        attrs = trial.user_attrs
+        row = {"number": trial.number, "state": trial.state.name, **attrs.get("strategy", {})}
+        row.update({k: v for k, v in attrs.items() if k != "strategy"})
+        row["peak_memory_GiB"] = (attrs.get("peak_memory_bytes") or 0.0) / 2**30
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    base = frame.loc[frame.get("baseline", False) == True, "samples_per_s"]  # noqa: E712
+    base_value = float(base.iloc[0]) if len(base) and base.iloc[0] else float("nan")
+    frame["speedup"] = frame["samples_per_s"] / base_value
+    return frame
+
+
+def top_mappings(frame: pd.DataFrame, k: int) -> pd.DataFrame:
+    """The ``k`` fastest feasible, distinct mappings (plus nothing else)."""
+    if frame.empty or "feasible" not in frame:
+        return frame
+    feasible = frame[(frame["state"] == "COMPLETE") & (frame["feasible"] == True)]  # noqa: E712
+    strategy_cols = [c for c in COLUMNS[1:13] if c in feasible]
+    distinct = feasible.sort_values("samples_per_s", ascending=False).drop_duplicates(strategy_cols)
+    return distinct.head(k)[[c for c in COLUMNS if c in distinct]]
+
+
+def baseline_row(frame: pd.DataFrame) -> dict | None:
+    """The baseline trial's row, if any."""
+    if frame.empty or "baseline" not in frame:
+        return None
+    rows = frame[frame["baseline"] == True]  # noqa: E712
+    return rows.iloc[0].to_dict() if len(rows) else None
+
+
+def write_outputs(search: Search, run_dir: Path) -> dict:
+    """Write ``best.json`` and ``trials.csv`` into ``run_dir``; return the summary document."""
+    frame = trials_frame(search.study)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(run_dir / "trials.csv", index=False)
+    top = top_mappings(frame, search.spec.top)
+    summary = _summary(search, frame, top, run_dir)
+    if summary["best"] is not None:
+        best = {"model": search.spec.model, "hardware": search.spec.hardware, "network": search.spec.network,
+                "strategy": summary["best"]["strategy"], "result": summary["best"]}
+        (run_dir / "best.json").write_text(json.dumps(best, indent=2, default=str))
+    return summary
+
+
+def dashboard_command(run_dir: Path, storage: str | None) -> str:
+    """The shell command that opens the study in optuna-dashboard."""
+    return f"optuna-dashboard {storage or run_dir / JOURNAL}"
+
+
+def _summary(search: Search, frame: pd.DataFrame, top: pd.DataFrame, run_dir: Path) -> dict:
+    best = None
+    if len(top):
+        number = int(top.iloc[0]["number"])
+        trial = search.study.trials[number]
+        best = {"trial": number, "strategy": trial.user_attrs["strategy"],
+                **{k: v for k, v in trial.user_attrs.items() if k != "strategy"}}
+    failed = int((frame["state"] == "FAIL").sum()) if len(frame) else 0
+    return {
+        "study": search.spec.name, "model": search.spec.model, "hardware": search.spec.hardware,
+        "objectives": list(search.spec.objectives), "sampler": search.study.user_attrs.get("sampler"),
+        "trials": len(frame), "failed": failed,
+        "feasible": int((frame.get("feasible") == True).sum()) if len(frame) else 0,  # noqa: E712
+        "baseline": baseline_row(frame), "best": best,
+        "top": json.loads(top.to_json(orient="records")) if len(top) else [],
+        "pareto_front": _pareto(search) if len(search.spec.objectives) > 1 else [],
+        "run_dir": str(run_dir), "dashboard": dashboard_command(run_dir, None),
+    }
+
+
+def _pareto(search: Search) -> list[dict]:
+    return [{"trial": t.number, "values": t.values, "strategy": t.user_attrs.get("strategy")}
+            for t in search.study.best_trials]

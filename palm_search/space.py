@@ -1,0 +1,84 @@
+"""The search space of a study as a function ``trial -> Strategy``, and its exhaustive walk.
+
+:func:`enumerate_points` walks every assignment of the parameters that
+:func:`spaces.suggest_training_strategy` asks for, by replaying it on a scripted trial (an
+odometer over the tree of choices, as Optuna's ``BruteForceSampler`` does; that sampler cannot be
+driven by ask/tell because it stops the study from inside ``tell``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+
+from palm_search.study import StudySpec
+from simulator import Hardware, InputError, ModelSpec, Strategy
+from spaces import ParallelDegrees, custom_placements, suggest_training_strategy
+
+Builder = Callable[[object], Strategy]
+
+
+def strategy_builder(spec: StudySpec, model: ModelSpec, hardware: Hardware) -> Builder:
+    """``trial -> Strategy`` over the study's searched dimensions.
+
+    Raises:
+        InputError: invalid custom placements or dimensions.
+    """
+    custom = custom_placements(spec.placements, hardware, _fixed_degrees(spec)) if spec.placements else None
+    return partial(suggest_training_strategy, model=model, hardware=hardware, fixed=dict(spec.fixed),
+                   searched=set(spec.searched), custom_placements=custom,
+                   microbatch_choices=spec.microbatch_sizes)
+
+
+def _fixed_degrees(spec: StudySpec) -> ParallelDegrees | None:
+    """The degrees when the study fixes all three (custom placements are then checked fully)."""
+    if all(k in spec.fixed for k in ("tp", "pp", "dp")):
+        return ParallelDegrees(spec.fixed["tp"], spec.fixed["pp"], spec.fixed["dp"])
+    return None
+
+
+@dataclass
+class ScriptedTrial:
+    """A stand-in for an Optuna trial whose categorical answers follow ``script`` (indices)."""
+
+    script: list[int]
+
+    def __post_init__(self) -> None:
+        self.offered: list[int] = []
+        self.params: dict[str, object] = {}
+
+    def suggest_categorical(self, name: str, choices):
+        index = self.script[len(self.offered)] if len(self.offered) < len(self.script) else 0
+        self.offered.append(len(choices))
+        self.params[name] = choices[index]
+        return choices[index]
+
+    def suggest_int(self, name: str, low: int, high: int, step: int = 1, log: bool = False):
+        return self.suggest_categorical(name, list(range(low, high + 1, step)))
+
+
+def enumerate_points(build: Builder, limit: int) -> list[dict] | None:
+    """Every parameter assignment of the space, or None if there are more than ``limit``."""
+    points = []
+    for params in _walk(build):
+        points.append(params)
+        if len(points) > limit:
+            return None
+    return points
+
+
+def _walk(build: Builder) -> Iterator[dict]:
+    script: list[int] = []
+    while True:
+        trial = ScriptedTrial(script)
+        try:
+            build(trial)
+            yield dict(trial.params)
+        except InputError:
+            pass
+        taken = [script[i] if i < len(script) else 0 for i in range(len(trial.offered))]
+        j = max((i for i, n in enumerate(trial.offered) if taken[i] + 1 < n), default=-1)
+        if j < 0:
+            return
+        script = taken[:j] + [taken[j] + 1]

@@ -1,0 +1,159 @@
+"""A study: what to search, for which model on which machine, with what budget.
+
+Study files are TOML (see ``studies/t145b-wafer.toml``)::
+
+    [study]                  # all keys optional except model and hardware
+    name = "t145b-wafer"     # Optuna study name (default "<model>-<hardware>")
+    model = "T-145B"         # preset name or path
+    hardware = "wafer"
+    objectives = ["throughput"]      # or ["throughput", "memory"] for a Pareto front
+    sampler = "auto"         # auto (exhaustive if the space fits the budget, else TPE) | tpe |
+                             # random | exhaustive | nsga2
+    trials = 300             # budget: finished trials in the study
+    seed = 0
+    batch_size = 8           # trials per synchronous batch with --deterministic
+    network = "contention"   # or "analytical"
+    top = 10                 # mappings shown at the end
+
+    [search]
+    dimensions = ["degrees", "microbatch_size", "schedule", ...]   # spaces.training.DIMENSIONS
+    microbatch_sizes = [1, 2, 4, 8]  # optional cap of the microbatch choices
+
+    [fixed]                  # Strategy fields not searched
+    optimizer = "adam"
+
+    [baseline]               # the reference mapping (default: PALM's or a Megatron-like one)
+    tp = 8
+
+    [placements]             # custom placements: name = [[device ids of stage 0], ...]
+
+CLI flags override the file; the embedded defaults (:data:`DEFAULT_SEARCHED` etc.) apply to
+``palm-search optimize --model M --hw H`` with no file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from simulator.config import Table, read_toml
+from simulator.errors import InputError
+from simulator.strategy import Strategy
+
+OBJECTIVES = ("throughput", "memory")
+SAMPLERS = ("auto", "tpe", "random", "exhaustive", "nsga2")
+NETWORKS = ("contention", "analytical")
+DEFAULT_SEARCHED = ("degrees", "microbatch_size", "schedule", "recompute", "sequence_parallel",
+                    "zero_stage", "groups", "placement")
+DEFAULT_MICROBATCH_SIZES = (1, 2, 4, 8, 16)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StudySpec:
+    """Everything a search needs besides where it runs (see the module docstring for keys)."""
+
+    model: str
+    hardware: str
+    name: str = ""
+    objectives: tuple[str, ...] = ("throughput",)
+    sampler: str = "auto"
+    trials: int = 300
+    seed: int = 0
+    batch_size: int = 8
+    network: str = "contention"
+    top: int = 10
+    searched: tuple[str, ...] = DEFAULT_SEARCHED
+    microbatch_sizes: tuple[int, ...] = DEFAULT_MICROBATCH_SIZES
+    fixed: dict = field(default_factory=dict)
+    baseline: dict | None = None
+    placements: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check("objectives", self.objectives, OBJECTIVES, many=True)
+        _check("sampler", self.sampler, SAMPLERS)
+        _check("network", self.network, NETWORKS)
+        for key in ("trials", "batch_size", "top"):
+            if getattr(self, key) < 1:
+                raise InputError(f"study: `{key}` must be >= 1, got {getattr(self, key)}")
+        if not self.name:
+            object.__setattr__(self, "name", f"{Path(self.model).stem}-{Path(self.hardware).stem}".lower())
+
+    @property
+    def directions(self) -> list[str]:
+        """Optuna directions, one per objective (throughput up, memory down)."""
+        return ["maximize" if o == "throughput" else "minimize" for o in self.objectives]
+
+    def replace(self, **changes) -> StudySpec:
+        """A copy with ``changes`` applied (``None`` values are ignored: flags not given)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def _check(key: str, value, allowed: tuple[str, ...], many: bool = False) -> None:
+    values = value if many else (value,)
+    bad = [v for v in values if v not in allowed]
+    if bad or not values:
+        raise InputError(f"study: `{key}` must be {'a list of ' if many else ''}one of {list(allowed)},"
+                         f" got {value!r}")
+
+
+def load_study(path: str | Path) -> StudySpec:
+    """Read a study file.
+
+    Raises:
+        InputError: unreadable file, unknown or missing key, bad value (one line naming the file,
+            table, key and value).
+    """
+    root = read_toml(path)
+    study = root.take_table("study")
+    values = _study_values(study)
+    if root.has("search"):
+        values.update(_search_values(root.take_table("search")))
+    for key in ("fixed", "baseline"):
+        if root.has(key):
+            values[key] = _strategy_fields(root.take_table(key))
+    if root.has("placements"):
+        values["placements"] = root.take_table("placements").data
+    root.finish()
+    try:
+        return StudySpec(**values)
+    except InputError as error:
+        raise InputError(f"{path}: {error}") from None
+
+
+def _study_values(study: Table) -> dict:
+    values = {"model": study.take_string("model"), "hardware": study.take_string("hardware")}
+    for key in ("name", "sampler", "network"):
+        if study.has(key):
+            values[key] = study.take_string(key)
+    if study.has("objectives"):
+        values["objectives"] = tuple(study.take_strings("objectives"))
+    for key in ("trials", "seed", "batch_size", "top"):
+        if study.has(key):
+            values[key] = int(study.take_number(key, integer=True, minimum=0))
+    study.finish()
+    return values
+
+
+def _search_values(search: Table) -> dict:
+    values = {}
+    if search.has("dimensions"):
+        values["searched"] = tuple(search.take_strings("dimensions"))
+    if search.has("microbatch_sizes"):
+        sizes = search.data.get("microbatch_sizes")
+        if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 1 for s in sizes) or not sizes:
+            raise search.error(f"key 'microbatch_sizes' must be a list of integers >= 1, got {sizes!r}")
+        search.data.pop("microbatch_sizes")
+        values["microbatch_sizes"] = tuple(sizes)
+    search.finish()
+    return values
+
+
+def _strategy_fields(table: Table) -> dict:
+    """A strategy table's fields, checked by building a Strategy from them."""
+    fields = dict(table.data)
+    try:
+        Strategy.from_dict(fields)
+    except InputError as error:
+        raise table.error(str(error).removeprefix("strategy: ")) from None
+    return fields

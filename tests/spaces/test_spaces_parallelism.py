@@ -1,0 +1,116 @@
+"""Degrees, microbatch sizes and schedules: every enumerated point is a valid Strategy."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+import simulator
+from simulator.api import num_microbatches
+from simulator.schedules import make_schedule
+from spaces import parallelism
+from spaces.parallelism import ParallelDegrees, ScheduleChoice
+
+CASES = [("T-145B", "wafer"), ("T-18B", "wafer"), ("LLaMA2-7B", "grayskull"), ("ResNet-50", "grayskull"),
+         ("GPT3-175B", "a100-cluster")]
+
+
+def _legal(model, devices: int, d: ParallelDegrees) -> bool:
+    return (d.tp * d.pp * d.dp == devices and parallelism.tp_divides(model, d.tp)
+            and d.pp <= parallelism.partition_units(model) and model.global_batch_size % d.dp == 0)
+
+
+@pytest.mark.parametrize(("model_name", "hardware_name"), CASES)
+def test_enumerated_degrees_are_legal_complete_and_sorted(model_name, hardware_name):
+    model, hardware = simulator.load_model(model_name), simulator.load_hardware(hardware_name)
+    found = parallelism.enumerate_degrees(model, hardware)
+    n = hardware.num_devices
+    divisors = parallelism.divisors(n)
+    expected = [ParallelDegrees(tp, pp, n // (tp * pp)) for tp, pp in itertools.product(divisors, divisors)
+                if n % (tp * pp) == 0]
+    assert found == sorted(d for d in expected if _legal(model, n, d))
+    assert found, "some legal degrees exist for every preset pair"
+    for d in found:
+        strategy = simulator.Strategy(tp=d.tp, pp=d.pp, dp=d.dp)
+        assert strategy.num_devices == n
+        if model.is_transformer:
+            assert model.num_heads % d.tp == 0 and model.hidden_size % d.tp == 0
+
+
+def test_paper_mapping_is_among_wafer_degrees():
+    found = parallelism.enumerate_degrees(simulator.load_model("T-145B"), simulator.load_hardware("wafer"))
+    assert ParallelDegrees(8, 20, 2) in found
+
+
+def test_devices_and_max_tp_restrict_degrees():
+    model, hardware = simulator.load_model("T-18B"), simulator.load_hardware("wafer")
+    found = parallelism.enumerate_degrees(model, hardware, devices=64, max_tp=4)
+    assert found and all(d.tp * d.pp * d.dp == 64 and d.tp <= 4 for d in found)
+    with pytest.raises(simulator.InputError, match="devices"):
+        parallelism.enumerate_degrees(model, hardware, devices=321)
+
+
+def test_resnet_tp_divides_its_narrowest_channels():
+    from simulator.workload.stages import RESNET50_BLOCK_CHANNELS
+
+    assert parallelism.RESNET50_TP_CHANNELS == RESNET50_BLOCK_CHANNELS
+    found = parallelism.enumerate_degrees(simulator.load_model("ResNet-50"), simulator.load_hardware("grayskull"))
+    assert all(64 % d.tp == 0 and d.pp <= 18 for d in found)
+
+
+def test_microbatch_sizes_divide_the_replica_batch():
+    model = simulator.load_model("T-145B")  # B = 2304
+    sizes = parallelism.enumerate_microbatch_sizes(model, ParallelDegrees(8, 20, 2))
+    assert sizes == parallelism.divisors(1152)
+    capped = parallelism.enumerate_microbatch_sizes(model, ParallelDegrees(8, 20, 2), choices=[1, 2, 4, 5, 128])
+    assert capped == [1, 2, 4, 128]
+    assert parallelism.enumerate_microbatch_sizes(model, ParallelDegrees(1, 1, 5)) == []
+
+
+def test_interleaved_schedule_rules():
+    model = simulator.load_model("T-145B")  # 80 layers, B = 2304
+    labels = [c.label for c in parallelism.enumerate_schedules(model, ParallelDegrees(8, 20, 2), 1)]
+    assert labels == ["gpipe", "1f1b"]  # m = 1152 is not a multiple of pp = 20
+    # With B = 2304 = 2^8 * 9 no pp of the 320-core wafer (a multiple of 5) divides m: override B.
+    labels = [c.label for c in parallelism.enumerate_schedules(model, ParallelDegrees(8, 40, 1), 1,
+                                                                global_batch_size=2560)]
+    assert labels == ["gpipe", "1f1b", "interleaved-1f1b:2"]  # 80 % (40*4) != 0
+    labels = [c.label for c in parallelism.enumerate_schedules(model, ParallelDegrees(8, 4, 10), 1,
+                                                                global_batch_size=2320)]
+    assert labels == ["gpipe", "1f1b", "interleaved-1f1b:2", "interleaved-1f1b:4"]
+    assert parallelism.enumerate_schedules(model, ParallelDegrees(8, 1, 40), 1)[-1].label == "1f1b"
+
+
+def test_labels_round_trip():
+    assert ParallelDegrees.parse("8x20x2") == ParallelDegrees(8, 20, 2)
+    assert ParallelDegrees(8, 20, 2).label == "8x20x2"
+    assert ScheduleChoice.parse("interleaved-1f1b:4") == ScheduleChoice("interleaved-1f1b", 4)
+    assert ScheduleChoice.parse("gpipe").label == "gpipe"
+    with pytest.raises(simulator.InputError, match="TPxPPxDP"):
+        ParallelDegrees.parse("8x20")
+
+
+def test_every_enumerated_plan_constructs_and_runs_its_schedule_checks():
+    model, hardware = simulator.load_model("LLaMA2-7B"), simulator.load_hardware("grayskull")
+    for d in parallelism.enumerate_degrees(model, hardware):
+        for b in parallelism.enumerate_microbatch_sizes(model, d, choices=[1, 2, 4, 8]):
+            for choice in parallelism.enumerate_schedules(model, d, b):
+                for sp, zero in itertools.product(parallelism.enumerate_sequence_parallel(model, d),
+                                                  parallelism.enumerate_zero_stages(d)):
+                    strategy = simulator.Strategy(
+                        tp=d.tp, pp=d.pp, dp=d.dp, microbatch_size=b, schedule=choice.schedule,
+                        num_chunks=choice.num_chunks, sequence_parallel=sp, zero_stage=zero)
+                    m = num_microbatches(model, strategy)
+                    make_schedule(choice.schedule, d.pp, choice.num_chunks).check(m)
+                    assert d.pp * choice.num_chunks <= model.num_layers
+
+
+def test_sequence_parallel_and_zero_only_where_meaningful():
+    model = simulator.load_model("T-18B")
+    assert parallelism.enumerate_sequence_parallel(model, ParallelDegrees(1, 4, 80)) == (False,)
+    assert parallelism.enumerate_sequence_parallel(model, ParallelDegrees(8, 4, 10)) == (False, True)
+    assert parallelism.enumerate_sequence_parallel(simulator.load_model("ResNet-50"),
+                                                   ParallelDegrees(8, 4, 10)) == (False,)
+    assert parallelism.enumerate_zero_stages(ParallelDegrees(8, 40, 1)) == (0,)
+    assert parallelism.enumerate_zero_stages(ParallelDegrees(8, 20, 2)) == (0, 1, 2, 3)

@@ -1,0 +1,121 @@
+"""Named placements give pp disjoint groups of tp*dp valid devices; custom placements are checked."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import optuna
+import pytest
+
+import simulator
+from simulator.network.topology import topology_of
+from simulator.placement import place
+from spaces import parallelism, placement
+from spaces.parallelism import ParallelDegrees
+
+WAFER = simulator.load_hardware("wafer")
+
+
+def small_mesh(dies=(3, 2), cores=(2, 3)):
+    """The wafer preset shrunk to ``dies`` of ``cores`` (odd sizes on purpose)."""
+    network = replace(WAFER.network, dies_x=dies[0], dies_y=dies[1], cores_x=cores[0], cores_y=cores[1])
+    return replace(WAFER, name="small-mesh", network=network)
+
+
+MACHINES = [WAFER, simulator.load_hardware("grayskull"), small_mesh(), small_mesh((1, 3), (4, 1))]
+
+
+def _degrees(hardware):
+    n = hardware.num_devices
+    return [ParallelDegrees(tp, pp, n // (tp * pp)) for tp in parallelism.divisors(n)
+            for pp in parallelism.divisors(n // tp)]
+
+
+@pytest.mark.parametrize("hardware", MACHINES, ids=lambda h: h.name + str(h.num_devices))
+def test_every_placement_has_pp_groups_of_distinct_valid_devices(hardware):
+    topology = topology_of(hardware)
+    for degrees in _degrees(hardware)[::3]:
+        named = placement.enumerate_placements(hardware, degrees)
+        assert tuple(named) == placement.placement_names(hardware)
+        for name, stages in named.items():
+            fields = placement.placement_fields(name, stages)
+            strategy = simulator.Strategy(tp=degrees.tp, pp=degrees.pp, dp=degrees.dp, **fields)
+            placed = place(topology, strategy)
+            devices = [d for stage in placed for d in stage.devices]
+            assert len(placed) == degrees.pp
+            assert all(len(stage.devices) == degrees.tp * degrees.dp for stage in placed)
+            assert len(set(devices)) == len(devices) == hardware.num_devices
+            assert all(0 <= d < hardware.num_devices for d in devices)
+
+
+@pytest.mark.parametrize("hardware", MACHINES, ids=lambda h: h.name + str(h.num_devices))
+def test_orders_are_distinct_permutations_of_the_mesh(hardware):
+    orders = placement.mesh_orders(topology_of(hardware))
+    assert {"line", "s-shape"} <= set(orders)
+    for order in orders.values():
+        assert sorted(order) == list(range(hardware.num_devices))
+    explicit = [tuple(o) for name, o in orders.items() if name not in placement.BUILT_IN]
+    assert len(set(explicit)) == len(explicit)
+    assert not set(explicit) & {tuple(orders["line"]), tuple(orders["s-shape"])}
+
+
+def test_wafer_family_and_its_geometry():
+    topology = topology_of(WAFER)
+    orders = placement.mesh_orders(topology)
+    assert list(orders) == ["line", "s-shape", "s-shape-transposed", "s-shape-east", "s-shape-south",
+                            "s-shape-rotated", "row-snake", "column-snake", "hilbert"]
+    width, height = WAFER.network.width, WAFER.network.height
+    assert topology.coord(orders["s-shape-east"][0]).x == width - 1
+    assert topology.coord(orders["s-shape-south"][0]).y == height - 1
+    first_column = [topology.coord(d) for d in orders["s-shape-transposed"][:WAFER.network.cores_y]]
+    assert [(c.x, c.y) for c in first_column] == [(0, y) for y in range(WAFER.network.cores_y)]
+    for name in ("column-snake", "row-snake", "hilbert"):
+        steps = [abs(topology.coord(a).x - topology.coord(b).x) + abs(topology.coord(a).y - topology.coord(b).y)
+                 for a, b in zip(orders[name], orders[name][1:], strict=False)]
+        assert max(steps) == 1, name  # even-sided mesh: every step is one hop
+
+
+def test_a_cluster_only_has_line():
+    cluster = simulator.load_hardware("a100-cluster")
+    assert placement.enumerate_placements(cluster, ParallelDegrees(8, 12, 32)) == {"line": None}
+
+
+def test_too_many_devices_is_an_input_error():
+    with pytest.raises(simulator.InputError, match="exceeds"):
+        placement.enumerate_placements(WAFER, ParallelDegrees(8, 40, 2))
+
+
+def test_custom_placements_are_validated():
+    hardware, degrees = small_mesh(), ParallelDegrees(1, 2, 2)  # 36 devices
+    good = placement.custom_placements({"mine": [[0, 1], [2, 3]]}, hardware, degrees)
+    assert good == {"mine": ((0, 1), (2, 3))}
+    bad = [
+        ({"x": [[0, 1], [2, 36]]}, "not in 0..35"),
+        ({"x": [[0, 1], [1, 2]]}, "used twice"),
+        ({"x": [[0, 1], [2]]}, "same number"),
+        ({"x": [[0, 1, 2], [3, 4, 5]]}, "needs pp = 2 stages of tp\\*dp = 2"),
+        ({"x": [0, 1]}, "every stage must be a list"),
+        ({"x": []}, "non-empty"),
+        ({"x": [[0, True], [2, 3]]}, "device id True"),
+        ({"hilbert": [[0, 1], [2, 3]]}, "taken"),
+    ]
+    for spec, message in bad:
+        with pytest.raises(simulator.InputError, match=message) as error:
+            placement.custom_placements(spec, hardware, degrees)
+        assert "\n" not in str(error.value)
+
+
+def test_suggest_placement_keeps_choices_fixed_with_custom_placements():
+    hardware = small_mesh()
+    custom = placement.custom_placements({"pairs": [[0, 1], [2, 3]], "quads": [[0, 1, 2, 3]]}, hardware)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    choices = [ParallelDegrees(1, 2, 1), ParallelDegrees(2, 1, 2), ParallelDegrees(1, 2, 2)]
+    for number in range(50):
+        trial = study.ask()
+        degrees = choices[number % 3]
+        fields = placement.suggest_placement(trial, hardware, degrees, custom)
+        strategy = simulator.Strategy(tp=degrees.tp, pp=degrees.pp, dp=degrees.dp, **fields)
+        place(topology_of(hardware), strategy)
+        study.tell(trial, 0.0)
+    names = {name for t in study.trials for name in t.params}
+    assert "placement|without=quads" in names and "placement|without=pairs" in names

@@ -1,0 +1,95 @@
+"""Whole strategies from Optuna trials: always valid, never a dynamic categorical space."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import optuna
+import pytest
+
+import simulator
+import spaces
+from simulator.api import num_microbatches
+from simulator.network.topology import topology_of
+from simulator.placement import place
+from simulator.schedules import make_schedule
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+CASES = [("T-18B", "wafer", {}), ("T-145B", "wafer", {}), ("ResNet-50", "grayskull", {}),
+         ("LLaMA2-7B", "a100-cluster", {"max_tp": 8, "microbatch_choices": [1, 2, 4, 8]})]
+
+
+def assert_valid(model, hardware, strategy):
+    """Every rule a suggested strategy must obey."""
+    assert strategy.num_devices == hardware.num_devices
+    if model.is_transformer:
+        assert model.num_heads % strategy.tp == 0 and model.hidden_size % strategy.tp == 0
+    m = num_microbatches(model, strategy)
+    make_schedule(strategy.schedule, strategy.pp, strategy.num_chunks).check(m)
+    placed = place(topology_of(hardware), strategy)
+    devices = [d for stage in placed for d in stage.devices]
+    assert len(set(devices)) == len(devices) == hardware.num_devices
+    if strategy.stage_layers is not None:
+        assert sum(strategy.stage_layers) == spaces.parallelism.partition_units(model)
+
+
+@pytest.mark.parametrize(("model_name", "hardware_name", "options"), CASES)
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_suggested_strategies_are_valid(model_name, hardware_name, options, sampler):
+    model, hardware = simulator.load_model(model_name), simulator.load_hardware(hardware_name)
+    chosen = (optuna.samplers.RandomSampler(seed=0) if sampler == "random"
+              else optuna.samplers.TPESampler(seed=0, n_startup_trials=10))
+    study = optuna.create_study(sampler=chosen)
+    for _ in range(50 if sampler == "random" else 25):
+        trial = study.ask()
+        strategy = spaces.suggest_training_strategy(trial, model, hardware, fixed={},
+                                                    searched=set(spaces.DIMENSIONS), **options)
+        assert_valid(model, hardware, strategy)
+        study.tell(trial, float(strategy.tp + strategy.pp))
+    assert len({t.params["degrees"] for t in study.trials}) > 1
+
+
+def test_fixed_values_restrict_and_fill():
+    model, hardware = simulator.load_model("T-18B"), simulator.load_hardware("wafer")
+    fixed = {"tp": 4, "precision": "bf16", "schedule": "gpipe", "global_batch_size": 640}
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    for _ in range(20):
+        trial = study.ask()
+        strategy = spaces.suggest_training_strategy(
+            trial, model, hardware, fixed=fixed, searched={"degrees", "microbatch_size", "placement"})
+        assert strategy.tp == 4 and strategy.precision == "bf16" and strategy.schedule == "gpipe"
+        assert_valid(model, hardware, strategy)
+        assert set(trial.params) <= {"degrees", "placement"} | {p for p in trial.params if p.startswith("micro")}
+        study.tell(trial, 0.0)
+
+
+def test_nothing_searched_gives_the_fixed_strategy():
+    model, hardware = simulator.load_model("T-145B"), simulator.load_hardware("wafer")
+    fixed = {"tp": 8, "pp": 20, "dp": 2, "recompute": "full"}
+    trial = optuna.create_study().ask()
+    strategy = spaces.suggest_training_strategy(trial, model, hardware, fixed=fixed, searched=set())
+    assert strategy == simulator.Strategy(**fixed)
+    assert trial.params == {}
+
+
+@pytest.mark.parametrize(("fixed", "searched", "message"), [
+    ({}, {"nonsense"}, "unknown dimension"),
+    ({"tpp": 2}, set(), "unknown fixed field"),
+    ({"schedule": "gpipe"}, {"schedule"}, "both fixed and searched"),
+    ({"tp": 3}, {"degrees"}, "no legal"),
+])
+def test_bad_search_requests_are_input_errors(fixed, searched, message):
+    model, hardware = simulator.load_model("T-18B"), simulator.load_hardware("wafer")
+    with pytest.raises(simulator.InputError, match=message):
+        spaces.suggest_training_strategy(optuna.create_study().ask(), model, hardware, fixed=fixed,
+                                         searched=searched)
+
+
+def test_spaces_never_imports_palm_search():
+    for path in Path(spaces.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n.split(".")[0] == "palm_search" for n in names), path
