@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +75,7 @@ def make_sampler(spec: StudySpec, exhaustive: bool) -> optuna.samplers.BaseSampl
     serves the exhaustive walk, whose points are all enqueued."""
     if exhaustive or spec.sampler == "random":
         return optuna.samplers.RandomSampler(seed=spec.seed)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     if spec.sampler == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=spec.seed)
     return optuna.samplers.TPESampler(seed=spec.seed, multivariate=True, group=True,
@@ -84,6 +86,9 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
                 deterministic: bool = False) -> Search:
     """Load the model and machine, open (or resume) the study, enqueue the exhaustive walk.
 
+    With sampler ``exhaustive`` (or ``auto`` when the space has at most ``trials`` points) every
+    point of the space is enqueued and the budget shrinks to the points plus the baseline.
+
     Raises:
         InputError: bad model, hardware or study values.
     """
@@ -92,6 +97,8 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
     points = None
     if spec.sampler in ("auto", "exhaustive"):
         points = enumerate_points(build, spec.trials if spec.sampler == "auto" else 10**6)
+    if points is not None:
+        spec = spec.replace(trials=min(spec.trials, len(points) + 1))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(study_name=spec.name, storage=storage_for(run_dir, storage),
                                 sampler=make_sampler(spec, points is not None),
@@ -138,6 +145,9 @@ def tell(search: Search, trial: optuna.Trial, strategy: Strategy | None, record:
         if key in record:
             trial.set_user_attr(key, record[key])
     trial.set_user_attr("cached", cached)
+    named = [v for k, v in trial.params.items() if k.split("|")[0] == "placement"]
+    if named:
+        trial.set_user_attr("placement_name", named[0])
     trial.set_user_attr("baseline", baseline)
     progress.done += 1
     if record.get("error"):

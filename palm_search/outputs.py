@@ -23,6 +23,8 @@ def trials_frame(study: optuna.Study) -> pd.DataFrame:
         attrs = trial.user_attrs
         row = {"number": trial.number, "state": trial.state.name, **attrs.get("strategy", {})}
         row.update({k: v for k, v in attrs.items() if k != "strategy"})
+        if "placement_name" in attrs:
+            row["placement"] = attrs["placement_name"]
         row["peak_memory_GiB"] = (attrs.get("peak_memory_bytes") or 0.0) / 2**30
         rows.append(row)
     frame = pd.DataFrame(rows)

@@ -12,9 +12,15 @@ def _gib(x: float) -> str:
     return f"{x / 2**30:.2f} GiB"
 
 
+def _wide_console() -> Console:
+    """A console; at least 150 columns wide when writing to a file or pipe."""
+    console = Console()
+    return console if console.is_terminal else Console(width=150)
+
+
 def print_result(result: SimulationResult, console: Console | None = None) -> None:
     """Print the headline numbers, the per-stage table and the busiest resources."""
-    console = console or Console()
+    console = console or _wide_console()
     s = result.strategy
     console.print(f"[bold]{result.model}[/] on [bold]{result.hardware}[/]  tp={s['tp']} pp={s['pp']} "
                   f"dp={s['dp']} microbatch={s['microbatch_size']} schedule={s['schedule']} "
@@ -61,7 +67,7 @@ def _resource_table(result: SimulationResult) -> Table:
 
 def print_search_summary(summary: dict, console: Console | None = None) -> None:
     """Print the best mappings of a search, the baseline, and where to look further."""
-    console = console or Console()
+    console = console or _wide_console()
     base = summary.get("baseline") or {}
     console.print(f"[bold]{summary['study']}[/]: {summary['trials']} trials ({summary['feasible']} feasible, "
                   f"{summary['failed']} failed), sampler {summary['sampler']}")
@@ -70,10 +76,12 @@ def print_search_summary(summary: dict, console: Console | None = None) -> None:
             f"infeasible: {base.get('reason')}"
         console.print(f"baseline ({summary.get('baseline_note', '')}): {state}")
     table = Table(title=f"top {len(summary['top'])} mappings")
-    columns = ("tp", "pp", "dp", "microbatch_size", "schedule", "recompute", "zero_stage", "placement",
-               "group_layout", "samples_per_s", "mfu", "peak_memory_GiB", "bubble_fraction", "speedup")
-    for c in ("#",) + columns:
-        table.add_column(c.replace("_", " "), justify="right")
+    columns = {"tp": "tp", "pp": "pp", "dp": "dp", "microbatch_size": "mb", "schedule": "schedule",
+               "recompute": "recomp", "zero_stage": "zero", "placement": "placement", "group_layout": "groups",
+               "samples_per_s": "samples/s", "mfu": "MFU", "peak_memory_GiB": "GiB/dev",
+               "bubble_fraction": "bubble", "speedup": "speedup"}
+    for header in ("#", *columns.values()):
+        table.add_column(header, justify="right", overflow="fold")
     for row in summary["top"]:
         table.add_row(str(row["number"]), *(_cell(row.get(c)) for c in columns))
     console.print(table)

@@ -1,0 +1,142 @@
+"""The search driver: exhaustive optimum, determinism, resume, failures, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+from typer.testing import CliRunner
+
+import palm_search.evaluate
+from palm_search.baseline import choose_baseline
+from palm_search.cli import app
+from palm_search.driver import open_search, optimize, run_baseline
+from palm_search.space import ScriptedTrial, enumerate_points
+from palm_search.study import load_study
+from simulator import simulate
+
+DATA = Path(__file__).parent / "data"
+STUDY = DATA / "small-study.toml"
+
+
+def _spec(**changes):
+    spec = load_study(STUDY)
+    return spec.replace(hardware=str(DATA / "mini-mesh.toml"), **changes)
+
+
+def _run(tmp_path, name="run", jobs=1, deterministic=True, **changes):
+    spec = _spec(**changes)
+    search = open_search(spec, run_dir=tmp_path / name, jobs=jobs, deterministic=deterministic)
+    baseline, _ = choose_baseline(spec, search.model, search.hardware)
+    run_baseline(search, baseline)
+    optimize(search)
+    return search
+
+
+def _throughput(search):
+    return max((t.values[0] for t in search.study.trials if t.state == TrialState.COMPLETE
+                and t.user_attrs.get("feasible")), default=0.0)
+
+
+def test_exhaustive_search_finds_the_optimum_of_evaluating_every_point(tmp_path):
+    search = _run(tmp_path, trials=500)
+    assert search.study.user_attrs["sampler"] == "exhaustive"
+    points = enumerate_points(search.build, 10_000)
+    assert len(search.study.trials) == len(points) + 1
+    direct = []
+    for params in points:
+        strategy = search.build(ScriptedTrialFor(params))
+        result = simulate(search.model, search.hardware, strategy)
+        direct.append(result.samples_per_s if result.feasible else 0.0)
+    assert _throughput(search) == pytest.approx(max(direct), rel=1e-12)
+
+
+class ScriptedTrialFor(ScriptedTrial):
+    """A scripted trial answering from a params dict."""
+
+    def __init__(self, params):
+        super().__init__([])
+        self.answers = params
+
+    def suggest_categorical(self, name, choices):
+        self.params[name] = self.answers[name]
+        return self.answers[name]
+
+
+def _history(search):
+    return [(t.params, t.values, t.state) for t in search.study.trials]
+
+
+def test_deterministic_runs_give_identical_trials_with_one_and_two_jobs(tmp_path):
+    one = _run(tmp_path, "one", jobs=1, sampler="tpe", trials=24)
+    two = _run(tmp_path, "two", jobs=2, sampler="tpe", trials=24)
+    assert _history(one) == _history(two)
+    assert len(one.study.trials) == 24
+
+
+def test_an_interrupted_study_resumes_without_losing_a_trial(tmp_path):
+    first = _run(tmp_path, sampler="tpe", trials=10)
+    stale = first.study.ask()  # the driver died while this trial was being simulated
+    resumed = _run(tmp_path, sampler="tpe", trials=16)
+    trials = resumed.study.trials
+    assert len(trials) == 16
+    assert all(t.state in (TrialState.COMPLETE, TrialState.FAIL) for t in trials)
+    assert trials[stale.number].state == TrialState.COMPLETE
+    assert sum(t.user_attrs.get("baseline", False) for t in trials) == 1
+
+
+def test_a_worker_exception_fails_one_trial_not_the_study(tmp_path, monkeypatch):
+    real = palm_search.evaluate.simulate
+
+    def flaky(model, hardware, strategy, **kwargs):
+        if strategy.tp == 2:
+            raise RuntimeError("simulated crash")
+        return real(model, hardware, strategy, **kwargs)
+
+    monkeypatch.setattr(palm_search.evaluate, "simulate", flaky)
+    search = _run(tmp_path, sampler="random", trials=30)
+    states = [t.state for t in search.study.trials]
+    failed = [t for t in search.study.trials if t.state == TrialState.FAIL]
+    assert len(states) == 30 and failed and TrialState.COMPLETE in states
+    assert all("simulated crash" in t.user_attrs["error"] for t in failed)
+
+
+def test_identical_strategies_are_simulated_once(tmp_path):
+    search = _run(tmp_path, sampler="random", trials=40)
+    cached = [t for t in search.study.trials if t.user_attrs.get("cached")]
+    keys = {json.dumps(t.user_attrs["strategy"], sort_keys=True) for t in search.study.trials}
+    assert len(keys) + len(cached) == len(search.study.trials)
+
+
+runner = CliRunner()
+
+
+def test_cli_optimize_writes_the_run_directory(tmp_path):
+    result = runner.invoke(app, ["optimize", "--study", str(STUDY), "--hw", str(DATA / "mini-mesh.toml"),
+                                 "--trials", "12", "--sampler", "tpe", "--jobs", "1",
+                                 "--run-dir", str(tmp_path / "r"), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["trials"] == 12 and doc["best"]["samples_per_s"] > 0
+    assert "optuna-dashboard" in doc["dashboard"]
+    best = json.loads((tmp_path / "r" / "best.json").read_text())
+    replay = runner.invoke(app, ["simulate", "--model", "T-1.7B", "--hw", str(DATA / "mini-mesh.toml"),
+                                 "--strategy", str(tmp_path / "r" / "best.json"), "--json"])
+    assert replay.exit_code == 0, replay.output
+    assert json.loads(replay.stdout)["samples_per_s"] == pytest.approx(best["result"]["samples_per_s"])
+    assert (tmp_path / "r" / "trials.csv").read_text().count("\n") == 13
+
+
+@pytest.mark.parametrize(("flags", "needle"), [
+    (["--model", "T-1.7B"], "--hw"),
+    (["--model", "T-1.7B", "--hw", "wafer", "--sampler", "magic"], "sampler"),
+    (["--model", "T-1.7B", "--hw", "wafer", "--objective", "speed"], "objectives"),
+])
+def test_cli_optimize_bad_input_is_one_line_and_exit_code_2(tmp_path, flags, needle):
+    result = runner.invoke(app, ["optimize", *flags, "--run-dir", str(tmp_path / "x")])
+    assert result.exit_code == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0]
+    assert not (tmp_path / "x").exists()
