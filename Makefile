@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/palm-search simulate --model T-145B --hw wafer --tp 8 --dp 2 --pp 20 --recompute full --zero-stage 1
+	$(BIN)/palm-search optimize --model T-145B --hw wafer
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -94,5 +94,6 @@ def _summary(search: Search, frame: pd.DataFrame, top: pd.DataFrame, run_dir: Pa
 
 
 def _pareto(search: Search) -> list[dict]:
-    return [{"trial": t.number, "values": t.values, "strategy": t.user_attrs.get("strategy")}
-            for t in search.study.best_trials]
+    front = [t for t in search.study.best_trials if t.user_attrs.get("feasible")]
+    return [{"trial": t.number, "samples_per_s": t.values[0], "peak_memory_GiB": t.values[1],
+             "strategy": t.user_attrs.get("strategy")} for t in sorted(front, key=lambda t: -t.values[0])]

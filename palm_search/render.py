@@ -86,7 +86,9 @@ def print_search_summary(summary: dict, console: Console | None = None) -> None:
         table.add_row(str(row["number"]), *(_cell(row.get(c)) for c in columns))
     console.print(table)
     if summary.get("pareto_front"):
-        console.print(f"Pareto front: {len(summary['pareto_front'])} mappings (see trials.csv)")
+        console.print("Pareto front (samples/s vs peak memory per device): " + "; ".join(
+            f"#{p['trial']} {p['samples_per_s']:.4g}/s at {p['peak_memory_GiB']:.3g} GiB"
+            for p in summary["pareto_front"]))
     console.print(f"run directory: {summary['run_dir']} (best.json, trials.csv)\n"
                   f"open the study: {summary['dashboard']}")
 

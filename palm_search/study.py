@@ -3,7 +3,7 @@
 Study files are TOML (see ``studies/t145b-wafer.toml``)::
 
     [study]                  # all keys optional except model and hardware
-    name = "t145b-wafer"     # Optuna study name (default "<model>-<hardware>")
+    name = "t145b-wafer"     # Optuna study name (default "<model>-<hardware>[-<objectives>]")
     model = "T-145B"         # preset name or path
     hardware = "wafer"
     objectives = ["throughput"]      # or ["throughput", "memory"] for a Pareto front
@@ -77,7 +77,9 @@ class StudySpec:
             if getattr(self, key) < 1:
                 raise InputError(f"study: `{key}` must be >= 1, got {getattr(self, key)}")
         if not self.name:
-            object.__setattr__(self, "name", f"{Path(self.model).stem}-{Path(self.hardware).stem}".lower())
+            suffix = "" if self.objectives == ("throughput",) else "-" + "-".join(self.objectives)
+            name = f"{Path(self.model).stem}-{Path(self.hardware).stem}{suffix}".lower()
+            object.__setattr__(self, "name", name)
 
     @property
     def directions(self) -> list[str]:
@@ -85,8 +87,13 @@ class StudySpec:
         return ["maximize" if o == "throughput" else "minimize" for o in self.objectives]
 
     def replace(self, **changes) -> StudySpec:
-        """A copy with ``changes`` applied (``None`` values are ignored: flags not given)."""
-        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+        """A copy with ``changes`` applied (``None`` values are ignored: flags not given); a
+        default name follows a changed model, hardware or objectives."""
+        changes = {k: v for k, v in changes.items() if v is not None}
+        renamed = self.name == StudySpec(model=self.model, hardware=self.hardware, objectives=self.objectives).name
+        if renamed and "name" not in changes and {"model", "hardware", "objectives"} & set(changes):
+            changes["name"] = ""
+        return dataclasses.replace(self, **changes)
 
 
 def _check(key: str, value, allowed: tuple[str, ...], many: bool = False) -> None:
@@ -130,7 +137,7 @@ def _study_values(study: Table) -> dict:
         values["objectives"] = tuple(study.take_strings("objectives"))
     for key in ("trials", "seed", "batch_size", "top"):
         if study.has(key):
-            values[key] = int(study.take_number(key, integer=True, minimum=0))
+            values[key] = int(study.take_number(key, integer=True, minimum=0, inclusive=key == "seed"))
     study.finish()
     return values
 

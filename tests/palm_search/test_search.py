@@ -140,3 +140,27 @@ def test_cli_optimize_bad_input_is_one_line_and_exit_code_2(tmp_path, flags, nee
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and needle in lines[0]
     assert not (tmp_path / "x").exists()
+
+
+def test_multi_objective_search_reports_a_pareto_front(tmp_path):
+    result = runner.invoke(app, ["optimize", "--study", str(STUDY), "--hw", str(DATA / "mini-mesh.toml"),
+                                 "--objective", "throughput", "--objective", "memory", "--sampler", "nsga2",
+                                 "--trials", "16", "--jobs", "1", "--run-dir", str(tmp_path / "p"), "--json"])
+    assert result.exit_code == 0, result.output
+    front = json.loads(result.stdout)["pareto_front"]
+    assert front
+    for a in front:  # no point of the front dominates another
+        assert not any(b["samples_per_s"] >= a["samples_per_s"] and b["peak_memory_GiB"] < a["peak_memory_GiB"]
+                       for b in front if b is not a)
+
+
+def test_rdb_storage_url_holds_the_study(tmp_path):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    result = runner.invoke(app, ["optimize", "--study", str(STUDY), "--hw", str(DATA / "mini-mesh.toml"),
+                                 "--trials", "6", "--sampler", "random", "--jobs", "1", "--storage", url,
+                                 "--run-dir", str(tmp_path / "s"), "--json"])
+    assert result.exit_code == 0, result.output
+    import optuna
+
+    assert len(optuna.load_study(study_name="small", storage=url).trials) == 6
+    assert not (tmp_path / "s" / "study.journal").exists()

@@ -1,0 +1,57 @@
+"""`palm-search dashboard RUN_DIR` serves the run's study (optuna-dashboard on loopback)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from palm_search.cli import app
+
+DATA = Path(__file__).parent / "data"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str, deadline_s: float) -> bytes:
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return response.read()
+        except OSError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.3)
+
+
+def test_dashboard_serves_the_study(tmp_path):
+    run_dir = tmp_path / "r"
+    result = CliRunner().invoke(app, ["optimize", "--study", str(DATA / "small-study.toml"), "--hw",
+                                      str(DATA / "mini-mesh.toml"), "--trials", "4", "--sampler", "random",
+                                      "--jobs", "1", "--run-dir", str(run_dir), "--json"])
+    assert result.exit_code == 0, result.output
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "palm_search", "dashboard", str(run_dir), "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        studies = json.loads(_get(f"http://127.0.0.1:{port}/api/studies", deadline_s=30))
+        assert [s["study_name"] for s in studies["study_summaries"]] == ["small"]
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_dashboard_of_a_missing_run_is_exit_code_2(tmp_path):
+    result = CliRunner().invoke(app, ["dashboard", str(tmp_path / "nothing")])
+    assert result.exit_code == 2 and "does not exist" in result.stderr
