@@ -20,7 +20,7 @@ the original; 3.8e9 multiply-adds per 224x224 image), convolutions split over ou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from simulator.costs import Collective
@@ -47,6 +47,10 @@ class Operator:
         weight_bytes: parameters read (bytes).
         input_bytes: activations read (bytes).
         output_bytes: activations written (bytes).
+        halo_bytes: input rows an image-split convolution needs from its neighbours (bytes;
+            0 for everything else).
+        gather_bytes: the whole output a channel-split convolution all-gathers (bytes; 0 for
+            everything else).
     """
 
     name: str
@@ -55,6 +59,8 @@ class Operator:
     weight_bytes: float
     input_bytes: float
     output_bytes: float
+    halo_bytes: float = 0.0
+    gather_bytes: float = 0.0
 
 
 def _gemm(name: str, m: float, n: float, k: float, weight: float, inputs: float, bpe: int) -> Operator:
@@ -247,13 +253,31 @@ RESNET50_EXPANSION = 4
 
 def _conv(name: str, batch: int, size_in: int, c_in: int, c_out: int, kernel: int, stride: int,
           strategy: Strategy) -> tuple[tuple[Operator, ...], int]:
-    """A convolution (split over output channels) + batch norm + ReLU; returns ops, output size."""
+    """A convolution + batch norm + ReLU split over the TP group; returns ops, output size.
+
+    PALM Table III lets each operator be split over the image (``i``) or the output channels
+    (``k``). Each convolution takes the split that divides its larger operand: the image when
+    its input activations outweigh its weights (early layers), else the output channels (late
+    layers), as a tiled-accelerator mapping keeps the per-device footprint small.
+
+    * image (``i``): every device holds all ``R S C K`` weights and ``1/t`` of the positions; a
+      ``R x R`` kernel needs ``R - 1`` input rows of width ``size_in`` from its neighbours
+      (:attr:`Operator.halo_bytes`).
+    * channels (``k``): every device holds ``K/t`` filters and the whole input; the output
+      slices are all-gathered (:attr:`Operator.gather_bytes`, the whole output).
+    """
     size_out = size_in // stride
     t, bpe = strategy.tp, strategy.bytes_per_element
-    outputs = batch * size_out * size_out * c_out / t
-    conv = _gemm(name, batch * size_out * size_out, c_out / t, kernel * kernel * c_in,
-                 kernel * kernel * c_in * c_out / t, batch * size_in * size_in * c_in, bpe)
-    norm = _elementwise(f"{name}_bn_relu", outputs, 5.0, bpe, weight=2 * c_out / t)
+    inputs, weights = batch * size_in * size_in * c_in, kernel * kernel * c_in * c_out
+    positions = batch * size_out * size_out
+    if t == 1 or inputs >= weights:
+        conv = _gemm(name, positions / t, c_out, kernel * kernel * c_in, weights, inputs / t, bpe)
+        halo = (kernel - 1) * batch * size_in * c_in * bpe if t > 1 else 0.0
+        conv = replace(conv, halo_bytes=halo)
+    else:
+        conv = _gemm(name, positions, c_out / t, kernel * kernel * c_in, weights / t, inputs, bpe)
+        conv = replace(conv, gather_bytes=positions * c_out * bpe)
+    norm = _elementwise(f"{name}_bn_relu", positions * c_out / t, 5.0, bpe, weight=2 * c_out / t)
     return (conv, norm), size_out
 
 
@@ -277,8 +301,9 @@ def resnet50_units(model: ModelSpec, strategy: Strategy) -> list[tuple[str, tupl
 
     Input ``(b, 3, I, I)`` with ``I = model.image_size``. Stem: 7x7/2 conv to 64 channels, batch
     norm + ReLU, 3x3/2 max pool. Blocks of conv2_x..conv5_x, widths 64..512, outputs 4x width.
-    Head: global average pool, fully connected ``2048 -> V`` (``V`` classes). Convolutions and the
-    FC layer are split over output channels ``k = t`` (PALM Table III, Conv2).
+    Head: global average pool, fully connected ``2048 -> V`` (``V`` classes). Convolutions split
+    each image spatially over the TP group (PALM Table III, Conv2 over ``i``, see :func:`_conv`);
+    the pooled vector is all-reduced and the FC layer split over classes.
 
     Returns:
         ``(unit name, operators)`` in model order.
@@ -296,6 +321,8 @@ def resnet50_units(model: ModelSpec, strategy: Strategy) -> list[tuple[str, tupl
             c_in, size, index = width * RESNET50_EXPANSION, size // first_stride, index + 1
     avgpool = Operator(name="avgpool", kind="memory", flops=b * c_in * size * size, weight_bytes=0.0,
                        input_bytes=b * c_in * size * size * bpe, output_bytes=b * c_in * bpe)
+    avgpool = Operator(name="avgpool", kind="memory", flops=avgpool.flops / t, weight_bytes=0.0,
+                       input_bytes=avgpool.input_bytes / t, output_bytes=avgpool.output_bytes)
     fc = _gemm("fc", b, model.vocab_size / t, c_in, c_in * model.vocab_size / t + model.vocab_size / t,
                b * c_in, bpe)
     units.append(("head", (avgpool, fc)))
@@ -304,15 +331,28 @@ def resnet50_units(model: ModelSpec, strategy: Strategy) -> list[tuple[str, tupl
 
 def convolution_collectives(ops: tuple[Operator, ...], strategy: Strategy) -> tuple[
         tuple[Collective, ...], tuple[Collective, ...]]:
-    """``(forward, backward)`` TP collectives of a ResNet-50 unit split over output channels.
+    """``(forward, backward)`` TP collectives of a ResNet-50 unit (PALM Table III, Conv2).
 
-    PALM Table III, Conv2 with parallelism over ``k``: forward all-gathers each GEMM's output
-    channels (``b H_o W_o K`` elements, the next operator needs all of them); backward
-    all-reduces each GEMM's input gradient (``b H W C`` elements). Empty when ``t == 1``.
+    Image-split convolutions (see :func:`_conv`) exchange halo rows forward and backward (timed
+    as an all-to-all of :attr:`Operator.halo_bytes` per device) and all-reduce their weight
+    gradients (every device holds all weights). Channel-split ones all-gather their output
+    forward and all-reduce their input gradient backward. The head all-reduces the pooled
+    ``b x C`` vector. Empty when ``t == 1``.
     """
     if strategy.tp == 1:
         return (), ()
-    gemms = [op for op in ops if op.kind == "gemm"]
-    forward = tuple(Collective(kind="all_gather", size_bytes=op.output_bytes * strategy.tp) for op in gemms)
-    backward = tuple(Collective(kind="all_reduce", size_bytes=op.input_bytes) for op in gemms)
-    return forward, backward
+    forward: list[Collective] = []
+    backward: list[Collective] = []
+    for op in ops:
+        if op.halo_bytes:
+            forward.append(Collective(kind="all_to_all", size_bytes=op.halo_bytes))
+            backward += [Collective(kind="all_to_all", size_bytes=op.halo_bytes),
+                         Collective(kind="all_reduce", size_bytes=op.weight_bytes)]
+        elif op.gather_bytes:
+            forward.append(Collective(kind="all_gather", size_bytes=op.gather_bytes))
+            backward.append(Collective(kind="all_reduce", size_bytes=op.input_bytes))
+        elif op.kind == "gemm" and op.name not in ("fc",):
+            backward.append(Collective(kind="all_reduce", size_bytes=op.weight_bytes))
+        if op.name == "avgpool":
+            forward.append(Collective(kind="all_reduce", size_bytes=op.output_bytes))
+    return tuple(forward), tuple(backward)

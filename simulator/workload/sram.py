@@ -4,6 +4,8 @@ Fang et al., PALM, arXiv 2406.03868, §IV-C and Algorithm 1. Per device of a sta
 already split by tensor parallelism), with ``S`` the device's SRAM capacity and the stage sums
 ``Wt = sum(Op.Wt)``, ``WSG = sum(Op.Wt + optimizer states + gradients)``, ``ACT = sum(Op.I)``:
 
+* ``WSG + ACT <= S``: **resident** (S_{WSG ACT} of §IV-C's text, missing from the printed
+  algorithm): everything stays on chip, no DRAM traffic.
 * ``Wt < S``: **activation_stream**, weights stay on chip; forward traffic ``Op.I + Op.O``.
 * else ``ACT <= S``: **weight_stream**, activations stay on chip; forward traffic ``Op.Wt``.
 * else per operator ``Phi1 = ceil(Op.Wt / S) Op.I``, ``Phi2 = ceil(Op.I / S) Op.Wt``;
@@ -46,7 +48,7 @@ from simulator.strategy import Strategy
 from simulator.workload.memory import optimizer_step_bytes_per_parameter, sharded_state_bytes
 from simulator.workload.operators import Operator
 
-SramStrategy = Literal["activation_stream", "weight_stream", "weight_stationary", "input_stationary"]
+SramStrategy = Literal["resident", "activation_stream", "weight_stream", "weight_stationary", "input_stationary"]
 
 OperatorGroup = tuple[Sequence[Operator], int]
 """Operators repeated ``count`` times on a stage (e.g. one layer's operators x layers)."""
@@ -107,11 +109,19 @@ class SramPlan:
 
 
 def stage_totals(groups: Iterable[OperatorGroup], strategy: Strategy) -> StageTotals:
-    """Algorithm 1, first loop: ``Wt``, ``WSG`` and ``ACT`` of the stage on one device."""
+    """Algorithm 1, first loop: ``Wt``, ``WSG`` and ``ACT`` of the stage on one device.
+
+    Training sums every operator's input into ``ACT`` as Algorithm 1 does (they are stashed for
+    the backward). Inference stashes nothing: an operator's input can be freed once it has run,
+    so ``ACT`` is the largest ``Op.I + Op.O`` of the stage (the live set of a sequential schedule).
+    """
+    groups = list(groups)
     weight = activation = 0.0
     for ops, count in groups:
         weight += count * sum(op.weight_bytes for op in ops)
         activation += count * sum(op.input_bytes for op in ops)
+    if strategy.mode == "inference":
+        activation = max((op.input_bytes + op.output_bytes for ops, _ in groups for op in ops), default=0.0)
     parameters = weight / strategy.bytes_per_element
     wsg = sharded_state_bytes(parameters, strategy).total_bytes
     return StageTotals(weight_bytes=weight, wsg_bytes=wsg, activation_bytes=activation, parameters=parameters)
@@ -126,6 +136,8 @@ def _phi(streamed: float, stationary: float, capacity: float) -> tuple[float, bo
 
 def _backward(op: Operator, branch: str, totals: StageTotals, capacity: float, gradient: float) -> float:
     """Backward DRAM bytes of ``op`` (data gradient + weight gradient), see the module docstring."""
+    if branch == "resident":
+        return 0.0
     if branch == "activation_stream":
         spill = gradient if totals.wsg_bytes > capacity else 0.0
         data = op.output_bytes + op.input_bytes
@@ -138,7 +150,16 @@ def _backward(op: Operator, branch: str, totals: StageTotals, capacity: float, g
 
 
 def stage_branch(totals: StageTotals, capacity: float) -> str:
-    """Algorithm 1's stage-wide test: ``activation_stream``, ``weight_stream`` or ``stationary``."""
+    """Algorithm 1's stage-wide test: ``resident``, ``activation_stream``, ``weight_stream`` or
+    ``stationary``.
+
+    ``resident`` is the strategy S_{WSG ACT} of PALM §IV-C's text ("weights, optimizer states,
+    weight gradients and input/output activations ... statically stored in on-chip SRAM"),
+    which the printed Algorithm 1 omits: when ``WSG + ACT`` fit, nothing goes to DRAM (stage
+    inputs and outputs travel over the NoC as pipeline messages).
+    """
+    if totals.wsg_bytes + totals.activation_bytes <= capacity:
+        return "resident"
     if totals.weight_bytes < capacity:
         return "activation_stream"
     if totals.activation_bytes <= capacity:
@@ -157,7 +178,9 @@ def operator_access(op: Operator, totals: StageTotals, capacity: float, strategy
     """
     branch = stage_branch(totals, capacity)
     gradient = op.weight_bytes if strategy.mode == "training" else 0.0
-    if branch == "activation_stream":
+    if branch == "resident":
+        chosen, forward = "resident", 0.0
+    elif branch == "activation_stream":
         chosen, forward = "activation_stream", op.input_bytes + op.output_bytes
     elif branch == "weight_stream":
         chosen, forward = "weight_stream", op.weight_bytes
@@ -180,6 +203,8 @@ def _update_bytes(totals: StageTotals, capacity: float, strategy: Strategy) -> f
 
 def _resident(totals: StageTotals, capacity: float) -> float:
     branch = stage_branch(totals, capacity)
+    if branch == "resident":
+        return totals.wsg_bytes + totals.activation_bytes
     if branch == "activation_stream":
         return totals.wsg_bytes if totals.wsg_bytes <= capacity else totals.weight_bytes
     return totals.activation_bytes if branch == "weight_stream" else capacity

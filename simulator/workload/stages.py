@@ -49,6 +49,7 @@ class _Unit:
     backward_collectives: tuple[Collective, ...]
     forward_s: float
     backward_s: float
+    recompute_s: float
     forward_flops: float
     backward_flops: float
     gemm_flops: float
@@ -112,6 +113,7 @@ def _unit(ops: tuple[Operator, ...], recomputed: tuple[Operator, ...],
         forward_collectives=forward_collectives,
         backward_collectives=(*backward_collectives, *recompute_collectives) if training else (),
         forward_s=forward_s, backward_s=backward_s + recompute_s if training else 0.0,
+        recompute_s=recompute_s if training else 0.0,
         forward_flops=flops,
         backward_flops=2.0 * flops + sum(op.flops for op in recomputed) if training else 0.0,
         gemm_flops=sum(op.flops for op in ops if op.kind == "gemm"),
@@ -386,7 +388,8 @@ def _stage_cost(entries: Sequence[tuple[str, _Unit]], hardware: Hardware, strate
         compute_s=sum(unit.backward_s * count for unit, count in groups),
         dram_bytes=plan.backward_dram_bytes if plan else 0.0,
         tp_collectives=_merge([(unit.backward_collectives, count) for unit, count in groups]),
-        segments=segments, flops=sum(unit.backward_flops * count for unit, count in groups))
+        segments=segments, flops=sum(unit.backward_flops * count for unit, count in groups),
+        recompute_s=sum(unit.recompute_s * count for unit, count in groups))
     states = memory.sharded_state_bytes(parameters, strategy)
     gemm_flops = sum(unit.gemm_flops * count for unit, count in groups)
     return StageCost(

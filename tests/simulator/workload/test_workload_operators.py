@@ -72,7 +72,27 @@ def test_resnet50_units_and_flops_match_he_table_1():
     assert multiply_adds == pytest.approx(3.8e9, rel=0.05)
 
 
-def test_resnet50_tp_splits_output_channels():
+def test_resnet50_tp_splits_each_convolution_over_its_larger_operand():
     one = operators.resnet50_units(resnet50(), Strategy(tp=1))
     four = operators.resnet50_units(resnet50(), Strategy(tp=4))
-    assert sum(gemm_flops(o) for _, o in four) == pytest.approx(sum(gemm_flops(o) for _, o in one) / 4)
+    assert sum(gemm_flops(o) for _, o in four) == pytest.approx(sum(gemm_flops(o) for _, o in one) / 4, rel=1e-3)
+    convs = [(a, b) for (_, x), (_, y) in zip(one, four, strict=True) for a, b in zip(x, y, strict=True)
+             if a.kind == "gemm" and a.name != "fc"]
+    for a, b in convs:
+        if a.input_bytes >= a.weight_bytes:  # image split: weights replicated, activations split
+            assert b.weight_bytes == a.weight_bytes and b.input_bytes == pytest.approx(a.input_bytes / 4)
+            assert (b.halo_bytes > 0) == b.name.endswith(("conv2", "stem_conv")) and not b.gather_bytes
+        else:  # channel split: filters split, input whole, output gathered
+            assert b.weight_bytes == pytest.approx(a.weight_bytes / 4) and b.input_bytes == a.input_bytes
+            assert b.gather_bytes == pytest.approx(a.output_bytes) and not b.halo_bytes
+    assert {a.input_bytes >= a.weight_bytes for a, _ in convs} == {True, False}
+
+
+def test_resnet50_collectives_follow_the_split():
+    units = operators.resnet50_units(resnet50(), Strategy(tp=4))
+    forward, backward = operators.convolution_collectives(units[1][1], Strategy(tp=4))
+    assert [c.kind for c in forward] == ["all_to_all"]  # block0: image split, one 3x3 convolution
+    assert sum(c.kind == "all_reduce" for c in backward) == 4  # conv1..3 + projection weights
+    late_forward, _ = operators.convolution_collectives(units[16][1], Strategy(tp=4))
+    assert {c.kind for c in late_forward} == {"all_gather"}  # block15: channel split
+    assert operators.convolution_collectives(units[1][1], Strategy(tp=1)) == ((), ())

@@ -46,9 +46,23 @@ def test_input_stationary_when_phi2_smaller():
 
 def test_stage_sums_decide_for_every_operator():
     small = gemm(weight=40, inputs=30, name="a")
-    plan = plan_stage([((small, small), 3)], CAPACITY, INFERENCE)   # Wt = 240 >= S, ACT = 180 > S
+    plan = plan_stage([((small, small), 3)], CAPACITY, TRAINING)   # Wt = 240 >= S, ACT = 180 > S
     assert set(plan.strategies) == {"weight_stationary"}
     assert plan.forward_dram_bytes == pytest.approx(6 * (1 * 30 + 10))
+
+
+def test_inference_keeps_only_the_live_activations():
+    small = gemm(weight=40, inputs=30, name="a")
+    plan = plan_stage([((small, small), 3)], CAPACITY, INFERENCE)   # Wt = 240 >= S, ACT = 30 + 10 <= S
+    assert set(plan.strategies) == {"weight_stream"}
+    assert plan.forward_dram_bytes == pytest.approx(6 * 40)
+
+
+def test_everything_resident_when_states_and_activations_fit():
+    op = gemm(weight=30, inputs=40, outputs=10)
+    result = access(op)  # inference: WSG = Wt = 30, ACT = 50
+    assert (result.strategy, result.forward_dram_bytes) == ("resident", 0.0)
+    assert plan_stage([((op,), 1)], CAPACITY, INFERENCE).resident_bytes == pytest.approx(80)
 
 
 def test_backward_and_update_in_stationary_branch():

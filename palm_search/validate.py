@@ -1,0 +1,178 @@
+"""``palm-search validate``: the simulator against published measurements.
+
+Suites read ``studies/validation/<source>/<table>/data.csv`` (each with a ``SOURCE.md`` saying
+what is measured and how it converts). Where a source does not state a setting (micro-batch size,
+interleaving, the mapping of an inference run), the row is simulated for every legal choice and
+the fastest feasible one is kept, as the authors tuned theirs; the report says what was chosen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+from joblib import Parallel, delayed
+
+from simulator import Hardware, ModelSpec, Strategy, load_hardware, load_model, simulate
+from simulator.workload.stages import model_flops_per_iteration
+from spaces import enumerate_degrees
+
+DATA_DIR = Path(__file__).resolve().parents[1] / "studies" / "validation"
+MICROBATCH_SIZES = (1, 2, 4, 8)
+INFERENCE_MICROBATCH_SIZES = (1, 2, 4, 8, 16, 32)
+HIGHLY_DIVISIBLE_BATCH = 720720
+"""Divisible by 1..16 and more: lets every data-parallel degree be legal for an inference mapping."""
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationRow:
+    """One case: the published figure, ours, and the relative error ``predicted/published - 1``.
+
+    ``measured`` is False for cross-checks against a non-measurement (PALM Table VII), which do
+    not enter a suite's error statistics.
+    """
+
+    suite: str
+    case: str
+    unit: str
+    published: float
+    predicted: float
+    error: float
+    chosen: str
+    measured: bool = True
+    note: str = ""
+
+
+def _best(model: ModelSpec, hardware: Hardware, strategies: Iterator[Strategy]) -> tuple[float, Strategy | None]:
+    """The largest samples/s among the feasible strategies, and that strategy."""
+    best, chosen = 0.0, None
+    for strategy in strategies:
+        result = simulate(model, hardware, strategy)
+        if result.feasible and result.samples_per_s > best:
+            best, chosen = result.samples_per_s, strategy
+    return best, chosen
+
+
+def _training_candidates(model: ModelSpec, tp: int, pp: int, dp: int, batch: int) -> Iterator[Strategy]:
+    """Every legal micro-batch size and schedule for fixed degrees (full recompute, uniform
+    stages, as Megatron-LM)."""
+    for b in MICROBATCH_SIZES:
+        if batch % (b * dp):
+            continue
+        m = batch // (b * dp)
+        schedules = [("1f1b", 1)] + [("interleaved-1f1b", v) for v in (2, 4)
+                                     if pp > 1 and model.num_layers % (pp * v) == 0 and m % pp == 0]
+        for schedule, chunks in schedules:
+            yield Strategy(tp=tp, pp=pp, dp=dp, microbatch_size=b, global_batch_size=batch, schedule=schedule,
+                           num_chunks=chunks, recompute="full", partition="uniform")
+
+
+def _describe(strategy: Strategy | None) -> str:
+    if strategy is None:
+        return "no feasible choice"
+    chunks = f" v={strategy.num_chunks}" if strategy.num_chunks > 1 else ""
+    zero = f" ZeRO-{strategy.zero_stage}" if strategy.zero_stage else ""
+    return (f"tp={strategy.tp} pp={strategy.pp} dp={strategy.dp} b={strategy.microbatch_size} "
+            f"{strategy.schedule}{chunks}{zero}")
+
+
+def _row(suite: str, case: str, unit: str, published: float, predicted: float, chosen: str, **extra) -> ValidationRow:
+    error = predicted / published - 1 if predicted > 0 else -1.0
+    return ValidationRow(suite, case, unit, published, predicted, error, chosen, **extra)
+
+
+def narayanan_row(record: dict) -> ValidationRow:
+    """Narayanan SC'21 Table 1: TFLOP/s per GPU through their Eq. 3."""
+    model, hardware = load_model(record["model"]), load_hardware("a100-cluster")
+    tp, pp, gpus, batch = record["tp"], record["pp"], record["gpus"], record["global_batch_size"]
+    samples_per_s, chosen = _best(model, hardware, _training_candidates(model, tp, pp, gpus // (tp * pp), batch))
+    flop = model_flops_per_iteration(model, batch, recompute=True)
+    predicted = flop * samples_per_s / batch / gpus / 1e12 if samples_per_s else 0.0
+    return _row("narayanan-table1", record["model"], "TFLOP/s per GPU", record["tflops_per_gpu"], predicted,
+                _describe(chosen))
+
+
+def palm_table4_row(record: dict) -> ValidationRow:
+    """PALM Table IV: sequences per second against Megatron's published figure."""
+    model, hardware = load_model(record["model"]), load_hardware("a100-cluster")
+    tp, pp, dp = record["tp"], record["pp"], record["dp"]
+    samples_per_s, chosen = _best(model, hardware,
+                                  _training_candidates(model, tp, pp, dp, model.global_batch_size))
+    return _row("palm-table4", record["model"], "seq/s", record["published_seq_per_s"], samples_per_s,
+                _describe(chosen), note=f"PALM predicted {record['palm_seq_per_s']}")
+
+
+def _inference_candidates(model: ModelSpec, hardware: Hardware, precision: str) -> Iterator[Strategy]:
+    for d in enumerate_degrees(model, hardware, global_batch_size=HIGHLY_DIVISIBLE_BATCH):
+        for b in INFERENCE_MICROBATCH_SIZES:
+            batch = b * d.dp * max(2 * d.pp, 8)
+            yield Strategy(tp=d.tp, pp=d.pp, dp=d.dp, microbatch_size=b, global_batch_size=batch,
+                           schedule="gpipe", mode="inference", precision=precision)
+
+
+def palm_table5_row(record: dict) -> ValidationRow:
+    """PALM Table V: Grayskull inference samples/s, fastest legal mapping."""
+    model, hardware = load_model(record["model"]), load_hardware("grayskull")
+    samples_per_s, chosen = _best(model, hardware, _inference_candidates(model, hardware, record["precision"]))
+    return _row("palm-table5", record["model"], "samples/s", record["published_samples_per_s"], samples_per_s,
+                _describe(chosen), note=f"PALM predicted {record['palm_samples_per_s']}")
+
+
+def palm_table7_row(record: dict) -> ValidationRow:
+    """PALM Table VII: the wafer baseline against Megatron scaled by compute (a cross-check)."""
+    model, hardware = load_model(record["model"]), load_hardware("wafer")
+    base = {"tp": record["tp"], "dp": record["dp"], "pp": record["pp"], "recompute": "full", "schedule": "1f1b"}
+    strategies = (Strategy(**base, zero_stage=z) for z in (0, 1, 2, 3))
+    fitting = next((s for s in strategies if simulate(model, hardware, s, network="analytical").feasible), None)
+    predicted = simulate(model, hardware, fitting).samples_per_s if fitting else 0.0
+    palm = record["palm_samples_per_s"]
+    return _row("palm-table7", record["model"], "samples/s", record["scaled_megatron_samples_per_s"], predicted,
+                _describe(fitting), measured=False, note=f"PALM predicted {palm} (ours/PALM {predicted / palm:.2f})")
+
+
+SUITES: dict[str, tuple[str, Callable[[dict], ValidationRow]]] = {
+    "narayanan-table1": ("narayanan-sc21/table1", narayanan_row),
+    "palm-table4": ("palm/table4", palm_table4_row),
+    "palm-table5": ("palm/table5", palm_table5_row),
+    "palm-table7": ("palm/table7", palm_table7_row),
+}
+"""Suite name -> (data folder under ``studies/validation``, row function)."""
+
+
+def run_suites(names: list[str], data_dir: Path = DATA_DIR, jobs: int = -1) -> list[ValidationRow]:
+    """Every row of the named suites (in parallel worker processes).
+
+    Raises:
+        InputError: unknown suite name or missing data file.
+    """
+    from simulator import InputError
+
+    unknown = [n for n in names if n not in SUITES]
+    if unknown:
+        raise InputError(f"validate: unknown suite {unknown[0]!r} (known: {sorted(SUITES)})")
+    tasks = []
+    for name in names:
+        folder, row = SUITES[name]
+        path = data_dir / folder / "data.csv"
+        if not path.is_file():
+            raise InputError(f"validate: {path} does not exist")
+        tasks += [(row, record) for record in pd.read_csv(path).to_dict(orient="records")]
+    return Parallel(n_jobs=jobs, backend="loky")(delayed(row)(record) for row, record in tasks)
+
+
+def summary(rows: list[ValidationRow]) -> dict[str, dict]:
+    """Per suite: rows, mean absolute and maximum absolute error (measured rows only)."""
+    out = {}
+    for suite in dict.fromkeys(r.suite for r in rows):
+        errors = [abs(r.error) for r in rows if r.suite == suite and r.measured]
+        out[suite] = {"rows": sum(r.suite == suite for r in rows),
+                      "mean_abs_error": sum(errors) / len(errors) if errors else None,
+                      "max_abs_error": max(errors) if errors else None}
+    return out
+
+
+def to_frame(rows: list[ValidationRow]) -> pd.DataFrame:
+    """The rows as a table (one column per field)."""
+    return pd.DataFrame([asdict(r) for r in rows])
