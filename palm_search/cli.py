@@ -10,6 +10,7 @@ import typer
 
 from palm_search.optimize_cmd import dashboard_cmd, optimize_command
 from palm_search.render import print_result
+from palm_search.worker_cmd import worker_cmd
 from simulator import InputError, PalmError, Strategy, load_hardware, load_model, load_strategy, simulate
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -88,6 +89,8 @@ def simulate_command(
     network: Annotated[str, Opt(help="contention or analytical.")] = "contention",
     steady_state: Annotated[bool, Opt("--steady-state/--full", help="Extrapolate from steady state.")] = True,
     json_output: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False,
+    trace: Annotated[Path | None, Opt(help="Write the timeline as a Chrome trace (Perfetto) JSON file.")] = None,
+    plots: Annotated[Path | None, Opt(help="Write timeline, placement, heatmap PNG/SVG into this directory.")] = None,
 ) -> None:
     """Simulate one training (or inference) iteration of MODEL on HW with one strategy."""
     values = locals()
@@ -96,6 +99,11 @@ def simulate_command(
         strategy = build_strategy(strategy_file, overrides, stage_layers, stage_devices)
         result = simulate(load_model(model), load_hardware(hw), strategy, network=network,
                           steady_state=steady_state)
+        if trace or plots:
+            from palm_search.report import write_visuals
+
+            for path in write_visuals(load_model(model), load_hardware(hw), strategy, network, trace, plots):
+                typer.echo(f"wrote {path}", err=True)
     except PalmError as error:
         fail(str(error))
     if json_output:
@@ -113,6 +121,20 @@ def optimize(*args, **kwargs) -> None:
         fail(str(error))
 
 
+@app.command("report")
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory of palm-search optimize.")],
+) -> None:
+    """Write RUN_DIR/report.html: one self-contained page explaining the search and its best mapping."""
+    from palm_search.report import write_report
+
+    try:
+        path = write_report(run_dir, on_progress=lambda text: typer.echo(text, err=True))
+    except PalmError as error:
+        fail(str(error))
+    typer.echo(str(path))
+
+
 @app.command("dashboard")
 @wraps(dashboard_cmd)
 def dashboard(*args, **kwargs) -> None:
@@ -122,6 +144,40 @@ def dashboard(*args, **kwargs) -> None:
         fail(str(error))
 
 
+@app.command("worker")
+@wraps(worker_cmd)
+def worker(*args, **kwargs) -> None:
+    try:
+        worker_cmd(*args, **kwargs)
+    except PalmError as error:
+        fail(str(error))
+
+
 def main() -> None:
     """Entry point for ``python -m palm_search``."""
     app()
+
+
+@app.command("validate")
+def validate(
+    suite: Annotated[list[str] | None, Opt(help="Suite to run (repeat); default all.")] = None,
+    csv_output: Annotated[bool, Opt("--csv", help="Print the rows as CSV on stdout.")] = False,
+    json_output: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False,
+    jobs: Annotated[int, Opt(help="Worker processes (default: all cores).")] = -1,
+) -> None:
+    """Compare the simulator with published measurements (studies/validation)."""
+    import json
+
+    from palm_search.render import print_validation
+    from palm_search.validate import SUITES, run_suites, summary, to_frame
+
+    try:
+        rows = run_suites(suite or list(SUITES), jobs=jobs)
+    except PalmError as error:
+        fail(str(error))
+    if csv_output:
+        typer.echo(to_frame(rows).to_csv(index=False), nl=False)
+    elif json_output:
+        typer.echo(json.dumps({"rows": to_frame(rows).to_dict(orient="records"), "summary": summary(rows)}))
+    else:
+        print_validation(rows, summary(rows))

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,14 +22,24 @@ from pathlib import Path
 
 import optuna
 from joblib import Parallel, delayed
+from joblib.externals.loky.process_executor import TerminatedWorkerError
 from optuna.trial import TrialState
 
 from palm_search.evaluate import RECORD_KEYS, cache_key, evaluate
 from palm_search.space import Builder, enumerate_points, strategy_builder
-from palm_search.study import StudySpec
+from palm_search.storage import (  # noqa: F401
+    JOURNAL,
+    Heartbeat,
+    beat_now,
+    fail_stale,
+    heartbeat_enabled,
+    journal_storage,
+    rdb_storage,
+)
+from palm_search.study import StudySpec, spec_to_attrs
 from simulator import Hardware, InputError, ModelSpec, Strategy, load_hardware, load_model
 
-JOURNAL = "study.journal"
+logger = logging.getLogger(__name__)
 UNFINISHED = (TrialState.RUNNING, TrialState.WAITING)
 
 
@@ -57,17 +68,23 @@ class Search:
     deterministic: bool = False
     cache: dict[str, dict] = field(default_factory=dict)
     progress: Progress = field(default_factory=Progress)
+    backend: str = "loky"
+    """joblib backend the simulations run on: ``loky`` (local processes) or ``dask`` (a cluster)."""
+    evaluator: Callable[..., dict] = evaluate
+    """``(model, hardware, strategy, network) -> record``; a module-level function (it is pickled)."""
+    interrupted: bool = False
+    """Set (e.g. by SIGINT) to stop asking: in-flight trials are told, then the run ends."""
+    running: set[int] = field(default_factory=set)
+    """Ids of the trials this process holds RUNNING (a :class:`Heartbeat` beats them)."""
 
 
 def storage_for(run_dir: Path, url: str | None):
-    """The study storage: ``url`` (an RDB URL) or the run directory's journal file."""
-    if url:
-        return url
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
+    """The study storage: ``url`` (an RDB URL, with heartbeats) or the run directory's journal file.
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(str(run_dir / JOURNAL)))
+    Raises:
+        InputError: bad URL, unreachable server, corrupt journal.
+    """
+    return rdb_storage(url) if url else journal_storage(run_dir)
 
 
 def make_sampler(spec: StudySpec, exhaustive: bool) -> optuna.samplers.BaseSampler:
@@ -115,8 +132,7 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
 
 
 def _spec_attrs(spec: StudySpec) -> dict:
-    return {"model": spec.model, "hardware": spec.hardware, "objectives": list(spec.objectives),
-            "searched": list(spec.searched), "network": spec.network, "seed": spec.seed}
+    return spec_to_attrs(spec)
 
 
 def _load_cache(search: Search) -> None:
@@ -149,6 +165,7 @@ def tell(search: Search, trial: optuna.Trial, strategy: Strategy | None, record:
     if named:
         trial.set_user_attr("placement_name", named[0])
     trial.set_user_attr("baseline", baseline)
+    search.running.discard(trial._trial_id)
     progress.done += 1
     if record.get("error"):
         progress.failed += 1
@@ -161,8 +178,16 @@ def tell(search: Search, trial: optuna.Trial, strategy: Strategy | None, record:
     study.tell(trial, objective_values(search.spec, record))
 
 
+def counted(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether a trial counts toward the budget: COMPLETE, or FAIL with an evaluation error. A trial
+    failed because its process vanished (no ``error``; retried as a new trial) or pruned because
+    another worker reached the budget first does not count."""
+    failed = trial.state == TrialState.FAIL and bool(trial.user_attrs.get("error"))
+    return trial.state == TrialState.COMPLETE or failed
+
+
 def _finished(study: optuna.Study) -> int:
-    return sum(t.state not in UNFINISHED for t in study.get_trials(deepcopy=False))
+    return sum(counted(t) for t in study.get_trials(deepcopy=False))
 
 
 def run_baseline(search: Search, baseline: Strategy) -> None:
@@ -184,8 +209,13 @@ def _decode(search: Search, trial: optuna.Trial) -> tuple[Strategy | None, dict 
 
 
 def _stale(search: Search) -> list[optuna.Trial]:
-    """Trials an interrupted driver left RUNNING, reopened to be evaluated again."""
+    """Trials an interrupted driver left RUNNING, reopened to be evaluated again (journal storage).
+    With heartbeats (RDB) RUNNING trials may belong to live workers: only the stale ones are failed
+    and queued again as WAITING copies, which ``study.ask()`` returns first."""
     study = search.study
+    if heartbeat_enabled(study._storage):
+        fail_stale(study)
+        return []
     numbers = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
     return [optuna.Trial(study, study._storage.get_trial_id_from_study_id_trial_number(study._study_id, n))
             for n in numbers]
@@ -197,13 +227,22 @@ def optimize(search: Search, on_progress: Callable[[Progress], None] = lambda p:
     search.progress.done = _finished(search.study)
     pending = _stale(search)
     runner = _run_batches if search.deterministic else _run_streaming
-    runner(search, pending, on_progress)
+    if not heartbeat_enabled(search.study._storage):
+        runner(search, pending, on_progress)
+        return
+    with Heartbeat(search.study._storage, search.running):
+        runner(search, pending, on_progress)
 
 
 def _asked(search: Search, pending: list[optuna.Trial], budget: int) -> Iterator[optuna.Trial]:
     """Reopened stale trials first, then fresh ones, ``budget`` in all."""
     for _ in range(budget):
-        yield pending.pop(0) if pending else search.study.ask()
+        if search.interrupted:
+            return
+        trial = pending.pop(0) if pending else search.study.ask()
+        search.running.add(trial._trial_id)
+        beat_now(search.study, trial._trial_id)
+        yield trial
 
 
 def _budget(search: Search, pending: list[optuna.Trial]) -> int:
@@ -230,7 +269,7 @@ def _finish(search: Search, prepared, record: dict, on_progress) -> None:
 
 
 def _run_batches(search: Search, pending: list[optuna.Trial], on_progress) -> None:
-    while (budget := _budget(search, pending)) > 0:
+    while not search.interrupted and (budget := _budget(search, pending)) > 0:
         batch = [_prepare(search, t) for t in _asked(search, pending, min(search.spec.batch_size, budget))]
         todo = {p[2]: p[1] for p in batch if p[3] is None}
         records = dict(zip(todo, _parallel(search, list(todo.values())), strict=True))
@@ -239,15 +278,61 @@ def _run_batches(search: Search, pending: list[optuna.Trial], on_progress) -> No
 
 
 def _parallel(search: Search, strategies: list[Strategy]) -> list[dict]:
+    """Records of ``strategies`` in order; if a worker process dies, each is retried alone."""
     if not strategies:
         return []
-    return Parallel(n_jobs=search.jobs, backend="loky")(
-        delayed(evaluate)(search.model, search.hardware, s, search.spec.network) for s in strategies)
+    try:
+        return Parallel(n_jobs=search.jobs, backend=_backend(search))(
+            delayed(search.evaluator)(search.model, search.hardware, s, search.spec.network) for s in strategies)
+    except _worker_deaths(search) as error:
+        logger.warning("a simulator worker process died (%s); retrying its batch one strategy at a time", error)
+        return [_isolated(search, s) for s in strategies]
+
+
+def _isolated(search: Search, strategy: Strategy) -> dict:
+    """Evaluate ``strategy`` alone in a fresh worker process: if that process dies too, the death
+    is the strategy's, and it becomes the record's error (its trial FAILs; the search goes on)."""
+    try:
+        [record] = Parallel(n_jobs=2, backend=_backend(search))(
+            [delayed(search.evaluator)(search.model, search.hardware, strategy, search.spec.network)])
+        return record
+    except _worker_deaths(search) as error:
+        return {"error": f"worker process died: {type(error).__name__}: {' '.join(str(error).split())[:300]}"}
+
+
+def _backend(search: Search) -> str | None:
+    """The ``Parallel`` backend argument: dask runs inside the ``parallel_config(backend="dask")``
+    the executor entered (:class:`palm_search.run_control.Executor`), so it is left to that."""
+    return None if search.backend == "dask" else search.backend
+
+
+def _worker_deaths(search: Search) -> tuple[type[BaseException], ...]:
+    """Exceptions by which a joblib backend reports a dead worker process."""
+    if search.backend == "dask":
+        from distributed import KilledWorker
+
+        return TerminatedWorkerError, KilledWorker
+    return (TerminatedWorkerError,)
 
 
 def _run_streaming(search: Search, pending: list[optuna.Trial], on_progress) -> None:
-    """Keep every worker busy: ask lazily as joblib pulls tasks, tell in completion order."""
+    """Keep every worker busy: ask lazily as joblib pulls tasks, tell in completion order. If a
+    worker process dies, the trials in flight are evaluated again one at a time and the stream
+    goes on in a new pool."""
     waiting: dict[int, tuple] = {}
+    while True:
+        try:
+            _stream(search, pending, waiting, on_progress)
+            return
+        except _worker_deaths(search) as error:
+            logger.warning("a simulator worker process died (%s); retrying %d in-flight trials one at a time",
+                           error, len(waiting))
+            for number in list(waiting):
+                prepared = waiting.pop(number)
+                _finish(search, prepared, _isolated(search, prepared[1]), on_progress)
+
+
+def _stream(search: Search, pending: list[optuna.Trial], waiting: dict[int, tuple], on_progress) -> None:
     known: list[tuple] = []
 
     def tasks():
@@ -257,10 +342,10 @@ def _run_streaming(search: Search, pending: list[optuna.Trial], on_progress) -> 
                 known.append(prepared)
                 continue
             waiting[trial.number] = prepared
-            yield delayed(_numbered)(trial.number, search.model, search.hardware, prepared[1],
+            yield delayed(_numbered)(search.evaluator, trial.number, search.model, search.hardware, prepared[1],
                                      search.spec.network)
 
-    stream = Parallel(n_jobs=search.jobs, backend="loky", return_as="generator_unordered",
+    stream = Parallel(n_jobs=search.jobs, backend=_backend(search), return_as="generator_unordered",
                       pre_dispatch=str(2 * max(search.jobs, 1)))(tasks())
     for number, record in stream:
         while known:
@@ -271,6 +356,7 @@ def _run_streaming(search: Search, pending: list[optuna.Trial], on_progress) -> 
         _finish(search, prepared, prepared[3], on_progress)
 
 
-def _numbered(number: int, model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str):
+def _numbered(evaluator: Callable[..., dict], number: int, model: ModelSpec, hardware: Hardware,
+              strategy: Strategy, network: str):
     """Worker task: the trial number with its evaluation record."""
-    return number, evaluate(model, hardware, strategy, network)
+    return number, evaluator(model, hardware, strategy, network)

@@ -15,6 +15,7 @@ from palm_search.baseline import choose_baseline
 from palm_search.driver import open_search, optimize, run_baseline
 from palm_search.outputs import dashboard_command, write_outputs
 from palm_search.render import print_search_summary
+from palm_search.run_control import INTERRUPTED_EXIT_CODE, Executor, check_executor, stop_on_sigint
 from palm_search.study import StudySpec, load_study
 
 Opt = typer.Option
@@ -47,30 +48,64 @@ def optimize_command(
     objective: Annotated[list[str] | None, Opt(help="throughput and/or memory (repeat).")] = None,
     network: Annotated[str | None, Opt(help="contention or analytical.")] = None,
     top: Annotated[int | None, Opt(help="Mappings shown at the end.")] = None,
+    artifacts_top: Annotated[int | None, Opt(help="Top trials given a trace and pictures (0: none).")] = None,
     jobs: Annotated[int, Opt(help="Simulator worker processes (default: all cores).")] = 0,
     deterministic: Annotated[bool, Opt(help="Synchronous batches: same trials for any --jobs.")] = False,
     storage: Annotated[str | None, Opt(help="RDB URL instead of the run directory's journal.")] = None,
     run_dir: Annotated[Path | None, Opt(help="Run directory (default runs/<study name>).")] = None,
     json_output: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False,
+    executor: Annotated[str, Opt(help="Where simulations run: loky (local processes) or dask.")] = "loky",
+    scheduler: Annotated[str | None, Opt(help="Dask scheduler tcp://HOST:PORT (default: a local cluster).")] = None,
 ) -> None:
     """Search the fastest mapping of MODEL on HW; re-running the same command resumes."""
     spec = resolve_spec(study_file, model, hw, trials=trials, sampler=sampler, seed=seed,
-                        objectives=tuple(objective) if objective else None, network=network, top=top)
+                        objectives=tuple(objective) if objective else None, network=network, top=top,
+                        artifacts_top=artifacts_top)
+    _check_jobs(jobs)
+    check_executor(executor, scheduler)
     directory = run_dir or Path("runs") / spec.name
+    cluster = Executor(executor, scheduler, jobs or os.cpu_count() or 1)  # before the run directory exists
     search = open_search(spec, run_dir=directory, storage=storage, jobs=jobs or os.cpu_count() or 1,
                          deterministic=deterministic)
+    search.backend = cluster.backend
     baseline, note = choose_baseline(spec, search.model, search.hardware)
     search.study.set_user_attr("baseline_note", note)
-    with _progress_bar(spec.trials) as (progress, task):
+    with _progress_bar(spec.trials) as (progress, task), stop_on_sigint(search):
         run_baseline(search, baseline)
         optimize(search, lambda p: progress.update(task, completed=p.done, description=_describe(p)))
+    cluster.close()
     summary = write_outputs(search, directory)
+    if search.interrupted:
+        typer.echo(f"interrupted: {summary['trials']} of {spec.trials} trials finished, outputs written to "
+                   f"{directory}; run the same command to resume", err=True)
+        raise typer.Exit(code=INTERRUPTED_EXIT_CODE)
+    summary["illustrated_trials"] = _attach(search, directory)
     summary["baseline_note"] = note
     summary["dashboard"] = dashboard_command(directory, storage)
     if json_output:
         typer.echo(json.dumps(summary, default=str))
     else:
         print_search_summary(summary)
+
+
+def _check_jobs(jobs: int) -> None:
+    """Raises: InputError: a negative ``--jobs``."""
+    from simulator import InputError
+
+    if jobs < 0:
+        raise InputError(f"--jobs must be >= 0 (0: all cores), got {jobs}")
+
+
+def _attach(search, directory: Path) -> list[int]:
+    """Trace and pictures of the top trials and the baseline, as Optuna artifacts."""
+    from palm_search.artifacts import attach_artifacts
+
+    if not search.spec.artifacts_top:
+        return []
+    with _progress_bar(search.spec.artifacts_top + 1, "pictures") as (progress, task):
+        return attach_artifacts(search.study, search.model, search.hardware, search.spec.network, directory,
+                                search.spec.artifacts_top,
+                                lambda done, total: progress.update(task, completed=done, total=total))
 
 
 def _describe(p) -> str:
@@ -80,9 +115,9 @@ def _describe(p) -> str:
 class _progress_bar:
     """A rich progress bar on stderr (hidden when stderr is not a terminal)."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, label: str = "trials") -> None:
         console = Console(stderr=True)
-        self.progress = Progress(TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
+        self.progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
                                  disable=not console.is_terminal)
         self.total = total
@@ -112,4 +147,7 @@ def dashboard_cmd(
     if not journal.is_file():
         raise InputError(f"dashboard: {journal} does not exist (run palm-search optimize first)")
     typer.echo(f"optuna-dashboard on http://{host}:{port}/ (Ctrl-C stops)", err=True)
-    run_server(JournalStorage(JournalFileBackend(str(journal))), host=host, port=port)
+    from palm_search.artifacts import artifact_store
+
+    run_server(JournalStorage(JournalFileBackend(str(journal))), host=host, port=port,
+               artifact_store=artifact_store(run_dir))

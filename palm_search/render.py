@@ -97,3 +97,20 @@ def _cell(value) -> str:
     if isinstance(value, float):
         return "-" if value != value else f"{value:.4g}"
     return "-" if value is None else str(value)
+
+
+def print_validation(rows, stats: dict, console: Console | None = None) -> None:
+    """One table per suite (published, predicted, error, what was chosen) and its error summary."""
+    console = console or _wide_console()
+    for suite, s in stats.items():
+        table = Table(title=suite)
+        for column in ("case", "unit", "published", "predicted", "error", "chosen", "note"):
+            table.add_column(column)
+        for r in (r for r in rows if r.suite == suite):
+            error = f"{r.error:+.1%}" + ("" if r.measured else " (cross-check)")
+            table.add_row(r.case, r.unit, f"{r.published:.4g}", f"{r.predicted:.4g}", error, r.chosen, r.note)
+        if s["mean_abs_error"] is not None:
+            table.caption = f"mean absolute error {s['mean_abs_error']:.1%}, max {s['max_abs_error']:.1%}"
+        else:
+            table.caption = "cross-check against a non-measurement: no error statistics"
+        console.print(table)

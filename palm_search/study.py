@@ -14,6 +14,7 @@ Study files are TOML (see ``studies/t145b-wafer.toml``)::
     batch_size = 8           # trials per synchronous batch with --deterministic
     network = "contention"   # or "analytical"
     top = 10                 # mappings shown at the end
+    artifacts_top = 3        # top trials re-simulated for trace and pictures (Optuna artifacts); 0: none
 
     [search]
     dimensions = ["degrees", "microbatch_size", "schedule", ...]   # spaces.training.DIMENSIONS
@@ -63,6 +64,7 @@ class StudySpec:
     batch_size: int = 8
     network: str = "contention"
     top: int = 10
+    artifacts_top: int = 3
     searched: tuple[str, ...] = DEFAULT_SEARCHED
     microbatch_sizes: tuple[int, ...] = DEFAULT_MICROBATCH_SIZES
     fixed: dict = field(default_factory=dict)
@@ -76,6 +78,10 @@ class StudySpec:
         for key in ("trials", "batch_size", "top"):
             if getattr(self, key) < 1:
                 raise InputError(f"study: `{key}` must be >= 1, got {getattr(self, key)}")
+        if not 0 <= self.seed < 2**32:  # numpy's seed range, used by every Optuna sampler
+            raise InputError(f"study: `seed` must be in [0, 2**32), got {self.seed}")
+        if self.artifacts_top < 0:
+            raise InputError(f"study: `artifacts_top` must be >= 0, got {self.artifacts_top}")
         if not self.name:
             suffix = "" if self.objectives == ("throughput",) else "-" + "-".join(self.objectives)
             name = f"{Path(self.model).stem}-{Path(self.hardware).stem}{suffix}".lower()
@@ -135,9 +141,10 @@ def _study_values(study: Table) -> dict:
             values[key] = study.take_string(key)
     if study.has("objectives"):
         values["objectives"] = tuple(study.take_strings("objectives"))
-    for key in ("trials", "seed", "batch_size", "top"):
+    for key in ("trials", "seed", "batch_size", "top", "artifacts_top"):
         if study.has(key):
-            values[key] = int(study.take_number(key, integer=True, minimum=0, inclusive=key == "seed"))
+            values[key] = int(study.take_number(key, integer=True, minimum=0,
+                                                inclusive=key in ("seed", "artifacts_top")))
     study.finish()
     return values
 
@@ -164,3 +171,29 @@ def _strategy_fields(table: Table) -> dict:
     except InputError as error:
         raise table.error(str(error).removeprefix("strategy: ")) from None
     return fields
+
+
+def spec_to_attrs(spec: StudySpec) -> dict:
+    """The whole spec as JSON-compatible data (the study's ``user_attrs["spec"]``), so another
+    process (``palm-search worker``) can rebuild it with :func:`spec_from_attrs`."""
+    data = dataclasses.asdict(spec)
+    for key in ("model", "hardware"):  # a file path must name the same file from another directory
+        if Path(data[key]).is_file():
+            data[key] = str(Path(data[key]).resolve())
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
+
+
+def spec_from_attrs(data: dict) -> StudySpec:
+    """Rebuild the spec :func:`spec_to_attrs` stored.
+
+    Raises:
+        InputError: the study was written by an older palm-search (no full spec) or holds bad values.
+    """
+    missing = {"model", "hardware", "microbatch_sizes", "fixed", "trials"} - set(data)
+    if missing:
+        raise InputError(f"study: stored spec lacks {sorted(missing)} (created by an older palm-search; "
+                         "re-create it with palm-search optimize)")
+    known = {f.name for f in dataclasses.fields(StudySpec)}
+    values = {k: tuple(v) if isinstance(v, list) and k in ("objectives", "searched", "microbatch_sizes") else v
+              for k, v in data.items() if k in known}
+    return StudySpec(**values)

@@ -12,7 +12,7 @@ Follows PALM (Fang et al., arXiv 2406.03868). Typical use::
 This package imports neither optuna, typer, spaces nor palm_search.
 """
 
-from simulator.api import num_microbatches, simulate, simulate_with_records
+from simulator.api import num_microbatches, simulate, simulate_timeline, simulate_with_records
 from simulator.errors import InputError, PalmError, SimulationError
 from simulator.hardware.loader import hardware_presets, load_hardware
 from simulator.hardware.spec import Hardware
@@ -27,5 +27,5 @@ __version__ = "0.1.0"
 __all__ = [
     "Hardware", "InputError", "ModelSpec", "PalmError", "SimulationError", "SimulationResult",
     "StageReport", "Strategy", "hardware_presets", "load_hardware", "load_model", "load_strategy",
-    "model_presets", "num_microbatches", "simulate", "simulate_with_records",
+    "model_presets", "num_microbatches", "simulate", "simulate_timeline", "simulate_with_records",
 ]

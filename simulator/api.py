@@ -25,6 +25,7 @@ from simulator.placement import StagePlacement, place
 from simulator.result import ResourceUsage, SimulationResult, StageReport
 from simulator.schedules import PipelineSchedule, make_schedule
 from simulator.strategy import Strategy
+from simulator.trace import Timeline
 from simulator.workload.spec import ModelSpec
 from simulator.workload.stages import build_stage_costs
 
@@ -75,6 +76,42 @@ def simulate_with_records(
     steady_state: bool = True, record: bool = True,
 ) -> tuple[SimulationResult, list]:
     """Like :func:`simulate`, also returning the pass records of the (last) engine run."""
+    result, run, _, _, _ = _simulate(model, hardware, strategy, network, steady_state, record)
+    return result, run.records if run else []
+
+
+def simulate_timeline(
+    model: ModelSpec, hardware: Hardware, strategy: Strategy, *, network: str = "contention",
+    window_microbatches: int | None = None,
+) -> Timeline:
+    """Simulate ``strategy`` (as :func:`simulate`) and record a window of the iteration.
+
+    The result is the usual (steady-state extrapolated) one; the records come from one extra
+    engine run of ``min(m, window_microbatches)`` microbatches (default ``2 * pp``, the window the
+    extrapolation simulates), fill, steady state, drain and gradient update included: the trace
+    shows that simulated window, not all ``m`` microbatches.
+
+    Raises:
+        InputError: as :func:`simulate`; ``window_microbatches`` below 1.
+    """
+    if window_microbatches is not None and window_microbatches < 1:
+        raise InputError(f"window_microbatches must be >= 1, got {window_microbatches}")
+    result, run, engine, topology, placements = _simulate(model, hardware, strategy, network, True, False)
+    if run is None or engine is None:
+        return Timeline(result=result, passes=(), bookings=(), window_microbatches=0, window_s=0.0,
+                        topology=topology, placements=placements, utilisation={})
+    window = min(result.num_microbatches, window_microbatches or 2 * strategy.pp)
+    engine.record = True
+    traced = engine.run(window)
+    return Timeline(result=result, passes=tuple(traced.records), bookings=tuple(traced.traces),
+                    window_microbatches=window, window_s=traced.makespan_s, topology=topology,
+                    placements=placements,
+                    utilisation=resource_utilisation(topology, run, result.iteration_time_s))
+
+
+def _simulate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str, steady_state: bool,
+              record: bool):
+    """(result, run or None if infeasible, engine or None, topology, placements)."""
     started = time.perf_counter()
     if strategy.precision not in hardware.peak_flop_per_s:
         raise InputError(
@@ -94,14 +131,14 @@ def simulate_with_records(
                 network=network, num_microbatches=m)
     reason = _memory_reason(hardware, memory, in_flight)
     if reason:
-        return _infeasible(base, reason, placements, memory, in_flight, started), []
+        return _infeasible(base, reason, placements, memory, in_flight, started), None, None, topology, placements
     engine = Engine(hardware=hardware, topology=topology, placements=placements, costs=costs,
                     schedule=schedule, network=network_backend(network), training=training,
                     transfer_strategy=strategy.transfer_strategy, record=record)
     run, simulated, extrapolated, period = _run(engine, m, strategy.pp, steady_state, training)
     result = _assemble(base, hardware, topology, strategy, placements, costs, memory, in_flight,
                        run, simulated, extrapolated, period, m, model, started)
-    return result, run.records
+    return result, run, engine, topology, placements
 
 
 def _in_flight(schedule: PipelineSchedule, stage: int, m: int, training: bool) -> list[int]:
@@ -213,12 +250,26 @@ def _stage_report(i: int, placement: StagePlacement, costs: tuple[StageCost, ...
     )
 
 
-def _resource_usage(topology: Topology, run: EngineRun, iteration_s: float) -> tuple[ResourceUsage, ...]:
-    """Bytes carried by each resource over the iteration, as a fraction of its capacity."""
+def _carried_bytes(run: EngineRun) -> dict[int, float]:
+    """Bytes carried by each resource over the run (edges crossing it x bytes per edge)."""
     carried: dict[int, float] = {}
     for flow, moved in zip(run.flows, run.flow_bytes, strict=True):
         for r, load in flow.loads.items():
             carried[r] = carried.get(r, 0.0) + load * moved
+    return carried
+
+
+def resource_utilisation(topology: Topology, run: EngineRun, iteration_s: float) -> dict[str, float]:
+    """Utilisation of every resource (bytes carried / (bandwidth x iteration time)), by resource
+    name (``link A->B``, ``dram dieD portP``, ``gpuG nic up``, ...)."""
+    carried = _carried_bytes(run)
+    return {name: carried.get(r, 0.0) / (topology.bandwidth_bytes_per_s[r] * iteration_s)
+            for r, name in enumerate(topology.names)}
+
+
+def _resource_usage(topology: Topology, run: EngineRun, iteration_s: float) -> tuple[ResourceUsage, ...]:
+    """Bytes carried by each resource over the iteration, as a fraction of its capacity."""
+    carried = _carried_bytes(run)
     usages = []
     for kind in sorted(set(topology.kinds)):
         util = {r: carried.get(r, 0.0) / (topology.bandwidth_bytes_per_s[r] * iteration_s)

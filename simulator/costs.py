@@ -45,6 +45,8 @@ class PassCost:
         tp_collectives: tensor-parallel collectives of the whole pass.
         segments: number of layers the pass is split into (>= 1).
         flops: arithmetic of the pass on one device (flop), recompute included.
+        recompute_s: the part of ``compute_s`` that re-runs forward operators (backward with
+            recompute; s), for timelines.
     """
 
     compute_s: float
@@ -52,6 +54,7 @@ class PassCost:
     tp_collectives: tuple[Collective, ...]
     segments: int
     flops: float
+    recompute_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

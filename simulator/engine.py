@@ -45,7 +45,8 @@ class StageStats:
 
 @dataclass(slots=True)
 class PassRecord:
-    """One executed pass, for traces: stage, kind (F, B, U), microbatch, chunk, start, end (s)."""
+    """One executed pass, for traces: stage, kind (F, B, U), microbatch, chunk, start, end (s);
+    ``recompute_s`` is the recompute part of a backward pass's compute (s)."""
 
     stage: int
     kind: str
@@ -53,6 +54,27 @@ class PassRecord:
     chunk: int
     start_s: float
     end_s: float
+    recompute_s: float = 0.0
+
+
+@dataclass(slots=True)
+class TraceRecord:
+    """One booking of a flow, for traces (kept only with ``record=True``).
+
+    Attributes:
+        kind: ``tp``, ``dp``, ``p2p`` or ``dram``.
+        lane: what the booking belongs to: ``stage 3`` (TP, DP, DRAM) or ``0->1`` (p2p).
+        name: readable label (e.g. ``all-reduce``, ``act mb 4``).
+        start_s, end_s: the booked interval (s).
+        args: extra facts: ``bytes`` (total over the flow's edges), ``microbatch``, ...
+    """
+
+    kind: str
+    lane: str
+    name: str
+    start_s: float
+    end_s: float
+    args: dict = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -75,6 +97,7 @@ class EngineRun:
     flow_bytes: list[float]
     events: int
     records: list[PassRecord] = field(default_factory=list)
+    traces: list[TraceRecord] = field(default_factory=list)
 
 
 class Engine:
@@ -89,7 +112,7 @@ class Engine:
         network: the backend that books resources.
         training: False runs forwards only (inference).
         transfer_strategy: 1 or 2 (PALM Fig. 11).
-        record: keep a :class:`PassRecord` per pass.
+        record: keep a :class:`PassRecord` per pass and a :class:`TraceRecord` per flow booking.
     """
 
     def __init__(
@@ -171,6 +194,7 @@ class Engine:
         self.events = 0
         self.stats = [StageStats() for _ in range(self.pp)]
         self.records: list[PassRecord] = []
+        self.traces: list[TraceRecord] = []
         self.messages: dict[tuple[str, int, int], simpy.Event] = {}
         for flow in self.flows:
             flow.bytes_moved = 0.0
@@ -181,7 +205,7 @@ class Engine:
         self.env.run()
         makespan = max(s.finish_s for s in self.stats)
         moved = [f.bytes_moved for f in self.flows]
-        return EngineRun(makespan, self.stats, self.flows, moved, self.events, self.records)
+        return EngineRun(makespan, self.stats, self.flows, moved, self.events, self.records, self.traces)
 
     def _message(self, key: tuple[str, int, int]) -> simpy.Event:
         event = self.messages.get(key)
@@ -212,46 +236,64 @@ class Engine:
 
     def _pass(self, i: int, cost: PassCost, p: Pass):
         now = self.env.now
-        end = self._pass_end(i, cost, now)
+        end = self._pass_end(i, cost, now, p.microbatch)
         self.stats[i].compute_s += cost.compute_s
         if self.record:
-            self.records.append(PassRecord(i, p.kind, p.microbatch, p.chunk, now, end))
+            self.records.append(PassRecord(i, p.kind, p.microbatch, p.chunk, now, end, cost.recompute_s))
         self.events += 1
         yield self.env.timeout(end - now)
 
-    def _pass_end(self, i: int, cost: PassCost, now: float) -> float:
+    def _pass_end(self, i: int, cost: PassCost, now: float, microbatch: int = -1) -> float:
         """Finish time of a pass started at ``now``: per segment, compute overlapped with the
         DRAM stream, then the segment's share of the TP collectives."""
-        flows, stats, net = self.stage_flows[i], self.stats[i], self.network
+        flows, stats, net, record = self.stage_flows[i], self.stats[i], self.network, self.record
         segments = cost.segments
         compute = cost.compute_s / segments
         dram = 0.0
         if flows.dram is not None and cost.dram_bytes > 0:
             dram = flows.dram.step_time_s(cost.dram_bytes / segments)
             flows.dram.bytes_moved += cost.dram_bytes
-        collective = self._collectives_time(i, cost.tp_collectives) / segments
+        collective, moved = self._collectives_time(i, cost.tp_collectives)
+        collective /= segments
         t = now
         for _ in range(segments):
             ready = t + compute
             if dram:
-                ready = max(ready, net.book(flows.dram, t, dram, now) + dram)
+                start = net.book(flows.dram, t, dram, now)
+                ready = max(ready, start + dram)
                 stats.dram_stall_s += ready - t - compute
+                if record:
+                    self._trace(flows.dram, f"stage {i}", "dram", start, dram,
+                                cost.dram_bytes * flows.dram.num_edges / segments, microbatch)
             t = ready
             if collective:
                 start = net.book(flows.tp, t, collective, now)
                 stats.communication_s += start + collective - t
                 t = start + collective
+                if record:
+                    self._trace(flows.tp, f"stage {i}", "tp collectives", start, collective,
+                                moved / segments, microbatch)
         return t
 
-    def _collectives_time(self, i: int, collectives: tuple[Collective, ...], dp: bool = False) -> float:
-        total = 0.0
+    def _trace(self, flow: Flow, lane: str, name: str, start: float, duration: float, size_bytes: float,
+               microbatch: int = -1, kind: str = "", **args) -> None:
+        """Keep one booking of ``flow`` (``size_bytes`` over all its edges) for the trace, under
+        ``kind`` (default: the flow's)."""
+        args.update(bytes=size_bytes, flow=flow.name, microbatch=microbatch)
+        self.traces.append(TraceRecord(kind or flow.kind, lane, name, start, start + duration, args))
+
+    def _collectives_time(self, i: int, collectives: tuple[Collective, ...],
+                          dp: bool = False) -> tuple[float, float]:
+        """(duration in s, bytes moved over all edges) of ``collectives`` back to back."""
+        total = size = 0.0
         for c in collectives:
             flows = self.stage_flows[i]
             flow = flows.dp if dp else (flows.tp_all_to_all if c.kind == "all_to_all" else flows.tp)
             duration, moved = flow.collective_time_s(c.kind, c.size_bytes)
             flow.bytes_moved += moved * c.count
             total += duration * c.count
-        return total
+            size += moved * c.count * flow.num_edges
+        return total, size
 
     def _send(self, i: int, j: int, k: int, kind: str, microbatch: int, size_bytes: float) -> None:
         """Send stage output of virtual stage j to virtual stage k; deliver when it lands."""
@@ -263,13 +305,18 @@ class Engine:
             per_edge = size_bytes * len(self.placements[i].tp_groups[0]) if adapters else size_bytes
             duration = flow.step_time_s(per_edge)
             flow.bytes_moved += per_edge
-            end = self.network.book(flow, now, duration, now) + duration
-            end = self._regroup(dst, end, size_bytes)
+            start = self.network.book(flow, now, duration, now)
+            end = start + duration
+            lane = f"{i}->{dst}"
+            if self.record:
+                self._trace(flow, lane, f"{kind} mb {microbatch}", start, duration, per_edge * flow.num_edges,
+                            microbatch, source_stage=i, destination_stage=dst, transfer=kind)
+            end = self._regroup(dst, end, size_bytes, lane, microbatch)
         message = self._message((kind, k, microbatch))
         self.events += 2
         self.env.timeout(end - now).callbacks.append(lambda _event: message.succeed())
 
-    def _regroup(self, stage: int, start: float, size_bytes: float) -> float:
+    def _regroup(self, stage: int, start: float, size_bytes: float, lane: str = "", microbatch: int = -1) -> float:
         """Rebuild the full activation in the receiving TP group: an all-gather of the slices
         (strategy 1) or a broadcast from the adapter, timed as a pipelined ring broadcast
         (strategy 2). Returns the finish time."""
@@ -283,17 +330,25 @@ class Engine:
         else:
             duration, moved = flow.step_time_s(full) + (tp - 2) * flow.latency_s, full
         flow.bytes_moved += moved
-        return self.network.book(flow, start, duration, self.env.now) + duration
+        begin = self.network.book(flow, start, duration, self.env.now)
+        if self.record:
+            self._trace(flow, lane, f"regroup mb {microbatch}", begin, duration, moved * flow.num_edges,
+                        microbatch, kind="p2p")
+        return begin + duration
 
     def _gradient_update(self, i: int):
         """Data-parallel collectives of every chunk, then the optimizer step (PALM GU)."""
         chunks = [self.costs[c * self.pp + i] for c in range(len(self.costs) // self.pp)]
         now = self.env.now
         collectives = tuple(c for cost in chunks for c in cost.dp_collectives)
-        duration = self._collectives_time(i, collectives, dp=True)
+        duration, moved = self._collectives_time(i, collectives, dp=True)
         end = now
         if duration:
-            end = self.network.book(self.stage_flows[i].dp, now, duration, now) + duration
+            flow = self.stage_flows[i].dp
+            start = self.network.book(flow, now, duration, now)
+            end = start + duration
+            if self.record:
+                self._trace(flow, f"stage {i}", "gradient collectives", start, duration, moved)
         self.stats[i].communication_s += end - now
         for cost in chunks:
             end = self._pass_end(i, cost.optimizer_step, end)

@@ -1,0 +1,107 @@
+"""Why a mapping wins, as files: its Chrome trace and pictures, attached to the search's trials.
+
+After ``palm-search optimize`` the baseline and the top ``artifacts_top`` trials are simulated
+again with records (:func:`simulator.simulate_timeline`); their ``trace.json`` and timeline /
+placement / heat-map PNG and SVG go to ``RUN_DIR/mappings/trial-N/`` and are uploaded as Optuna
+artifacts into ``RUN_DIR/artifacts`` (``optuna.artifacts.FileSystemArtifactStore``), which
+``palm-search dashboard RUN_DIR`` serves. The driver's loop is not involved.
+
+Optuna storages refuse to change a finished trial (``UpdateFinishedTrialError``), and the top
+trials are only known once they are finished, so the files are *study* artifacts named
+``trial-N-<file>`` (the dashboard's study page lists them), and the study's user attribute
+``artifacts`` maps each trial number to ``{file name: artifact id}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import optuna
+from optuna.artifacts import FileSystemArtifactStore, get_all_artifact_meta, upload_artifact
+
+from palm_search.outputs import baseline_row, top_mappings, trials_frame
+from palm_search.plots import write_plots
+from simulator import Hardware, ModelSpec, Strategy, simulate_timeline
+from simulator.trace import write_chrome_trace
+
+ARTIFACTS = "artifacts"
+MAPPINGS = "mappings"
+MIMETYPES = {".png": "image/png", ".svg": "image/svg+xml", ".json": "application/json"}
+
+
+def artifact_store(run_dir: Path) -> FileSystemArtifactStore:
+    """The run directory's artifact store (``RUN_DIR/artifacts``, created if missing)."""
+    directory = run_dir / ARTIFACTS
+    directory.mkdir(parents=True, exist_ok=True)
+    return FileSystemArtifactStore(str(directory))
+
+
+def mapping_dir(run_dir: Path, number: int) -> Path:
+    """Where the files of trial ``number`` go."""
+    return run_dir / MAPPINGS / f"trial-{number}"
+
+
+def render_mapping(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str,
+                   directory: Path) -> list[Path]:
+    """Simulate ``strategy`` with records; write ``trace.json`` and the pictures into ``directory``.
+
+    Raises:
+        InputError: the strategy does not fit the model or machine.
+    """
+    timeline = simulate_timeline(model, hardware, strategy, network=network)
+    directory.mkdir(parents=True, exist_ok=True)
+    if not timeline.result.feasible:
+        return []
+    return [write_chrome_trace(timeline, directory / "trace.json"), *write_plots(timeline, directory)]
+
+
+def chosen_trials(study: optuna.Study, k: int) -> list[int]:
+    """Trial numbers to illustrate: the top ``k`` distinct feasible mappings and the baseline."""
+    frame = trials_frame(study)
+    numbers = [int(n) for n in top_mappings(frame, k)["number"]] if k and len(frame) else []
+    base = baseline_row(frame)
+    if base is not None and base.get("feasible") and int(base["number"]) not in numbers:
+        numbers.append(int(base["number"]))
+    return numbers
+
+
+def attach_artifacts(study: optuna.Study, model: ModelSpec, hardware: Hardware, network: str, run_dir: Path,
+                     k: int, on_progress: Callable[[int, int], None] = lambda done, total: None) -> list[int]:
+    """Render and upload the files of :func:`chosen_trials`; files a trial already holds (a
+    resumed run) are not uploaded twice. Returns the trial numbers illustrated."""
+    numbers = chosen_trials(study, k)
+    store = artifact_store(run_dir)
+    index = dict(study.user_attrs.get("artifacts", {}))
+    for done, number in enumerate(numbers):
+        on_progress(done, len(numbers))
+        strategy = Strategy.from_dict(study.trials[number].user_attrs["strategy"])
+        files = render_mapping(model, hardware, strategy, network, mapping_dir(run_dir, number))
+        held = index.setdefault(str(number), {})
+        for path in files:
+            if path.name not in held:
+                held[path.name] = _upload(study, store, path, f"trial-{number}-{path.name}")
+    study.set_user_attr("artifacts", index)
+    on_progress(len(numbers), len(numbers))
+    return numbers
+
+
+def _upload(study: optuna.Study, store: FileSystemArtifactStore, path: Path, name: str) -> str:
+    """Upload ``path`` as the study artifact ``name``; returns its artifact id."""
+    named = path.with_name(name)
+    named.write_bytes(path.read_bytes())
+    try:
+        return upload_artifact(artifact_store=store, file_path=str(named), study_or_trial=study,
+                               mimetype=MIMETYPES.get(path.suffix))
+    finally:
+        named.unlink()
+
+
+def trial_artifacts(study: optuna.Study) -> dict[int, list[str]]:
+    """Artifact file names uploaded for each illustrated trial (from the artifact metadata)."""
+    names: dict[int, list[str]] = {}
+    for meta in get_all_artifact_meta(study):
+        number, _, filename = meta.filename.removeprefix("trial-").partition("-")
+        if number.isdigit():
+            names.setdefault(int(number), []).append(filename)
+    return names

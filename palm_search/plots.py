@@ -1,0 +1,234 @@
+"""Pictures of one simulated mapping (matplotlib, no display needed): the pipeline timeline,
+the placement of stages and TP groups on the machine, and link / DRAM-port utilisation.
+
+Each ``plot_*`` function takes a :class:`simulator.trace.Timeline` and returns a matplotlib
+``Figure``; :func:`write_plots` saves all three as PNG and SVG.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from matplotlib import colormaps
+from matplotlib.collections import LineCollection
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from simulator.network.topology import ClusterTopology, MeshTopology
+from simulator.trace import Timeline, stage_slices
+
+PASS_COLOURS = {"F": "#4C72B0", "B": "#DD8452", "R": "#8172B3", "U": "#C44E52", "bubble": "#E6E6E6"}
+PASS_LABELS = {"F": "forward", "B": "backward", "R": "recompute", "U": "gradient update", "bubble": "bubble (idle)"}
+HEAT = colormaps["inferno_r"].with_extremes(bad="#D9D9D9")
+PICTURES = ("timeline", "placement", "heatmap")
+
+
+def write_plots(timeline: Timeline, directory: str | Path) -> list[Path]:
+    """Write timeline, placement and heatmap as ``.png`` and ``.svg`` into ``directory``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, plot in zip(PICTURES, (plot_timeline, plot_placement, plot_heatmap), strict=True):
+        figure = plot(timeline)
+        for suffix in ("png", "svg"):
+            path = directory / f"{name}.{suffix}"
+            figure.savefig(path, dpi=110, bbox_inches="tight")
+            written.append(path)
+    return written
+
+
+def _title(timeline: Timeline) -> str:
+    r, s = timeline.result, timeline.result.strategy
+    return (f"{r.model} on {r.hardware}: tp {s['tp']} pp {s['pp']} dp {s['dp']}, microbatch {s['microbatch_size']},"
+            f" {s['schedule']}, recompute {s['recompute']}, placement {s['placement']}")
+
+
+# -- timeline ------------------------------------------------------------------------------------
+
+
+def plot_timeline(timeline: Timeline) -> Figure:
+    """Gantt chart of the recorded window: stages top to bottom, passes coloured by kind, the
+    microbatch number inside slices wide enough to hold it."""
+    pp = len(timeline.placements)
+    width_in = 16.0
+    figure = Figure(figsize=(width_in, 1.6 + 0.32 * max(pp, 3)))
+    axes = figure.add_subplot()
+    window = timeline.window_s or 1.0
+    label_s = window * 0.16 / width_in
+    for s in stage_slices(timeline):
+        kind = "bubble" if s.name == "bubble" else s.args["kind"]
+        y = s.args["stage"]
+        axes.broken_barh([(s.start_s, s.end_s - s.start_s)], (y - 0.4, 0.8), facecolors=PASS_COLOURS[kind],
+                         edgecolor="white" if kind != "bubble" else "none", linewidth=0.3)
+        if kind in "FBR" and s.end_s - s.start_s >= label_s:
+            axes.text((s.start_s + s.end_s) / 2, y, str(s.args["microbatch"]), ha="center", va="center",
+                      fontsize=6, color="white")
+    axes.set_ylim(pp - 0.5, -0.5)
+    axes.set_xlim(0, window)
+    axes.set_yticks(range(pp), [f"stage {i}" for i in range(pp)], fontsize=7 if pp > 12 else 9)
+    axes.set_xlabel("time in the simulated window (s)")
+    r = timeline.result
+    axes.set_title(f"{_title(timeline)}\nwindow of {timeline.window_microbatches} of {r.num_microbatches} "
+                   f"microbatches per replica; iteration {r.iteration_time_s:.4g} s, bubble "
+                   f"{r.bubble_fraction:.1%} (whole iteration)", fontsize=10)
+    handles = [Rectangle((0, 0), 1, 1, color=c) for c in PASS_COLOURS.values()]
+    axes.legend(handles, PASS_LABELS.values(), loc="upper center", bbox_to_anchor=(0.5, -0.04 - 1.0 / (pp + 6)),
+                ncol=5, frameon=False, fontsize=9)
+    return figure
+
+
+# -- machine grid --------------------------------------------------------------------------------
+
+
+class _Grid:
+    """Cell positions of devices and the rectangles of dies (mesh) or nodes (cluster)."""
+
+    def __init__(self, timeline: Timeline) -> None:
+        topo = timeline.topology
+        if isinstance(topo, MeshTopology):
+            mesh = topo.mesh
+            self.width, self.height = mesh.width, mesh.height
+            self.position = lambda d: (topo.coord(d).x, topo.coord(d).y)
+            self.boxes = [(dx * mesh.cores_x, dy * mesh.cores_y, mesh.cores_x, mesh.cores_y)
+                          for dy in range(mesh.dies_y) for dx in range(mesh.dies_x)]
+            self.box_name = "die"
+        else:
+            per_node = topo.cluster.gpus_per_node if isinstance(topo, ClusterTopology) else topo.num_devices
+            used = max(d for p in timeline.placements for d in p.devices) + 1
+            self.width, self.height = per_node, -(-used // per_node)  # the nodes the mapping uses
+            self.position = lambda d: (d % per_node, d // per_node)
+            self.boxes = [(0, n, per_node, 1) for n in range(self.height)]
+            self.box_name = "node"
+
+    def figure(self, extra_width_in: float = 0.0) -> tuple[Figure, object]:
+        scale = min(0.62, 14.0 / self.width, 14.0 / self.height)
+        figure = Figure(figsize=(max(6.5, self.width * scale + 1.5 + extra_width_in),
+                                 max(3.5, self.height * scale + 1.6)))
+        axes = figure.add_subplot()
+        axes.set_xlim(-1, self.width)
+        axes.set_ylim(self.height, -1)
+        axes.set_aspect("equal")
+        axes.set_xticks([])
+        axes.set_yticks([])
+        for side in axes.spines.values():
+            side.set_visible(False)
+        return figure, axes
+
+    def draw_boxes(self, axes) -> None:
+        for x, y, w, h in self.boxes:
+            axes.add_patch(Rectangle((x - 0.5, y - 0.5), w, h, fill=False, edgecolor="black", linewidth=3.0,
+                                     zorder=1.5))
+
+
+def _stage_colours(pp: int) -> list:
+    if pp <= 20:
+        table = colormaps["tab20"].colors
+        order = [*range(0, 20, 2), *range(1, 20, 2)]
+        return [table[order[i]] for i in range(pp)]
+    return [colormaps["turbo"](i / max(pp - 1, 1)) for i in range(pp)]
+
+
+def plot_placement(timeline: Timeline) -> Figure:
+    """Dies (or nodes) and cores (or GPUs) as the machine lays them out, each core coloured by
+    its pipeline stage and labelled ``stage.tp-group``; TP groups outlined."""
+    grid = _Grid(timeline)
+    figure, axes = grid.figure()
+    colours = _stage_colours(len(timeline.placements))
+    small = grid.width > 12 or grid.height > 12
+    for stage, placement in enumerate(timeline.placements):
+        for group_index, group in enumerate(placement.tp_groups):
+            cells = {grid.position(d) for d in group}
+            for x, y in cells:
+                axes.add_patch(Rectangle((x - 0.45, y - 0.45), 0.9, 0.9, color=colours[stage]))
+                axes.text(x, y, f"s{stage}\nt{group_index}", ha="center", va="center", fontsize=6.5 if small else 8)
+            _outline(axes, cells)
+    used = {d for p in timeline.placements for d in p.devices}
+    for d in range(grid.width * grid.height):
+        if d not in used:
+            x, y = grid.position(d)
+            axes.add_patch(Rectangle((x - 0.45, y - 0.45), 0.9, 0.9, color="#F2F2F2"))
+    grid.draw_boxes(axes)
+    axes.set_title(f"{_title(timeline)}\ncell: s<pipeline stage> t<TP group of the stage>; dark outline: one TP"
+                   f" group; thick black: {grid.box_name}",
+                   fontsize=9)
+    return figure
+
+
+def _outline(axes, cells: set[tuple[int, int]]) -> None:
+    """Draw the border of a set of grid cells."""
+    segments = []
+    for x, y in cells:
+        sides = ((1, 0, [(x + .5, y - .5), (x + .5, y + .5)]), (-1, 0, [(x - .5, y - .5), (x - .5, y + .5)]),
+                 (0, 1, [(x - .5, y + .5), (x + .5, y + .5)]), (0, -1, [(x - .5, y - .5), (x + .5, y - .5)]))
+        for dx, dy, seg in sides:
+            if (x + dx, y + dy) not in cells:
+                segments.append(seg)
+    axes.add_collection(LineCollection(segments, colors="#202020", linewidths=2.4, zorder=3))
+
+
+# -- heat map ------------------------------------------------------------------------------------
+
+
+def plot_heatmap(timeline: Timeline) -> Figure:
+    """Utilisation over the iteration of every link (a segment between core centres, each
+    direction offset to its right) and DRAM port (a square on the die edge); GPU clusters: the
+    NVSwitch ports as the cell colour and the NIC as a dot."""
+    grid = _Grid(timeline)
+    figure, axes = grid.figure(extra_width_in=1.2)
+    norm = LogNorm(1e-3, 1.0, clip=True)
+    for x in range(grid.width):
+        for y in range(grid.height):
+            axes.add_patch(Rectangle((x - 0.3, y - 0.3), 0.6, 0.6, color="#F0F0F0", zorder=0))
+    if isinstance(timeline.topology, MeshTopology):
+        _mesh_heat(axes, timeline, grid, norm)
+    else:
+        _cluster_heat(axes, timeline, grid, norm)
+    grid.draw_boxes(axes)
+    figure.colorbar(_mappable(norm), ax=axes, fraction=0.03, pad=0.02,
+                    label="utilisation over the iteration (log scale)")
+    hot = sorted(timeline.utilisation.items(), key=lambda kv: -kv[1])[:4]
+    hottest = ", ".join(f"{name} {u:.0%}" for name, u in hot if u > 0) or "no traffic"
+    what = ("links (one segment per direction) and DRAM ports (squares on die edges)"
+            if isinstance(timeline.topology, MeshTopology) else "cell: NVSwitch ports, dot: NIC")
+    axes.set_title(f"{_title(timeline)}\n{what}; hottest: {hottest}",
+                   fontsize=9)
+    return figure
+
+
+def _mappable(norm):
+    from matplotlib.cm import ScalarMappable
+
+    return ScalarMappable(norm=norm, cmap=HEAT)
+
+
+def _mesh_heat(axes, timeline: Timeline, grid: _Grid, norm) -> None:
+    topo: MeshTopology = timeline.topology
+    segments, values = [], []
+    for name, util in timeline.utilisation.items():
+        if name.startswith("link "):
+            a, b = (int(v) for v in name[5:].split("->"))
+            (x0, y0), (x1, y1) = grid.position(a), grid.position(b)
+            ox, oy = (y1 - y0) * 0.12, (x0 - x1) * 0.12
+            segments.append([(x0 + ox + (x1 - x0) * 0.2, y0 + oy + (y1 - y0) * 0.2),
+                             (x1 + ox - (x1 - x0) * 0.2, y1 + oy - (y1 - y0) * 0.2)])
+            values.append(util)
+    axes.add_collection(LineCollection(segments, cmap=HEAT, norm=norm, array=values, linewidths=2.2, zorder=2))
+    mesh = topo.mesh
+    for name, util in timeline.utilisation.items():
+        if name.startswith("dram die"):
+            die, port = (int(v) for v in name[8:].split(" port"))
+            x0, y0 = (die % mesh.dies_x) * mesh.cores_x, (die // mesh.dies_x) * mesh.cores_y
+            x = x0 - 0.5 if port == 0 else x0 + mesh.cores_x - 0.5
+            axes.scatter([x], [y0 + mesh.cores_y // 2], marker="s", s=70, color=HEAT(norm(util)),
+                         edgecolors="black", linewidths=0.8, zorder=3)
+
+
+def _cluster_heat(axes, timeline: Timeline, grid: _Grid, norm) -> None:
+    util = timeline.utilisation
+    for d in range(grid.width * grid.height):
+        x, y = grid.position(d)
+        switch = max(util.get(f"gpu{d} nvswitch up", 0.0), util.get(f"gpu{d} nvswitch down", 0.0))
+        nic = max(util.get(f"gpu{d} nic up", 0.0), util.get(f"gpu{d} nic down", 0.0))
+        axes.add_patch(Rectangle((x - 0.45, y - 0.45), 0.9, 0.9, color=HEAT(norm(switch)), zorder=1))
+        axes.scatter([x], [y], s=40, color=HEAT(norm(nic)), edgecolors="white", linewidths=0.8, zorder=3)

@@ -1,0 +1,150 @@
+"""Where a study lives, and how its processes prove they are alive.
+
+* No URL: a journal file ``RUN_DIR/study.journal`` (one host; no heartbeat, so a trial an
+  interrupted driver left RUNNING is reopened when the same command runs again).
+* An RDB URL (``postgresql+psycopg2://user@host:port/db``, ``sqlite:///file.db``...): an
+  :class:`optuna.storages.RDBStorage` with Optuna heartbeats. Every process that evaluates trials
+  (the ``optimize`` driver, each ``worker``) records a heartbeat for its RUNNING trials every
+  ``heartbeat_interval`` seconds from a background thread (:class:`Heartbeat`). A trial whose
+  heartbeat is older than ``grace_period`` belongs to a process that died: the next
+  :func:`optuna.storages.fail_stale_trials` call (each worker calls it before asking) marks it
+  FAIL and :class:`optuna.storages.RetryHeartbeatStaleTrialCallback` queues a WAITING copy with
+  the same parameters, which the next ``study.ask()`` picks up. So no trial stays RUNNING.
+
+Raises of this module are :class:`simulator.InputError` with one line (a bad URL, an unreachable
+server, a corrupt journal), never a driver traceback.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from pathlib import Path
+
+import optuna
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+
+from simulator import InputError
+
+JOURNAL = "study.journal"
+HEARTBEAT_INTERVAL_S = 5
+"""Seconds between two heartbeats of a RUNNING trial (Optuna wants an integer)."""
+GRACE_PERIOD_S = 30
+"""Seconds without a heartbeat after which a RUNNING trial is taken as abandoned."""
+MAX_RETRY = 3
+"""Times a trial abandoned by a dead process is queued again before it stays FAIL."""
+
+# Optuna warns at every ask that heartbeats are meant for Study.optimize; ask/tell processes beat
+# themselves (Heartbeat below), so the warning says nothing here.
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+
+
+def rdb_storage(url: str, heartbeat_interval: int = HEARTBEAT_INTERVAL_S,
+                grace_period: int = GRACE_PERIOD_S) -> RDBStorage:
+    """An RDB storage with heartbeats and retry of abandoned trials.
+
+    Raises:
+        InputError: a URL SQLAlchemy cannot parse, a missing driver, or an unreachable server.
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return RDBStorage(url, heartbeat_interval=heartbeat_interval, grace_period=grace_period,
+                              heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY),
+                              engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None)
+    except Exception as error:  # noqa: BLE001 - sqlalchemy and driver errors become one line
+        raise InputError(f"--storage {_hide_password(url)}: {_one_line(error)}") from None
+
+
+def journal_storage(run_dir: Path) -> optuna.storages.JournalStorage:
+    """The run directory's journal file (created with the directory).
+
+    Raises:
+        InputError: the journal is corrupt or truncated.
+    """
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / JOURNAL
+    if path.is_file() and path.stat().st_size and not _ends_with_newline(path):
+        # Optuna skips an unterminated last record as "being written", then appends to it.
+        raise InputError(f"{path}: corrupt or truncated journal (the last record is cut off); "
+                         "restore it or use another --run-dir")
+    try:
+        storage = JournalStorage(JournalFileBackend(str(path)))
+        storage.get_all_studies()  # replays the whole log now, so damage shows here
+        return storage
+    except Exception as error:  # noqa: BLE001 - a damaged file is a user-facing condition
+        raise InputError(f"{path}: corrupt or truncated journal ({_one_line(error)}); "
+                         "restore it or use another --run-dir") from None
+
+
+def heartbeat_enabled(storage) -> bool:
+    """Whether ``storage`` (a study's ``_storage``, possibly cached) keeps heartbeats."""
+    return storage.get_heartbeat_interval() is not None if hasattr(storage, "get_heartbeat_interval") else False
+
+
+class Heartbeat:
+    """A daemon thread recording a heartbeat for each trial id in ``trial_ids`` (a live set the
+    caller adds to when it asks a trial and removes from when it tells it)."""
+
+    def __init__(self, storage, trial_ids: set[int]) -> None:
+        self.storage, self.trial_ids = storage, trial_ids
+        self.interval = storage.get_heartbeat_interval()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="palm-search-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def beat(self) -> None:
+        """Record one heartbeat for every trial in the set now."""
+        for trial_id in list(self.trial_ids):
+            try:
+                self.storage.record_heartbeat(trial_id)
+            except Exception:  # noqa: BLE001, S110 - a missed beat is retried; never kill the process
+                pass
+
+    def _run(self) -> None:
+        while not self._stop.wait(min(self.interval, 1)):
+            self.beat()
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text[:300]}"
+
+
+def _hide_password(url: str) -> str:
+    head, at, tail = url.rpartition("@")
+    if not at or ":" not in head.split("//", 1)[-1]:
+        return url
+    scheme, _, user = head.partition("//")
+    return f"{scheme}//{user.split(':', 1)[0]}:***@{tail}"
+
+
+def fail_stale(study: optuna.Study) -> None:
+    """FAIL (and queue again) the RUNNING trials whose heartbeat is older than the grace period."""
+    if heartbeat_enabled(study._storage):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with path.open("rb") as file:
+        file.seek(-1, 2)
+        return file.read(1) == b"\n"
+
+
+def beat_now(study: optuna.Study, trial_id: int) -> None:
+    """Record a first heartbeat as soon as a trial is asked: Optuna never takes a trial without
+    any heartbeat as stale, so a process dying before its first periodic beat would leave it RUNNING."""
+    if heartbeat_enabled(study._storage):
+        study._storage.record_heartbeat(trial_id)

@@ -1,0 +1,125 @@
+"""Faults on one machine: a simulator worker process dies, Ctrl-C, damaged run files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from typer.testing import CliRunner
+
+from palm_search.baseline import choose_baseline
+from palm_search.cli import app
+from palm_search.driver import open_search, optimize, run_baseline
+from palm_search.evaluate import evaluate
+from palm_search.study import load_study
+
+DATA = Path(__file__).parent / "data"
+STUDY = DATA / "small-study.toml"
+HW = DATA / "mini-mesh.toml"
+runner = CliRunner()
+
+
+def dies_on_tp_2(model, hardware, strategy, network):
+    """An evaluator whose worker process dies (as on out-of-memory) for every strategy with TP 2."""
+    if strategy.tp == 2:
+        os._exit(1)
+    return evaluate(model, hardware, strategy, network)
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_a_dying_worker_process_fails_its_trials_and_the_search_goes_on(tmp_path, deterministic):
+    spec = load_study(STUDY).replace(hardware=str(HW), sampler="random", trials=12)
+    search = open_search(spec, run_dir=tmp_path / "run", jobs=2, deterministic=deterministic)
+    search.evaluator = dies_on_tp_2
+    baseline, _ = choose_baseline(spec, search.model, search.hardware)
+    run_baseline(search, baseline)  # in the driver process, not through the evaluator
+    optimize(search)
+    trials = search.study.trials
+    died = [t for t in trials if t.state == TrialState.FAIL]
+    assert len(trials) == 12 and all(t.state in (TrialState.COMPLETE, TrialState.FAIL) for t in trials)
+    assert died and all("worker process died" in t.user_attrs["error"] for t in died)
+    assert all(t.user_attrs["strategy"]["tp"] == 2 for t in died)
+    assert all(t.user_attrs["strategy"]["tp"] != 2 for t in trials if t.state == TrialState.COMPLETE)
+
+
+def _optimize_args(run_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "palm_search", "optimize", "--model", "T-1.7B", "--hw", "wafer",
+            "--sampler", "random", "--trials", "30", "--seed", "1", "--jobs", "2", "--network", "analytical",
+            "--run-dir", str(run_dir), "--json"]
+
+
+def _study(run_dir: Path) -> optuna.Study:
+    from palm_search.storage import journal_storage
+
+    storage = journal_storage(run_dir)
+    [name] = optuna.get_all_study_names(storage)
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def _finished(run_dir: Path) -> int:
+    if not (run_dir / "study.journal").is_file():
+        return 0
+    try:
+        return sum(t.state.is_finished() for t in _study(run_dir).trials)
+    except ValueError:  # no study in the journal yet
+        return 0
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_cleanly_with_exit_code_130_and_the_same_command_resumes(tmp_path):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(_optimize_args(run_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while _finished(run_dir) < 3 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert process.poll() is None, "optimize ended before it could be interrupted"
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert process.returncode == 130, stderr
+    assert len(lines) == 1 and lines[0].startswith("interrupted:"), stderr
+    assert (run_dir / "trials.csv").is_file() and (run_dir / "best.json").is_file()
+    stopped = _finished(run_dir)
+    assert 3 <= stopped < 30
+    resumed = subprocess.run(_optimize_args(run_dir), capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    study = _study(run_dir)
+    assert len(study.trials) == 30
+    assert all(t.state in (TrialState.COMPLETE, TrialState.FAIL) for t in study.trials)
+    assert sum(t.user_attrs.get("baseline", False) for t in study.trials) == 1
+
+
+def _one_line_exit_2(result) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def test_a_truncated_journal_is_a_one_line_error(tmp_path):
+    args = ["optimize", "--study", str(STUDY), "--hw", str(HW), "--trials", "4", "--sampler", "random",
+            "--jobs", "1", "--run-dir", str(tmp_path / "r"), "--json"]
+    assert runner.invoke(app, args).exit_code == 0
+    journal = tmp_path / "r" / "study.journal"
+    data = journal.read_bytes()
+    journal.write_bytes(data[: len(data) // 2])
+    line = _one_line_exit_2(runner.invoke(app, args))
+    assert "study.journal" in line and "corrupt or truncated" in line
+
+
+@pytest.mark.parametrize("content", ['{"strategy": {"tp": 2,', "", "[1, 2]", '{"strategy": {"tp": "eight"}}',
+                                     '{"strategy": {"tp": 2, "warp": 9}}', "\x00\x01\x02"])
+def test_a_corrupt_best_json_is_a_one_line_error(tmp_path, content):
+    best = tmp_path / "best.json"
+    best.write_text(content)
+    line = _one_line_exit_2(runner.invoke(app, ["simulate", "--model", "T-1.7B", "--hw", str(HW),
+                                                "--strategy", str(best)]))
+    assert "best.json" in line

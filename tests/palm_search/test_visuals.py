@@ -1,0 +1,88 @@
+"""Pictures, traces, artifacts and the HTML report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+from typer.testing import CliRunner
+
+from palm_search.cli import app
+
+DATA = Path(__file__).parent / "data"
+MINI = str(DATA / "mini-mesh.toml")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _check_pictures(directory: Path) -> None:
+    for name in ("timeline", "placement", "heatmap"):
+        assert (directory / f"{name}.png").read_bytes()[:8] == PNG_MAGIC
+        root = ElementTree.parse(directory / f"{name}.svg").getroot()
+        assert root.tag.endswith("svg")
+
+
+def test_simulate_writes_trace_and_plots(tmp_path):
+    result = CliRunner().invoke(app, ["simulate", "--model", "T-1.7B", "--hw", MINI, "--tp", "2", "--pp", "4",
+                                      "--global-batch-size", "16", "--trace", str(tmp_path / "t.json"),
+                                      "--plots", str(tmp_path / "plots")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    _check_pictures(tmp_path / "plots")
+
+
+def test_cluster_pictures(tmp_path):
+    from palm_search.plots import write_plots
+    from simulator import Strategy, load_hardware, load_model, simulate_timeline
+
+    strategy = Strategy(tp=8, pp=2, dp=2, global_batch_size=16)
+    timeline = simulate_timeline(load_model("T-1.7B"), load_hardware("a100-cluster"), strategy)
+    write_plots(timeline, tmp_path)
+    _check_pictures(tmp_path)
+
+
+def test_infeasible_strategy_is_a_one_line_error(tmp_path):
+    result = CliRunner().invoke(app, ["simulate", "--model", "T-145B", "--hw", MINI, "--tp", "8",
+                                      "--plots", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "error:" in result.output and "infeasible" in result.output
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("run")
+    result = CliRunner().invoke(app, ["optimize", "--study", str(DATA / "small-study.toml"), "--hw", MINI,
+                                      "--trials", "8", "--jobs", "1", "--artifacts-top", "2",
+                                      "--run-dir", str(directory), "--json"])
+    assert result.exit_code == 0, result.output
+    return directory
+
+
+def test_top_trials_get_artifacts(run_dir):
+    from palm_search.artifacts import trial_artifacts
+    from palm_search.outputs import top_mappings, trials_frame
+    from palm_search.report import load_run
+
+    study = load_run(run_dir)
+    attached = trial_artifacts(study)
+    for number in top_mappings(trials_frame(study), 2)["number"]:
+        assert {"trace.json", "timeline.png", "placement.svg", "heatmap.png"} <= set(attached[int(number)])
+        _check_pictures(run_dir / "mappings" / f"trial-{int(number)}")
+    assert set(study.user_attrs["artifacts"]) == {str(n) for n in attached}
+
+
+def test_report_is_self_contained(run_dir):
+    result = CliRunner().invoke(app, ["report", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    page = (run_dir / "report.html").read_text()
+    assert str(run_dir / "report.html") in result.output
+    assert '<script src="http' not in page and "<script src='http" not in page
+    for anchor in ("summary", "top-mappings", "history", "parallel-coordinates", "importance", "best-vs-baseline"):
+        assert f"id='{anchor}'" in page
+    assert page.count("data:image/png;base64,") >= 3
+
+
+def test_report_of_a_missing_run_is_an_error(tmp_path):
+    result = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 2 and "study.journal" in result.output
