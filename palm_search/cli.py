@@ -153,9 +153,24 @@ def worker(*args, **kwargs) -> None:
         fail(str(error))
 
 
+def _click_error(name: str) -> type[Exception]:
+    """Click's exception class ``name`` as the installed typer uses it (typer vendors click)."""
+    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == name)
+
+
 def main() -> None:
-    """Entry point for ``python -m palm_search``."""
-    app()
+    """Entry point of the ``palm-search`` command: a bad flag is one line on stderr, exit code 2."""
+    usage_error = _click_error("UsageError")
+    try:
+        code = app(standalone_mode=False)
+    except usage_error as error:
+        where = f" ({error.ctx.command_path})" if getattr(error, "ctx", None) else ""
+        typer.echo(f"error{where}: {error.format_message()}", err=True)
+        raise SystemExit(2) from None
+    except typer.Abort:
+        typer.echo("error: aborted", err=True)
+        raise SystemExit(130) from None
+    raise SystemExit(code or 0)
 
 
 @app.command("validate")

@@ -194,8 +194,12 @@ def test_random_optimize_flags_never_crash_nor_leave_a_run_directory(flags):
         assert result.exit_code == 0 or not run_dir.exists(), (args, result.stderr)
 
 
-def test_zz_report_the_number_of_bad_input_cases(request):
-    """Runs last in this module: prints and stores how many cases were tried."""
-    request.config.cache.set("palm_search/bad_input_cases", tried["cases"])
-    print(f"\nbad-input cases tried: {tried['cases']} ({tried.get('usage_errors', 0)} refused by typer's flag "
-          "parsing; none crashed, hung or left a run directory)")
+@pytest.fixture(scope="module", autouse=True)
+def _report_the_number_of_cases(request):
+    """After the module: print (``-s``) and, with pytest's cache, keep how many cases were tried."""
+    yield
+    cache = getattr(request.config, "cache", None)
+    if cache is not None:
+        cache.set("palm_search/bad_input_cases", tried["cases"])
+    print(f"\nbad-input cases tried: {tried['cases']} ({tried.get('usage_errors', 0)} refused by the flag "
+          "parser; none crashed, hung or left a run directory)")

@@ -57,17 +57,18 @@ def _worker(url: str) -> subprocess.Popen:
 def _kill_mid_trial(url: str, victim: subprocess.Popen) -> int | None:
     """SIGKILL ``victim`` while it holds a RUNNING trial; the trial's number, or None if it had
     already finished the trial when the signal landed (or never got one)."""
+    storage = optuna.storages.RDBStorage(url)  # uncached: each poll is one query
+    study_id = storage.get_study_id_from_name("small")
     deadline = time.monotonic() + 60
     while victim.poll() is None and time.monotonic() < deadline:
-        study = optuna.load_study(study_name="small", storage=url)
-        mine = [t for t in study.get_trials(states=(TrialState.RUNNING,))
-                if t.user_attrs.get("worker", "").endswith(f":{victim.pid}")]
+        running = storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+        mine = [t for t in running if t.user_attrs.get("worker", "").endswith(f":{victim.pid}")]
         if mine:
             victim.send_signal(signal.SIGKILL)
             victim.wait()
-            again = optuna.load_study(study_name="small", storage=url).trials[mine[0].number]
+            again = storage.get_trial(mine[0]._trial_id)
             return mine[0].number if again.state == TrialState.RUNNING else None
-        time.sleep(0.01)
+        time.sleep(0.005)
     victim.kill()
     victim.wait()
     return None
