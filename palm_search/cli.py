@@ -17,7 +17,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Simulate and search parallel mappings of large-model training.")
 
 
-
 @app.callback()
 def palm_search() -> None:
     """Simulate and search parallel mappings of large-model training (after PALM, arXiv 2406.03868)."""
@@ -112,15 +111,6 @@ def simulate_command(
         print_result(result)
 
 
-@app.command("optimize")
-@wraps(optimize_command)
-def optimize(*args, **kwargs) -> None:
-    try:
-        optimize_command(*args, **kwargs)
-    except PalmError as error:
-        fail(str(error))
-
-
 @app.command("report")
 def report(
     run_dir: Annotated[Path, typer.Argument(help="A run directory of palm-search optimize.")],
@@ -135,22 +125,20 @@ def report(
     typer.echo(str(path))
 
 
-@app.command("dashboard")
-@wraps(dashboard_cmd)
-def dashboard(*args, **kwargs) -> None:
-    try:
-        dashboard_cmd(*args, **kwargs)
-    except PalmError as error:
-        fail(str(error))
+def _user_errors(command):
+    """``command`` with a :class:`PalmError` turned into the one-line error and exit code 2."""
+    @wraps(command)
+    def run(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except PalmError as error:
+            fail(str(error))
+    return run
 
 
-@app.command("worker")
-@wraps(worker_cmd)
-def worker(*args, **kwargs) -> None:
-    try:
-        worker_cmd(*args, **kwargs)
-    except PalmError as error:
-        fail(str(error))
+app.command("optimize")(_user_errors(optimize_command))
+app.command("dashboard")(_user_errors(dashboard_cmd))
+app.command("worker")(_user_errors(worker_cmd))
 
 
 def _click_error(name: str) -> type[Exception]:

@@ -14,6 +14,7 @@ Two kinds of machine share one :class:`Hardware` record:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -96,6 +97,9 @@ class Cluster:
         inter_node_latency_s: one fabric traversal.
         hbm_bandwidth_bytes_per_s: one GPU's memory bandwidth.
         hbm_capacity_bytes: one GPU's memory capacity.
+        streaming_multiprocessors: SMs of one GPU; a GEMM runs in waves of this many output tiles.
+        gemm_tile_rows, gemm_tile_columns: the output tile one SM computes at a time (the GEMM
+            library's largest tile); see :func:`gemm_wave_efficiency`.
     """
 
     nodes: int
@@ -106,11 +110,29 @@ class Cluster:
     inter_node_latency_s: float
     hbm_bandwidth_bytes_per_s: float
     hbm_capacity_bytes: float
+    streaming_multiprocessors: int
+    gemm_tile_rows: int
+    gemm_tile_columns: int
 
     @property
     def num_devices(self) -> int:
         """GPUs in the cluster."""
         return self.nodes * self.gpus_per_node
+
+    def gemm_wave_efficiency(self, rows: float, columns: float) -> float:
+        """Fraction of a GEMM's ``waves x SMs`` tile slots doing useful work (0..1].
+
+        A ``rows x columns`` output is cut into ``ceil(rows/Tr) ceil(columns/Tc)`` tiles, run
+        ``SMs`` at a time; the last, partial wave and the padding of edge tiles idle the rest
+        (NVIDIA Deep Learning Performance Guide, "Matrix Multiplication Background": tile and wave
+        quantization).
+        """
+        if rows <= 0 or columns <= 0:
+            return 1.0
+        tiles = math.ceil(rows / self.gemm_tile_rows) * math.ceil(columns / self.gemm_tile_columns)
+        waves = math.ceil(tiles / self.streaming_multiprocessors)
+        slots = waves * self.streaming_multiprocessors * self.gemm_tile_rows * self.gemm_tile_columns
+        return rows * columns / slots
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -51,6 +51,8 @@ class Operator:
             0 for everything else).
         gather_bytes: the whole output a channel-split convolution all-gathers (bytes; 0 for
             everything else).
+        rows, columns: a GEMM's output shape ``m x n`` (batched GEMMs stack their batch in
+            ``rows``); 0 for element-wise operators.
     """
 
     name: str
@@ -61,13 +63,15 @@ class Operator:
     output_bytes: float
     halo_bytes: float = 0.0
     gather_bytes: float = 0.0
+    rows: float = 0.0
+    columns: float = 0.0
 
 
 def _gemm(name: str, m: float, n: float, k: float, weight: float, inputs: float, bpe: int) -> Operator:
     """A GEMM ``(m, k) x (k, n)``; ``weight`` and ``inputs`` are element counts."""
     return Operator(
         name=name, kind="gemm", flops=2.0 * m * n * k,
-        weight_bytes=weight * bpe, input_bytes=inputs * bpe, output_bytes=m * n * bpe,
+        weight_bytes=weight * bpe, input_bytes=inputs * bpe, output_bytes=m * n * bpe, rows=m, columns=n,
     )
 
 

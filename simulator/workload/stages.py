@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 from simulator.costs import Collective, MemoryBreakdown, PassCost, StageCost
 from simulator.errors import InputError
-from simulator.hardware.spec import Hardware
+from simulator.hardware.spec import Cluster, Hardware
 from simulator.strategy import Strategy
 from simulator.workload import memory, operators, sram
 from simulator.workload.operators import Operator
@@ -81,10 +81,18 @@ def _bandwidth(hardware: Hardware) -> float:
 
 
 def _op_time(op: Operator, factor: float, kernels: int, hardware: Hardware, peak: float) -> float:
-    """Roofline time of ``factor`` x the operator's flops and bytes, plus ``kernels`` launches (s)."""
+    """Roofline time of ``factor`` x the operator's flops and bytes, plus ``kernels`` launches (s).
+
+    On a GPU a GEMM also loses its tile and wave quantization
+    (:meth:`~simulator.hardware.spec.Cluster.gemm_wave_efficiency`); its backward GEMMs are
+    charged the forward's quantization (their shapes are the forward's transposed pairs).
+    """
     cal = hardware.calibration
     moved = factor * (op.input_bytes + op.weight_bytes + op.output_bytes)
-    compute = factor * op.flops / (peak * cal.gemm_efficiency)
+    efficiency = cal.gemm_efficiency
+    if isinstance(hardware.network, Cluster) and op.kind == "gemm":
+        efficiency *= hardware.network.gemm_wave_efficiency(op.rows, op.columns)
+    compute = factor * op.flops / (peak * efficiency)
     memory_s = moved / (_bandwidth(hardware) * cal.memory_bound_efficiency)
     return max(compute, memory_s) + kernels * cal.kernel_overhead_s
 

@@ -1,8 +1,9 @@
 """`palm-search validate` against published measurements.
 
 Issue targets met today are asserted at the issue's tolerance (PALM Table V ResNet-50 within
-15%). Suites still short of their target (Narayanan Table 1: MAE <= 5%, rows <= 10%) are held at
-what the model achieves now, as regression guards: a change that makes them worse fails.
+15%). Suites still short of their target (Narayanan Table 1: MAE <= 5%, rows <= 10%; measured
+9.3% / 19.1%) are held at what the model achieves now, as regression guards: a change that makes
+them worse fails.
 """
 
 from __future__ import annotations
@@ -23,8 +24,15 @@ def test_narayanan_table1_regression_guard():
     rows = run_suites(["narayanan-table1"], jobs=2)
     stats = summary(rows)["narayanan-table1"]
     assert len(rows) == 10 and all(r.predicted > 0 for r in rows)
-    assert stats["mean_abs_error"] <= 0.15
-    assert stats["max_abs_error"] <= 0.26
+    assert stats["mean_abs_error"] <= 0.10
+    assert stats["max_abs_error"] <= 0.20
+
+
+@pytest.mark.slow
+def test_palm_table4_regression_guard():
+    stats = summary(run_suites(["palm-table4"], jobs=2))["palm-table4"]
+    assert stats["mean_abs_error"] <= 0.08  # the authors' released code: 8.0% (REFERENCE.md)
+    assert stats["max_abs_error"] <= 0.13
 
 
 def test_palm_table5_resnet50_on_grayskull_within_15_percent():

@@ -30,7 +30,8 @@ def cluster_hardware(*, nodes=2, gpus=8) -> Hardware:
         network=Cluster(nodes=nodes, gpus_per_node=gpus, intra_node_bandwidth_bytes_per_s=300e9,
                         inter_node_bandwidth_bytes_per_s=25e9, intra_node_latency_s=2e-6,
                         inter_node_latency_s=5e-6, hbm_bandwidth_bytes_per_s=2e12,
-                        hbm_capacity_bytes=80e9),
+                        hbm_capacity_bytes=80e9, streaming_multiprocessors=108, gemm_tile_rows=256,
+                        gemm_tile_columns=128),
     )
 
 

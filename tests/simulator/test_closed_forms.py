@@ -109,3 +109,14 @@ def test_a_line_of_four_closes_its_ring_over_three_hops():
     # the link 1->0 carries the closing edge 3->0 only; 2->1 carries it too: load 1 everywhere
     # but the closing edge's latency is 3 hops
     assert flow.latency_s == pytest.approx(3e-9)
+
+
+@pytest.mark.parametrize(("rows", "columns", "expected"), [
+    (256 * 108, 128, 1.0),                      # one full wave
+    (256 * 109, 128, 109 / 216),                # one tile into a second wave
+    (2048, 4608, 288 / 324),                    # T-145B QKV at tp 8: 16 x 18 tiles, 3 waves
+    (100, 100, 100 * 100 / (108 * 256 * 128)),  # one padded tile in a wave of 108
+])
+def test_gemm_wave_quantization(rows, columns, expected):
+    cluster = cluster_hardware().network
+    assert cluster.gemm_wave_efficiency(rows, columns) == pytest.approx(expected)

@@ -28,7 +28,8 @@ def a100_cluster(nodes: int = 4) -> Hardware:
         network=Cluster(nodes=nodes, gpus_per_node=8, intra_node_bandwidth_bytes_per_s=300e9,
                         inter_node_bandwidth_bytes_per_s=25e9, intra_node_latency_s=2e-6,
                         inter_node_latency_s=5e-6, hbm_bandwidth_bytes_per_s=2039e9,
-                        hbm_capacity_bytes=80 * 2**30),
+                        hbm_capacity_bytes=80 * 2**30, streaming_multiprocessors=108, gemm_tile_rows=256,
+                        gemm_tile_columns=128),
     )
 
 
