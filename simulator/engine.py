@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from simulator.collectives import Flow, all_pairs_edges, make_flow, ring_edges
+from simulator.collectives import Flow, all_pairs_edges, make_flow, nic_channels, ring_edges
 from simulator.costs import Collective, PassCost, StageCost
 from simulator.hardware.spec import Hardware
 from simulator.network.backends import AnalyticalNetwork
@@ -143,9 +143,9 @@ class Engine:
             dram = make_flow(topo, f"stage{i} dram", "dram", [(d, -1) for d in placement.devices],
                              cal.memory_bound_efficiency)
         return StageFlows(
-            tp=make_flow(topo, f"stage{i} tp", "tp", ring_edges(placement.tp_groups),
+            tp=make_flow(topo, f"stage{i} tp", "tp", _rings(topo, placement.tp_groups),
                          cal.collective_efficiency, tp_size),
-            dp=make_flow(topo, f"stage{i} dp", "dp", ring_edges(placement.dp_groups),
+            dp=make_flow(topo, f"stage{i} dp", "dp", _rings(topo, placement.dp_groups),
                          cal.collective_efficiency, dp_size),
             dram=dram,
             tp_all_to_all=make_flow(topo, f"stage{i} tp a2a", "tp", all_pairs_edges(placement.tp_groups),
@@ -357,6 +357,11 @@ class Engine:
             self.records.append(PassRecord(i, "U", -1, 0, now, end))
         self.events += 1
         yield self.env.timeout(end - now)
+
+
+def _rings(topology: Topology, groups: tuple[tuple[int, ...], ...]) -> list[tuple]:
+    """Ring edges of ``groups``, spread over the NICs of each node on a GPU cluster."""
+    return nic_channels(topology, groups, ring_edges(groups))
 
 
 def _own_flows(flows: StageFlows) -> list[Flow]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fixtures import cluster_hardware, mesh_hardware, uniform_cost
 
-from simulator.collectives import make_flow, ring_edges
+from simulator.collectives import make_flow, nic_channels, ring_edges
 from simulator.engine import Engine
 from simulator.network.backends import AnalyticalNetwork, ContentionNetwork
 from simulator.network.topology import topology_of
@@ -120,3 +120,17 @@ def test_a_line_of_four_closes_its_ring_over_three_hops():
 def test_gemm_wave_quantization(rows, columns, expected):
     cluster = cluster_hardware().network
     assert cluster.gemm_wave_efficiency(rows, columns) == pytest.approx(expected)
+
+
+def test_a_ring_across_nodes_uses_every_nic_of_the_node():
+    hw = cluster_hardware(nodes=2, gpus=8)
+    topo = topology_of(hw)
+    group = (tuple(range(16)),)
+    flow = make_flow(topo, "dp", "dp", nic_channels(topo, group, ring_edges(group)), 1.0, 16)
+    # per step each GPU moves S/16; each node crossing (7 -> 8 out of node 0, 15 -> 0 out of node 1)
+    # is shared by the 8 NICs of its node: 1/8 of an edge per NIC at 25 GB/s, against one edge per
+    # NVSwitch port at 300 GB/s (a single NIC would carry the whole edge: 8x slower)
+    size = 16e9
+    expected_step = 5e-6 + size / 16 * max(0.125 / 25e9, 1 / 300e9)
+    assert flow.collective_time_s("all_reduce", size)[0] == pytest.approx(30 * expected_step)
+    assert flow.num_edges == 16
