@@ -2,8 +2,8 @@
 
 Issue targets met today are asserted at the issue's tolerance (PALM Table V ResNet-50 within
 15%). Suites still short of their target (Narayanan Table 1: MAE <= 5%, rows <= 10%; measured
-12.1% / 19.1%, every row over-predicted) are held at what the model achieves now, as regression guards: a change that makes
-them worse fails.
+12.1% / 19.1%, every row over-predicted) are held at what the model achieves now, as regression
+guards: a change that makes them worse fails.
 """
 
 from __future__ import annotations
