@@ -7,7 +7,7 @@ Follows PALM (Fang et al., arXiv 2406.03868). Typical use::
     hardware = simulator.load_hardware("wafer")
     strategy = simulator.Strategy(tp=8, dp=2, pp=20, schedule="1f1b", recompute="full")
     result = simulator.simulate(model, hardware, strategy)
-    print(result.samples_per_s)
+    throughput = result.samples_per_s  # samples per second
 
 This package imports neither optuna, typer, spaces nor palm_search.
 """

@@ -280,6 +280,11 @@ class Engine:
         """Keep one booking of ``flow`` (``size_bytes`` over all its edges) for the trace, under
         ``kind`` (default: the flow's)."""
         args.update(bytes=size_bytes, flow=flow.name, microbatch=microbatch)
+        if flow.kind == "dram":
+            topo = self.topology
+            ports = {r: load for r, load in flow.loads.items() if topo.kinds[r] == "dram"}
+            total = sum(ports.values())
+            args["ports"] = {topo.names[r]: load / total for r, load in ports.items()}
         self.traces.append(TraceRecord(kind or flow.kind, lane, name, start, start + duration, args))
 
     def _collectives_time(self, i: int, collectives: tuple[Collective, ...],

@@ -8,8 +8,9 @@ complete events ``ph "X"`` with ``ts``/``dur`` in microseconds, metadata events 
 naming processes and threads).
 
 Processes (tracks groups): pipeline stages (forward, backward, recompute, gradient update and
-idle bubbles, one thread per stage), TP collectives, DP collectives and DRAM streams (one thread
-per stage), p2p transfers (one thread per direction ``i->j``). Bookings of one track that overlap
+idle bubbles, one thread per stage), TP collectives and DP collectives (one thread per stage),
+p2p transfers (one thread per direction ``i->j``) and DRAM ports (one thread per port, each DRAM
+booking split over the ports it uses by their share of its bytes). Bookings of one track that overlap
 in time (possible when a flow books no contended resource) go to extra threads ``#2, #3``.
 """
 
@@ -25,7 +26,7 @@ from simulator.placement import StagePlacement
 from simulator.result import SimulationResult
 
 PROCESSES = (("stage", "pipeline stages"), ("tp", "TP collectives"), ("dp", "DP collectives"),
-             ("p2p", "p2p transfers"), ("dram", "DRAM streams"))
+             ("p2p", "p2p transfers"), ("dram", "DRAM ports"))
 """(kind, process name) in display order; pid is the position + 1."""
 
 PASS_NAMES = {"F": "forward", "B": "backward", "R": "recompute", "U": "gradient update"}
@@ -106,8 +107,19 @@ def _pass_slices(p: PassRecord) -> list[Slice]:
 
 
 def booking_slices(timeline: Timeline) -> list[Slice]:
-    """Slices of the communication and DRAM tracks, one per flow booking."""
-    return [Slice(b.kind, b.lane, b.name, b.start_s, b.end_s, dict(b.args)) for b in timeline.bookings]
+    """Slices of the communication tracks, one per flow booking, and of the DRAM-port tracks, one
+    per port a DRAM booking uses (with that port's share of the bytes)."""
+    slices = []
+    for b in timeline.bookings:
+        ports = b.args.get("ports")
+        if not ports:
+            slices.append(Slice(b.kind, b.lane, b.name, b.start_s, b.end_s, dict(b.args)))
+            continue
+        for port, share in ports.items():
+            args = {k: v for k, v in b.args.items() if k != "ports"}
+            args.update(bytes=b.args["bytes"] * share, stage=b.lane)
+            slices.append(Slice(b.kind, port, b.name, b.start_s, b.end_s, args))
+    return slices
 
 
 def pack_lanes(slices: list[Slice]) -> dict[tuple[str, str], list[list[Slice]]]:

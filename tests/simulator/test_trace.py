@@ -36,7 +36,10 @@ def test_required_fields(trace):
     used = {(e["pid"], e["tid"]) for e in events if e["ph"] == "X"}
     assert used <= set(names)
     processes = {e["args"]["name"] for e in events if e["name"] == "process_name"}
-    assert {"pipeline stages", "TP collectives", "DP collectives", "p2p transfers", "DRAM streams"} == processes
+    assert {"pipeline stages", "TP collectives", "DP collectives", "p2p transfers", "DRAM ports"} == processes
+    dram_pid = next(e["pid"] for e in events if e["name"] == "process_name" and e["args"]["name"] == "DRAM ports")
+    ports = {e["args"]["name"] for e in events if e["name"] == "thread_name" and e["pid"] == dram_pid}
+    assert ports and all(name.startswith("dram die") for name in ports)
 
 
 def test_tracks_are_monotonic_and_never_overlap(trace):
