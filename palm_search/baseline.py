@@ -30,20 +30,29 @@ def choose_baseline(spec: StudySpec, model: ModelSpec, hardware: Hardware) -> tu
         return Strategy.from_dict({**fixed, **spec.baseline}), "the study file's [baseline]"
     paper = PAPER_BASELINES.get((model.name, hardware.name))
     if paper is not None:
-        return _fitting_zero({**fixed, **paper}, model, hardware, spec.network)
-    return _megatron_like(fixed, model, hardware, spec.network)
+        return _fitting_zero({**fixed, **paper}, model, hardware)
+    return _megatron_like(fixed, model, hardware)
 
 
-def _fitting_zero(fields: dict, model: ModelSpec, hardware: Hardware, network: str) -> tuple[Strategy, str]:
-    note = "PALM §V-B mapping (TP 8 / DP 2 / PP 20, 1F1B, full recompute)"
+def lowest_fitting_zero(fields: dict, model: ModelSpec, hardware: Hardware) -> Strategy | None:
+    """``fields`` with the lowest ZeRO stage (0-3) whose strategy fits memory, or None."""
     for zero in (0, 1, 2, 3):
         strategy = Strategy.from_dict({**fields, "zero_stage": zero})
         if simulate(model, hardware, strategy, network="analytical").feasible:
-            return strategy, note if zero == 0 else f"{note} + ZeRO-{zero}, the lowest stage that fits memory"
-    return Strategy.from_dict(fields), f"{note}; over memory even with ZeRO-3"
+            return strategy
+    return None
 
 
-def _megatron_like(fields: dict, model: ModelSpec, hardware: Hardware, network: str) -> tuple[Strategy, str]:
+def _fitting_zero(fields: dict, model: ModelSpec, hardware: Hardware) -> tuple[Strategy, str]:
+    note = "PALM §V-B mapping (TP 8 / DP 2 / PP 20, 1F1B, full recompute)"
+    strategy = lowest_fitting_zero(fields, model, hardware)
+    if strategy is None:
+        return Strategy.from_dict(fields), f"{note}; over memory even with ZeRO-3"
+    zero = strategy.zero_stage
+    return strategy, note if zero == 0 else f"{note} + ZeRO-{zero}, the lowest stage that fits memory"
+
+
+def _megatron_like(fields: dict, model: ModelSpec, hardware: Hardware) -> tuple[Strategy, str]:
     net = hardware.network
     group = net.cores_x * net.cores_y if isinstance(net, Mesh) else net.gpus_per_node
     degrees = enumerate_degrees(model, hardware)

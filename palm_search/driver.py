@@ -27,8 +27,7 @@ from optuna.trial import TrialState
 
 from palm_search.evaluate import RECORD_KEYS, cache_key, evaluate
 from palm_search.space import Builder, enumerate_points, strategy_builder
-from palm_search.storage import (  # noqa: F401
-    JOURNAL,
+from palm_search.storage import (
     Heartbeat,
     beat_now,
     fail_stale,
@@ -123,16 +122,12 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
     search = Search(spec=spec, model=model, hardware=hardware, study=study, build=build, jobs=jobs,
                     deterministic=deterministic)
     if not study.trials:
-        study.set_user_attr("spec", _spec_attrs(spec))
+        study.set_user_attr("spec", spec_to_attrs(spec))
         study.set_user_attr("sampler", "exhaustive" if points is not None else spec.sampler)
         for params in points or []:
             study.enqueue_trial(params)
     _load_cache(search)
     return search
-
-
-def _spec_attrs(spec: StudySpec) -> dict:
-    return spec_to_attrs(spec)
 
 
 def _load_cache(search: Search) -> None:

@@ -140,7 +140,7 @@ def dashboard_cmd(
     from optuna.storages.journal import JournalFileBackend
     from optuna_dashboard import run_server
 
-    from palm_search.driver import JOURNAL
+    from palm_search.storage import JOURNAL
     from simulator import InputError
 
     journal = run_dir / JOURNAL

@@ -9,7 +9,8 @@ import optuna
 import pandas as pd
 from optuna.trial import TrialState
 
-from palm_search.driver import JOURNAL, Search
+from palm_search.driver import Search
+from palm_search.storage import JOURNAL
 
 COLUMNS = ("number", "tp", "pp", "dp", "microbatch_size", "schedule", "num_chunks", "recompute",
            "sequence_parallel", "zero_stage", "placement", "group_layout", "group_order", "samples_per_s",

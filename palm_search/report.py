@@ -51,7 +51,8 @@ def load_run(run_dir: Path) -> optuna.Study:
     Raises:
         InputError: no study journal in ``run_dir``.
     """
-    from palm_search.driver import JOURNAL, storage_for
+    from palm_search.driver import storage_for
+    from palm_search.storage import JOURNAL
 
     if not (run_dir / JOURNAL).is_file():
         raise InputError(f"report: {run_dir / JOURNAL} does not exist (run palm-search optimize first)")

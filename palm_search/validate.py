@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 from joblib import Parallel, delayed
 
+from palm_search.baseline import lowest_fitting_zero
 from simulator import Hardware, ModelSpec, Strategy, load_hardware, load_model, simulate
 from simulator.workload.stages import model_flops_per_iteration
 from spaces import enumerate_degrees
@@ -124,8 +125,7 @@ def palm_table7_row(record: dict) -> ValidationRow:
     """PALM Table VII: the wafer baseline against Megatron scaled by compute (a cross-check)."""
     model, hardware = load_model(record["model"]), load_hardware("wafer")
     base = {"tp": record["tp"], "dp": record["dp"], "pp": record["pp"], "recompute": "full", "schedule": "1f1b"}
-    strategies = (Strategy(**base, zero_stage=z) for z in (0, 1, 2, 3))
-    fitting = next((s for s in strategies if simulate(model, hardware, s, network="analytical").feasible), None)
+    fitting = lowest_fitting_zero(base, model, hardware)
     predicted = simulate(model, hardware, fitting).samples_per_s if fitting else 0.0
     palm = record["palm_samples_per_s"]
     return _row("palm-table7", record["model"], "samples/s", record["scaled_megatron_samples_per_s"], predicted,
