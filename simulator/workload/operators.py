@@ -53,6 +53,9 @@ class Operator:
             everything else).
         rows, columns: a GEMM's output shape ``m x n`` (batched GEMMs stack their batch in
             ``rows``); 0 for element-wise operators.
+        table_bytes: parameters held but only partly read per microbatch: an embedding table,
+            of which a lookup reads the rows of its tokens (counted in ``weight_bytes``). They
+            count in the stage's parameters and states, not in its traffic (bytes).
     """
 
     name: str
@@ -65,6 +68,12 @@ class Operator:
     gather_bytes: float = 0.0
     rows: float = 0.0
     columns: float = 0.0
+    table_bytes: float = 0.0
+
+    @property
+    def parameter_bytes(self) -> float:
+        """Parameters held (bytes): the table of a lookup, else the weights read."""
+        return self.table_bytes or self.weight_bytes
 
 
 def _gemm(name: str, m: float, n: float, k: float, weight: float, inputs: float, bpe: int) -> Operator:
@@ -164,7 +173,8 @@ def embedding(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
 
     The word table ``(V/t, h)`` is split over ``t`` (Megatron ``VocabParallelEmbedding``); GPT and
     BERT add a learned position table ``(s, h)`` (replicated); LLaMA has rotary positions (no
-    table). The lookup reads ``b s`` rows, so its ``input_bytes`` are the token ids.
+    table). The lookup reads its token ids and the rows they select: ``b s / t`` rows of ``h`` on
+    average per device (tokens spread over the ``t`` vocabulary shards), not the whole table.
     """
     b, s, h = strategy.microbatch_size, model.sequence_length, model.hidden_size
     bpe = strategy.bytes_per_element
@@ -172,7 +182,8 @@ def embedding(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     positions = 0 if model.architecture == "llama" else s * h
     return (
         Operator(name="word_embedding", kind="memory", flops=0.0,
-                 weight_bytes=model.vocab_size * h / strategy.tp * bpe,
+                 weight_bytes=min(tokens, model.vocab_size) * h / strategy.tp * bpe,
+                 table_bytes=model.vocab_size * h / strategy.tp * bpe,
                  input_bytes=b * s * TOKEN_ID_BYTES, output_bytes=tokens * h * bpe),
         _elementwise("position_embedding", tokens * h, 1.0, bpe, weight=positions),
         _elementwise("embedding_dropout", elementwise_tokens * h, 2.0, bpe),

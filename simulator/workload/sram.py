@@ -59,10 +59,11 @@ class StageTotals:
     """Algorithm 1's stage sums on one device (bytes).
 
     Attributes:
-        weight_bytes: ``Wt``, the stage's weights.
+        weight_bytes: ``Wt``, the stage's weights read per microbatch (an embedding table's
+            looked-up rows, not the table: :attr:`Operator.table_bytes`).
         wsg_bytes: ``WSG``, weights + optimizer states + gradients (ZeRO-aware).
         activation_bytes: ``ACT``, the operators' inputs.
-        parameters: the stage's parameters (``Wt`` / bytes per element).
+        parameters: the stage's parameters (``Wt`` and embedding tables / bytes per element).
     """
 
     weight_bytes: float
@@ -116,13 +117,14 @@ def stage_totals(groups: Iterable[OperatorGroup], strategy: Strategy) -> StageTo
     so ``ACT`` is the largest ``Op.I + Op.O`` of the stage (the live set of a sequential schedule).
     """
     groups = list(groups)
-    weight = activation = 0.0
+    weight = held = activation = 0.0
     for ops, count in groups:
         weight += count * sum(op.weight_bytes for op in ops)
+        held += count * sum(op.parameter_bytes for op in ops)
         activation += count * sum(op.input_bytes for op in ops)
     if strategy.mode == "inference":
         activation = max((op.input_bytes + op.output_bytes for ops, _ in groups for op in ops), default=0.0)
-    parameters = weight / strategy.bytes_per_element
+    parameters = held / strategy.bytes_per_element
     wsg = sharded_state_bytes(parameters, strategy).total_bytes
     return StageTotals(weight_bytes=weight, wsg_bytes=wsg, activation_bytes=activation, parameters=parameters)
 

@@ -115,7 +115,7 @@ def _unit(ops: tuple[Operator, ...], recomputed: tuple[Operator, ...],
     flops = sum(op.flops for op in ops)
     forward_collectives, backward_collectives, recompute_collectives = collectives
     if parameters is None:
-        parameters = sum(op.weight_bytes for op in ops) / strategy.bytes_per_element
+        parameters = sum(op.parameter_bytes for op in ops) / strategy.bytes_per_element
     return _Unit(
         ops=ops, recomputed=recomputed if training else (),
         forward_collectives=forward_collectives,

@@ -51,6 +51,13 @@ def test_logits_gemm_flops():
     assert gemm_flops(ops) == pytest.approx(2 * 3 * 128 * 512 * 1000 / 2)
 
 
+def test_embedding_lookup_reads_its_rows_but_holds_the_table():
+    model = gpt(layers=2, hidden=512, heads=8, sequence=128, vocab=50000)
+    lookup = operators.embedding(model, Strategy(tp=4, microbatch_size=2))[0]
+    assert lookup.weight_bytes == pytest.approx(2 * 128 * 512 / 4 * 2)
+    assert lookup.parameter_bytes == pytest.approx(50000 * 512 / 4 * 2)
+
+
 def test_layer_collectives_per_table_iii():
     model = gpt(layers=2, hidden=512, heads=8, sequence=128)
     size = 2 * 128 * 512 * 2
