@@ -7,7 +7,10 @@ simulated stage stands for all its groups, while the links they share stay share
 ``load`` on a resource is how many of its edges cross it, so a step moving ``x`` bytes per edge
 lasts
 
-    latency + x * max_r(load_r / bandwidth_r) / efficiency                   (PALM Eq. 2)
+    latency + x * max_r(load_r / (bandwidth_r * efficiency_r))               (PALM Eq. 2)
+
+with ``efficiency_r`` the calibration's collective or p2p efficiency, or a cluster NIC's own
+(:attr:`~simulator.hardware.spec.Cluster.inter_node_efficiency`),
 
 and a collective is a number of such steps (Thakur et al., IJHPCA 2005; Patarasuk & Yuan 2009):
 
@@ -44,7 +47,7 @@ class Flow:
         group_size: devices per group (``n`` of the ring formulas); 1 for p2p and DRAM.
         loads: edges crossing each resource.
         latency_s: the largest route latency among the edges (s).
-        seconds_per_byte: ``max_r(load_r / bandwidth_r) / efficiency`` (s per byte per edge).
+        seconds_per_byte: ``max_r(load_r / (bandwidth_r * efficiency_r))`` (s per byte per edge).
         bytes_moved: bytes per edge moved so far (for link utilisation, filled by the engine).
         num_edges: edges (source -> destination routes) of the flow.
         booked: resources the contention backend books for this flow (set by the engine).
@@ -93,7 +96,8 @@ def make_flow(
         kind: ``tp``, ``dp``, ``p2p`` or ``dram``.
         routes: (source device, destination device) of every edge, or (source, destination,
             share) for an edge carrying ``share`` of an edge's bytes (see :func:`nic_channels`).
-        efficiency: achieved fraction of link bandwidth (hardware calibration).
+        efficiency: achieved fraction of link bandwidth (hardware calibration), on every
+            resource that has no efficiency of its own (:attr:`Topology.efficiencies`).
         group_size: devices per group for ring formulas.
     """
     loads: Counter[int] = Counter()
@@ -104,10 +108,10 @@ def make_flow(
         for r in resources:
             loads[r] += share
         latency, edges = max(latency, route_latency), edges + share
-    bandwidth = topology.bandwidth_bytes_per_s
-    worst = max((load / bandwidth[r] for r, load in loads.items()), default=0.0)
+    bandwidth, own = topology.bandwidth_bytes_per_s, topology.efficiencies
+    worst = max((load / (bandwidth[r] * (own[r] or efficiency)) for r, load in loads.items()), default=0.0)
     return Flow(name=name, kind=kind, group_size=group_size, loads=dict(loads), latency_s=latency,
-                seconds_per_byte=worst / efficiency, num_edges=round(edges))
+                seconds_per_byte=worst, num_edges=round(edges))
 
 
 def nic_channels(topology: Topology, groups: tuple[tuple[int, ...], ...],

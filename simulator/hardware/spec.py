@@ -100,6 +100,9 @@ class Cluster:
         streaming_multiprocessors: SMs of one GPU; a GEMM runs in waves of this many output tiles.
         gemm_tile_rows, gemm_tile_columns: the output tile one SM computes at a time (the GEMM
             library's largest tile); see :func:`gemm_wave_efficiency`.
+        inter_node_efficiency: achieved fraction of a NIC's line rate, for collectives and p2p
+            alike (0, 1]; on NIC resources it replaces the calibration's collective and p2p
+            efficiencies, which are measured on NVLink.
     """
 
     nodes: int
@@ -113,6 +116,7 @@ class Cluster:
     streaming_multiprocessors: int
     gemm_tile_rows: int
     gemm_tile_columns: int
+    inter_node_efficiency: float
 
     @property
     def num_devices(self) -> int:

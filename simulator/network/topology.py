@@ -35,18 +35,22 @@ class Topology:
         bandwidth_bytes_per_s: bandwidth of each resource, one direction (bytes/s).
         names: a readable name of each resource.
         kinds: ``link``, ``dram`` or ``nic`` for each resource.
+        efficiencies: achieved fraction of bandwidth of each resource, or None where a flow's
+            own calibration applies (every resource but a cluster's NICs).
     """
 
     def __init__(self) -> None:
         self.bandwidth_bytes_per_s: list[float] = []
         self.names: list[str] = []
         self.kinds: list[str] = []
+        self.efficiencies: list[float | None] = []
         self.num_devices = 0
 
-    def _add(self, name: str, kind: str, bandwidth_bytes_per_s: float) -> int:
+    def _add(self, name: str, kind: str, bandwidth_bytes_per_s: float, efficiency: float | None = None) -> int:
         self.names.append(name)
         self.kinds.append(kind)
         self.bandwidth_bytes_per_s.append(bandwidth_bytes_per_s)
+        self.efficiencies.append(efficiency)
         return len(self.names) - 1
 
     @property
@@ -159,10 +163,11 @@ class ClusterTopology(Topology):
         self.cluster = cluster
         self.num_devices = cluster.num_devices
         intra, inter = cluster.intra_node_bandwidth_bytes_per_s, cluster.inter_node_bandwidth_bytes_per_s
+        nic = cluster.inter_node_efficiency
         self._ports = [
-            tuple(self._add(f"gpu{g} {name}", kind, bw) for name, kind, bw in (
-                ("nvswitch up", "link", intra), ("nvswitch down", "link", intra),
-                ("nic up", "nic", inter), ("nic down", "nic", inter),
+            tuple(self._add(f"gpu{g} {name}", kind, bw, eff) for name, kind, bw, eff in (
+                ("nvswitch up", "link", intra, None), ("nvswitch down", "link", intra, None),
+                ("nic up", "nic", inter, nic), ("nic down", "nic", inter, nic),
             ))
             for g in range(self.num_devices)
         ]

@@ -22,8 +22,8 @@ def mesh_hardware(*, dies=(2, 2), cores=(2, 2), intra=100e9, inter=50e9, hop=1e-
     )
 
 
-def cluster_hardware(*, nodes=2, gpus=8) -> Hardware:
-    """A small ideal GPU cluster."""
+def cluster_hardware(*, nodes=2, gpus=8, nic_efficiency=1.0) -> Hardware:
+    """A small ideal GPU cluster (its NICs reach ``nic_efficiency`` of line rate)."""
     return Hardware(
         name="test-cluster", kind="cluster", peak_flop_per_s={"fp16": 100e12}, sram_bytes=40e6,
         sram_bandwidth_bytes_per_s=5e12, calibration=IDEAL,
@@ -31,7 +31,7 @@ def cluster_hardware(*, nodes=2, gpus=8) -> Hardware:
                         inter_node_bandwidth_bytes_per_s=25e9, intra_node_latency_s=2e-6,
                         inter_node_latency_s=5e-6, hbm_bandwidth_bytes_per_s=2e12,
                         hbm_capacity_bytes=80e9, streaming_multiprocessors=108, gemm_tile_rows=256,
-                        gemm_tile_columns=128),
+                        gemm_tile_columns=128, inter_node_efficiency=nic_efficiency),
     )
 
 

@@ -50,6 +50,14 @@ def test_ring_all_reduce_on_the_cluster_uses_nvswitch_then_nics():
     assert across.collective_time_s("all_reduce", 1e9)[0] == pytest.approx(1e9 / 25e9 + 2 * 5e-6)
 
 
+def test_nics_run_at_their_own_efficiency_and_nvswitch_at_the_flows():
+    topo = topology_of(cluster_hardware(nodes=2, gpus=8, nic_efficiency=0.8))
+    node = make_flow(topo, "tp", "tp", ring_edges((tuple(range(8)),)), 0.5, 8)
+    across = make_flow(topo, "p2p", "p2p", [(0, 8)], 0.5)
+    assert node.step_time_s(1e9) == pytest.approx(2e-6 + 1e9 / (300e9 * 0.5))
+    assert across.step_time_s(1e9) == pytest.approx(5e-6 + 1e9 / (25e9 * 0.8))
+
+
 def _engine(pp, schedule, forward_s, backward_s, network=None, chunks=1, send=0.0):
     hw = mesh_hardware(dies=(2, 2), cores=(2, 2))
     strategy = Strategy(pp=pp, schedule=schedule.name, num_chunks=chunks)

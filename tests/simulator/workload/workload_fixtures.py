@@ -29,7 +29,7 @@ def a100_cluster(nodes: int = 4) -> Hardware:
                         inter_node_bandwidth_bytes_per_s=25e9, intra_node_latency_s=2e-6,
                         inter_node_latency_s=5e-6, hbm_bandwidth_bytes_per_s=2039e9,
                         hbm_capacity_bytes=80 * 2**30, streaming_multiprocessors=108, gemm_tile_rows=256,
-                        gemm_tile_columns=128),
+                        gemm_tile_columns=128, inter_node_efficiency=1.0),
     )
 
 
