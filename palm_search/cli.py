@@ -23,7 +23,7 @@ def palm_search() -> None:
 
 
 STRATEGY_FLAGS = ("tp", "pp", "dp", "microbatch_size", "global_batch_size", "schedule", "num_chunks",
-                  "recompute", "sequence_parallel", "zero_stage", "optimizer", "precision", "mode",
+                  "recompute", "sequence_parallel", "tp_overlap", "zero_stage", "optimizer", "precision", "mode",
                   "partition", "placement", "group_layout", "group_order", "transfer_strategy")
 
 
@@ -74,6 +74,8 @@ def simulate_command(
     num_chunks: Annotated[int | None, Opt(help="Model chunks per stage (interleaved).")] = None,
     recompute: Annotated[str | None, Opt(help="none, selective or full.")] = None,
     sequence_parallel: Annotated[bool | None, Opt("--sequence-parallel/--no-sequence-parallel")] = None,
+    tp_overlap: Annotated[bool | None, Opt("--tp-overlap/--no-tp-overlap",
+                                           help="Hide backward TP collectives behind weight-gradient GEMMs.")] = None,
     zero_stage: Annotated[int | None, Opt(help="ZeRO stage 0-3.")] = None,
     optimizer: Annotated[str | None, Opt(help="sgd or adam.")] = None,
     precision: Annotated[str | None, Opt(help="fp16, bf16, fp32 or int8.")] = None,

@@ -105,6 +105,32 @@ def palm_table4_row(record: dict) -> ValidationRow:
                 _describe(chosen), note=f"PALM predicted {record['palm_seq_per_s']}")
 
 
+KORTHIKANTI_SEQUENCE_LENGTH = 2048
+KORTHIKANTI_VOCAB_SIZE = 51200
+"""Korthikanti et al. MLSys'23 §6: "sequence length is set to s = 2048 and vocabulary size ... 51200"."""
+
+
+def korthikanti_row(record: dict) -> ValidationRow:
+    """Korthikanti et al. MLSys'23 Table 5: samples/s (global batch / iteration time) of the
+    stated strategy, with the backward TP all-reduce overlapped as their §6.2 says."""
+    h = record["hidden"]
+    model = ModelSpec(name=f"GPT-{record['model']}", architecture="gpt", num_layers=record["layers"],
+                      hidden_size=h, num_heads=record["heads"], ffn_hidden_size=4 * h,
+                      sequence_length=KORTHIKANTI_SEQUENCE_LENGTH, vocab_size=KORTHIKANTI_VOCAB_SIZE,
+                      global_batch_size=record["global_batch_size"])
+    chunks = record["num_chunks"]
+    strategy = Strategy(tp=record["tp"], pp=record["pp"], dp=record["gpus"] // (record["tp"] * record["pp"]),
+                        microbatch_size=record["microbatch_size"], global_batch_size=record["global_batch_size"],
+                        schedule="interleaved-1f1b" if chunks > 1 else "1f1b", num_chunks=chunks,
+                        recompute=record["recompute"], sequence_parallel=bool(record["sequence_parallel"]),
+                        tp_overlap=True, partition="uniform")
+    result = simulate(model, load_hardware("a100-cluster"), strategy)
+    published = record["global_batch_size"] / record["iteration_time_s"]
+    case = f"{record['model']} {record['recompute']}{' + SP' if strategy.sequence_parallel else ''}"
+    return _row("korthikanti-table5", case, "samples/s", published, result.samples_per_s if result.feasible else 0.0,
+                _describe(strategy), note=f"{record['iteration_time_s']} s per iteration")
+
+
 def _inference_candidates(model: ModelSpec, hardware: Hardware, precision: str) -> Iterator[Strategy]:
     for d in enumerate_degrees(model, hardware, global_batch_size=HIGHLY_DIVISIBLE_BATCH):
         for b in INFERENCE_MICROBATCH_SIZES:
@@ -134,6 +160,7 @@ def palm_table7_row(record: dict) -> ValidationRow:
 
 SUITES: dict[str, tuple[str, Callable[[dict], ValidationRow]]] = {
     "narayanan-table1": ("narayanan-sc21/table1", narayanan_row),
+    "korthikanti-table5": ("korthikanti-mlsys23/table5", korthikanti_row),
     "palm-table4": ("palm/table4", palm_table4_row),
     "palm-table5": ("palm/table5", palm_table5_row),
     "palm-table7": ("palm/table7", palm_table7_row),

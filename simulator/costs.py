@@ -47,6 +47,9 @@ class PassCost:
         flops: arithmetic of the pass on one device (flop), recompute included.
         recompute_s: the part of ``compute_s`` that re-runs forward operators (backward with
             recompute; s), for timelines.
+        overlapped_collectives: TP collectives that run under ``overlap_s`` of the pass's
+            compute (``Strategy.tp_overlap``); only what exceeds it is exposed.
+        overlap_s: compute of the whole pass that hides ``overlapped_collectives`` (s).
     """
 
     compute_s: float
@@ -55,6 +58,8 @@ class PassCost:
     segments: int
     flops: float
     recompute_s: float = 0.0
+    overlapped_collectives: tuple[Collective, ...] = ()
+    overlap_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,7 +7,8 @@ DRAM streams and data-parallel collectives are flows over *all* its groups at on
 share is booked through the network backend, so contention between stages is real.
 
 A pass (forward or backward of one microbatch on one virtual stage) is ``segments`` layers; each
-computes while streaming its DRAM share (overlapped, PALM Fig. 5), then runs its TP collectives.
+computes while streaming its DRAM share (overlapped, PALM Fig. 5), then runs its TP collectives
+(with ``tp_overlap``, only the part of the backward's that its weight-gradient GEMMs do not hide).
 A stage's output is sent to the next as a p2p flow (scatter/gather, Narayanan et al. SC'21 §4.1:
 each rank sends its 1/t slice, the receiving group all-gathers; PALM Fig. 11 strategy 1), or with
 ``transfer_strategy=2`` through one adapter per TP group followed by a broadcast in the receiving
@@ -254,6 +255,9 @@ class Engine:
             dram = flows.dram.step_time_s(cost.dram_bytes / segments)
             flows.dram.bytes_moved += cost.dram_bytes
         collective, moved = self._collectives_time(i, cost.tp_collectives)
+        if cost.overlapped_collectives:
+            hidden, hidden_moved = self._collectives_time(i, cost.overlapped_collectives)
+            collective, moved = collective + max(hidden - cost.overlap_s, 0.0), moved + hidden_moved
         collective /= segments
         t = now
         for _ in range(segments):

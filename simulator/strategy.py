@@ -65,6 +65,10 @@ class Strategy:
         recompute: activation recomputation ``none``, ``selective`` (attention core only) or
             ``full`` (Korthikanti et al., MLSys'23).
         sequence_parallel: shard layernorm/dropout activations over the TP group (same source).
+        tp_overlap: hide each transformer layer's backward TP collectives behind its
+            weight-gradient GEMMs, as Megatron-LM overlaps the input-gradient all-reduce with
+            the linear weight's gradient (Korthikanti et al., MLSys'23, §6.2; the sequence-
+            parallel all-gather, §4.2.2). Recompute and forward collectives stay exposed.
         zero_stage: 0-3; shards optimizer states / + gradients / + weights over DP
             (Rajbhandari et al., SC'20).
         optimizer: ``sgd`` or ``adam`` (PALM Table II).
@@ -95,6 +99,7 @@ class Strategy:
     num_chunks: int = 1
     recompute: Recompute = "none"
     sequence_parallel: bool = False
+    tp_overlap: bool = False
     zero_stage: int = 0
     optimizer: Optimizer = "adam"
     precision: Precision = "fp16"
@@ -123,10 +128,9 @@ class Strategy:
         _choice("group_order", self.group_order, GROUP_ORDERS)
         _choice("transfer_strategy", self.transfer_strategy, TRANSFER_STRATEGIES)
         _choice("zero_stage", self.zero_stage, (0, 1, 2, 3))
-        if not isinstance(self.sequence_parallel, bool):
-            raise InputError(
-                f"strategy: `sequence_parallel` must be true or false, got {self.sequence_parallel!r}"
-            )
+        for name in ("sequence_parallel", "tp_overlap"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"strategy: `{name}` must be true or false, got {getattr(self, name)!r}")
         if self.schedule != "interleaved-1f1b" and self.num_chunks != 1:
             raise InputError(
                 f"strategy: `num_chunks` > 1 needs schedule 'interleaved-1f1b', got {self.num_chunks}"

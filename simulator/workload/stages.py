@@ -12,8 +12,9 @@ Operator time is a roofline (Williams et al., CACM 2009) with the hardware's cal
 on a mesh (DRAM traffic goes separately to the engine, from PALM Algorithm 1 in
 :mod:`simulator.workload.sram`) and the HBM's on a cluster (``dram_bytes = 0``).
 The backward of an operator is ``2x`` its forward flops and bytes (data and weight gradients;
-Narayanan et al. SC'21 §5.1) and two kernels for a GEMM. Recompute adds a forward (full) or the
-attention core (selective) to the backward (Korthikanti et al., MLSys'23).
+Narayanan et al. SC'21 §5.1) and two kernels for a GEMM; with ``tp_overlap`` a layer's backward
+TP collectives run under its weight-gradient GEMMs (Korthikanti et al., MLSys'23, §6.2).
+Recompute adds a forward (full) or the attention core (selective) to the backward (same source).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ class _Unit:
     recomputed: tuple[Operator, ...]
     forward_collectives: tuple[Collective, ...]
     backward_collectives: tuple[Collective, ...]
+    overlapped_collectives: tuple[Collective, ...]
+    overlap_s: float
     forward_s: float
     backward_s: float
     recompute_s: float
@@ -104,22 +107,34 @@ def _pass_times(ops: Sequence[Operator], hardware: Hardware, peak: float) -> tup
     return forward, backward
 
 
+def _weight_gradient_s(ops: Sequence[Operator], hardware: Hardware, peak: float) -> float:
+    """Time of the weight-gradient GEMMs of ``ops`` (one per weighted GEMM, its forward's
+    flops), the compute Megatron-LM runs under the input-gradient all-reduce (s)."""
+    return sum(_op_time(op, 1.0, 1, hardware, peak) for op in ops if op.kind == "gemm" and op.weight_bytes)
+
+
 def _unit(ops: tuple[Operator, ...], recomputed: tuple[Operator, ...],
           collectives: tuple[tuple, tuple, tuple], activation_bytes: float, send_bytes: float,
-          parameters: float | None, hardware: Hardware, strategy: Strategy) -> _Unit:
-    """Cost one unit; ``collectives`` = (forward, backward, recompute) TP collectives."""
+          parameters: float | None, hardware: Hardware, strategy: Strategy, overlap: bool = False) -> _Unit:
+    """Cost one unit; ``collectives`` = (forward, backward, recompute) TP collectives. With
+    ``overlap`` the backward collectives run under the weight-gradient GEMMs (``tp_overlap``)."""
     peak = _peak(hardware, strategy)
     forward_s, backward_s = _pass_times(ops, hardware, peak)
     recompute_s = _pass_times(recomputed, hardware, peak)[0]
     training = strategy.mode == "training"
     flops = sum(op.flops for op in ops)
     forward_collectives, backward_collectives, recompute_collectives = collectives
+    overlapped = backward_collectives if overlap and training else ()
+    if overlapped:
+        backward_collectives = ()
     if parameters is None:
         parameters = sum(op.parameter_bytes for op in ops) / strategy.bytes_per_element
     return _Unit(
         ops=ops, recomputed=recomputed if training else (),
         forward_collectives=forward_collectives,
         backward_collectives=(*backward_collectives, *recompute_collectives) if training else (),
+        overlapped_collectives=overlapped,
+        overlap_s=_weight_gradient_s(ops, hardware, peak) if overlapped else 0.0,
         forward_s=forward_s, backward_s=backward_s + recompute_s if training else 0.0,
         recompute_s=recompute_s if training else 0.0,
         forward_flops=flops,
@@ -157,7 +172,8 @@ def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy,
     recompute_collectives = layer_collectives if strategy.recompute == "full" else ()
     layer = _unit(layer_ops, _recomputed(layer_ops, strategy),
                   (layer_collectives, layer_collectives, recompute_collectives),
-                  memory.layer_activation_bytes(model, strategy), send, None, hardware, strategy)
+                  memory.layer_activation_bytes(model, strategy), send, None, hardware, strategy,
+                  overlap=strategy.tp_overlap)
     embed = _unit(operators.embedding(model, strategy), (),
                   (operators.embedding_collectives(model, strategy), (), ()),
                   memory.embedding_activation_bytes(model, strategy), send, None, hardware, strategy)
@@ -397,7 +413,9 @@ def _stage_cost(entries: Sequence[tuple[str, _Unit]], hardware: Hardware, strate
         dram_bytes=plan.backward_dram_bytes if plan else 0.0,
         tp_collectives=_merge([(unit.backward_collectives, count) for unit, count in groups]),
         segments=segments, flops=sum(unit.backward_flops * count for unit, count in groups),
-        recompute_s=sum(unit.recompute_s * count for unit, count in groups))
+        recompute_s=sum(unit.recompute_s * count for unit, count in groups),
+        overlapped_collectives=_merge([(unit.overlapped_collectives, count) for unit, count in groups]),
+        overlap_s=sum(unit.overlap_s * count for unit, count in groups))
     states = memory.sharded_state_bytes(parameters, strategy)
     gemm_flops = sum(unit.gemm_flops * count for unit, count in groups)
     return StageCost(

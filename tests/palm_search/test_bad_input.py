@@ -160,6 +160,9 @@ def test_mutated_study_files_never_crash_optimize_nor_leave_a_run_directory(data
         assert result.exit_code == 0 or not run_dir.exists()
 
 
+BOOLEAN_FLAGS = ("sequence_parallel", "tp_overlap")
+"""Strategy flags that are switches (``--tp-overlap``), taking no value."""
+
 FLAG_VALUES = st.one_of(st.sampled_from(["-1", "0", "1", "2", "nan", "inf", "1e308", "99999999999999999999",
                                          "", "x", "1f1b", "gpipe", "full", "line", "0,1;2,3", "3,3", "-"]),
                         st.text(max_size=8))
@@ -173,7 +176,7 @@ def test_random_simulate_flags_never_crash(flags):
     args = ["simulate", "--model", "T-1.7B", "--hw", str(DATA / "mini-mesh.toml"), "--json"]
     for name, value in flags.items():
         flag = "--" + name.replace("_", "-")
-        args += [flag] if name == "sequence_parallel" else [flag, value]
+        args += [flag] if name in BOOLEAN_FLAGS else [flag, value]
     _invoke(args)
 
 

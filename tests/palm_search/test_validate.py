@@ -28,6 +28,16 @@ def test_narayanan_table1_within_issue_targets():
 
 
 @pytest.mark.slow
+def test_korthikanti_table5_out_of_sample():
+    # a check of the a100-cluster calibration on data it was not built from (no issue target):
+    # held at what the model gives (4.7% mean, 8.7% max) so that a change making it worse fails
+    stats = summary(run_suites(["korthikanti-table5"], jobs=2))["korthikanti-table5"]
+    assert stats["rows"] == 8
+    assert stats["mean_abs_error"] <= 0.05
+    assert stats["max_abs_error"] <= 0.10
+
+
+@pytest.mark.slow
 def test_palm_table4_regression_guard():
     stats = summary(run_suites(["palm-table4"], jobs=2))["palm-table4"]
     assert stats["mean_abs_error"] <= 0.08  # the authors' released code: 8.0% (REFERENCE.md)

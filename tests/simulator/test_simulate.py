@@ -82,5 +82,18 @@ def test_throughput_never_exceeds_the_compute_roofline(strategy, hardware):
         assert 0 < result.model_flops_utilisation <= result.hardware_flops_utilisation <= 1.0
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(strategy=small_strategies, hardware=st.sampled_from([WAFER, A100]))
+def test_overlapping_tp_collectives_is_never_slower(strategy, hardware):
+    model = load_model("T-1.7B")
+    exposed = simulate(model, hardware, strategy, network="analytical")
+    hidden = simulate(model, hardware, dataclasses.replace(strategy, tp_overlap=True), network="analytical")
+    assert hidden.feasible == exposed.feasible
+    if exposed.feasible:
+        assert hidden.iteration_time_s <= exposed.iteration_time_s * (1 + 1e-9)
+        if strategy.tp == 1 or strategy.mode == "inference":
+            assert hidden.iteration_time_s == pytest.approx(exposed.iteration_time_s, rel=1e-12)
+
+
 def test_public_api_is_importable_from_the_package():
     assert callable(simulator.simulate) and callable(simulator.load_strategy)

@@ -149,6 +149,21 @@ def test_tp_collectives_per_layer():
     assert single.forward.tp_collectives == () and single.backward.tp_collectives == ()
 
 
+def test_tp_overlap_moves_the_backward_collectives_under_the_weight_gradients():
+    model = gpt(layers=8, hidden=256, heads=4, sequence=128)
+    plain = Strategy(tp=2, recompute="full", partition="uniform")
+    (exposed,) = build_stage_costs(model, a100_cluster(), plain)
+    (overlapped,) = build_stage_costs(model, a100_cluster(), Strategy(**{**plain.to_dict(), "tp_overlap": True}))
+    layer_reduce = 1 * 128 * 256 * 2
+    assert {c.size_bytes: c.count for c in overlapped.backward.overlapped_collectives}[layer_reduce] == 2 * 8
+    # the recompute forward's all-reduces stay exposed
+    assert {c.size_bytes: c.count for c in overlapped.backward.tp_collectives}[layer_reduce] == 2 * 8
+    assert exposed.backward.overlapped_collectives == () and exposed.backward.overlap_s == 0.0
+    # weight-gradient GEMMs: one per weighted GEMM, each its forward's time, so less than the
+    # backward's GEMM time (data + weight gradients)
+    assert 0.0 < overlapped.backward.overlap_s < overlapped.backward.compute_s / 2
+
+
 def test_full_recompute_adds_a_forward():
     model = gpt(layers=4, hidden=256, heads=4, sequence=128)
     stages = build_stage_costs(model, a100_cluster(), Strategy(pp=4, recompute="full"))
