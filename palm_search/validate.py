@@ -16,7 +16,7 @@ import pandas as pd
 from joblib import Parallel, delayed
 
 from palm_search.baseline import lowest_fitting_zero
-from simulator import Hardware, ModelSpec, Strategy, load_hardware, load_model, simulate
+from simulator import Hardware, ModelSpec, Strategy, load_hardware, load_model, simulate, simulate_with_records
 from simulator.workload.stages import model_flops_per_iteration
 from spaces import enumerate_degrees
 
@@ -75,8 +75,12 @@ def _describe(strategy: Strategy | None) -> str:
         return "no feasible choice"
     chunks = f" v={strategy.num_chunks}" if strategy.num_chunks > 1 else ""
     zero = f" ZeRO-{strategy.zero_stage}" if strategy.zero_stage else ""
+    training = strategy.mode == "training"
+    recompute = f" {strategy.recompute} recompute" if training and strategy.recompute != "none" else ""
+    flags = ((strategy.sequence_parallel, " SP"), (strategy.tp_overlap, " overlap"))
+    extras = "".join(text for on, text in flags if on)
     return (f"tp={strategy.tp} pp={strategy.pp} dp={strategy.dp} b={strategy.microbatch_size} "
-            f"{strategy.schedule}{chunks}{zero}")
+            f"{strategy.schedule}{chunks}{zero}{recompute}{extras}")
 
 
 def _row(suite: str, case: str, unit: str, published: float, predicted: float, chosen: str, **extra) -> ValidationRow:
@@ -110,14 +114,35 @@ KORTHIKANTI_VOCAB_SIZE = 51200
 """Korthikanti et al. MLSys'23 §6: "sequence length is set to s = 2048 and vocabulary size ... 51200"."""
 
 
+def _gpt(name: str, layers: int, hidden: int, heads: int, batch: int) -> ModelSpec:
+    """A GPT model of Korthikanti et al. Table 3 (``f = 4h``, their sequence and vocabulary)."""
+    return ModelSpec(name=name, architecture="gpt", num_layers=layers, hidden_size=hidden, num_heads=heads,
+                     ffn_hidden_size=4 * hidden, sequence_length=KORTHIKANTI_SEQUENCE_LENGTH,
+                     vocab_size=KORTHIKANTI_VOCAB_SIZE, global_batch_size=batch)
+
+
+def _pass_s(model: ModelSpec, strategy: Strategy, kind: str) -> float:
+    """Duration of the one forward (``F``) or backward (``B``) pass of a 1-stage, 1-microbatch run (s)."""
+    _, records = simulate_with_records(model, load_hardware("a100-cluster"), strategy)
+    return next(r.end_s - r.start_s for r in records if r.kind == kind)
+
+
+def korthikanti_layer_row(record: dict) -> ValidationRow:
+    """Korthikanti et al. MLSys'23 Table 4: one 22B layer's forward or backward time (ms), as
+    the pass-time difference of a 2-layer and a 1-layer model (embedding and logits cancel)."""
+    strategy = Strategy(tp=8, microbatch_size=4, global_batch_size=4, recompute=record["recompute"],
+                        sequence_parallel=bool(record["sequence_parallel"]), tp_overlap=True)
+    kind = "F" if record["pass"] == "forward" else "B"
+    two, one = (_pass_s(_gpt("GPT-22B", layers, 6144, 64, 4), strategy, kind) for layers in (2, 1))
+    return _row("korthikanti-table4", f"{record['experiment']}, {record['pass']}", "ms per layer",
+                record["time_ms"], (two - one) * 1e3, _describe(strategy))
+
+
 def korthikanti_row(record: dict) -> ValidationRow:
     """Korthikanti et al. MLSys'23 Table 5: samples/s (global batch / iteration time) of the
     stated strategy, with the backward TP all-reduce overlapped as their §6.2 says."""
-    h = record["hidden"]
-    model = ModelSpec(name=f"GPT-{record['model']}", architecture="gpt", num_layers=record["layers"],
-                      hidden_size=h, num_heads=record["heads"], ffn_hidden_size=4 * h,
-                      sequence_length=KORTHIKANTI_SEQUENCE_LENGTH, vocab_size=KORTHIKANTI_VOCAB_SIZE,
-                      global_batch_size=record["global_batch_size"])
+    model = _gpt(f"GPT-{record['model']}", record["layers"], record["hidden"], record["heads"],
+                 record["global_batch_size"])
     chunks = record["num_chunks"]
     strategy = Strategy(tp=record["tp"], pp=record["pp"], dp=record["gpus"] // (record["tp"] * record["pp"]),
                         microbatch_size=record["microbatch_size"], global_batch_size=record["global_batch_size"],
@@ -160,6 +185,7 @@ def palm_table7_row(record: dict) -> ValidationRow:
 
 SUITES: dict[str, tuple[str, Callable[[dict], ValidationRow]]] = {
     "narayanan-table1": ("narayanan-sc21/table1", narayanan_row),
+    "korthikanti-table4": ("korthikanti-mlsys23/table4", korthikanti_layer_row),
     "korthikanti-table5": ("korthikanti-mlsys23/table5", korthikanti_row),
     "palm-table4": ("palm/table4", palm_table4_row),
     "palm-table5": ("palm/table5", palm_table5_row),
