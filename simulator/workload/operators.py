@@ -334,10 +334,9 @@ def resnet50_units(model: ModelSpec, strategy: Strategy) -> list[tuple[str, tupl
             first_stride = stride if block == 0 else 1
             units.append((f"block{index}", _bottleneck(index, width, first_stride, c_in, size, strategy)))
             c_in, size, index = width * RESNET50_EXPANSION, size // first_stride, index + 1
-    avgpool = Operator(name="avgpool", kind="memory", flops=b * c_in * size * size, weight_bytes=0.0,
-                       input_bytes=b * c_in * size * size * bpe, output_bytes=b * c_in * bpe)
-    avgpool = Operator(name="avgpool", kind="memory", flops=avgpool.flops / t, weight_bytes=0.0,
-                       input_bytes=avgpool.input_bytes / t, output_bytes=avgpool.output_bytes)
+    pooled_inputs = b * c_in * size * size
+    avgpool = Operator(name="avgpool", kind="memory", flops=pooled_inputs / t, weight_bytes=0.0,
+                       input_bytes=pooled_inputs * bpe / t, output_bytes=b * c_in * bpe)
     fc = _gemm("fc", b, model.vocab_size / t, c_in, c_in * model.vocab_size / t + model.vocab_size / t,
                b * c_in, bpe)
     units.append(("head", (avgpool, fc)))
