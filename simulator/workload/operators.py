@@ -138,8 +138,10 @@ def _mlp(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
 def transformer_layer(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     """Operators of one transformer layer, forward, one microbatch, one device.
 
-    Pre-norm order (GPT-2/Megatron): layernorm, attention ``(b, s, h) -> (b, s, h)``, dropout,
-    residual add, layernorm, MLP, dropout, residual add. GEMM flops sum to
+    Pre-norm order (GPT-2/Megatron): layernorm, attention ``(b, s, h) -> (b, s, h)``, dropout +
+    residual add, layernorm, MLP, dropout + residual add; each dropout + residual add is one fused
+    element-wise kernel reading two tensors and writing one, as Megatron-LM generates them
+    ("bias + dropout + add", Narayanan et al. SC'21 §4.2). GEMM flops sum to
     ``(24 b s h^2 + 4 b s^2 h) / t`` for ``f = 4h`` (PALM Table III, Transformer row).
     LLaMA uses RMSNorm (``h`` weights, no bias) and a SwiGLU MLP of three GEMMs; BERT is
     treated as GPT (same operators, post-norm order does not change costs).
@@ -159,12 +161,10 @@ def transformer_layer(model: ModelSpec, strategy: Strategy) -> tuple[Operator, .
     return (
         _elementwise("input_norm", tokens * h, norm, bpe, weight=norm_weight),
         *_attention(model, strategy),
-        _elementwise("attention_output_dropout", tokens * h, 2.0, bpe),
-        _elementwise("attention_residual", tokens * h, 1.0, bpe, inputs=2),
+        _elementwise("attention_dropout_residual", tokens * h, 3.0, bpe, inputs=2),
         _elementwise("mlp_norm", tokens * h, norm, bpe, weight=norm_weight),
         *_mlp(model, strategy),
-        _elementwise("mlp_output_dropout", tokens * h, 2.0, bpe),
-        _elementwise("mlp_residual", tokens * h, 1.0, bpe, inputs=2),
+        _elementwise("mlp_dropout_residual", tokens * h, 3.0, bpe, inputs=2),
     )
 
 
