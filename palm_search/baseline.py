@@ -27,7 +27,7 @@ def choose_baseline(spec: StudySpec, model: ModelSpec, hardware: Hardware) -> tu
     """The baseline strategy and a sentence saying where it comes from."""
     fixed = {k: v for k, v in spec.fixed.items() if k not in ("stage_devices", "stage_layers")}
     if spec.baseline is not None:
-        return Strategy.from_dict({**fixed, **spec.baseline}), "the study file's [baseline]"
+        return Strategy.from_dict({**fixed, **spec.baseline}), "the study file's baseline table"
     paper = PAPER_BASELINES.get((model.name, hardware.name))
     if paper is not None:
         return _fitting_zero({**fixed, **paper}, model, hardware)
