@@ -8,7 +8,8 @@ share is booked through the network backend, so contention between stages is rea
 
 A pass (forward or backward of one microbatch on one virtual stage) is ``segments`` layers; each
 computes while streaming its DRAM share (overlapped, PALM Fig. 5), then runs its TP collectives
-(with ``tp_overlap``, only the part of the backward's that its weight-gradient GEMMs do not hide).
+(with ``tp_overlap``, only the part of the backward's that its weight-gradient GEMMs do not hide;
+only that exposed part books links, the hidden bytes still count in link utilisation).
 A stage's output is sent to the next as a p2p flow (scatter/gather, Narayanan et al. SC'21 §4.1:
 each rank sends its 1/t slice, the receiving group all-gathers; PALM Fig. 11 strategy 1), or with
 ``transfer_strategy=2`` through one adapter per TP group followed by a broadcast in the receiving
