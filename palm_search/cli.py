@@ -23,8 +23,8 @@ def palm_search() -> None:
 
 
 STRATEGY_FLAGS = ("tp", "pp", "dp", "microbatch_size", "global_batch_size", "schedule", "num_chunks",
-                  "recompute", "sequence_parallel", "tp_overlap", "zero_stage", "optimizer", "precision", "mode",
-                  "partition", "placement", "group_layout", "group_order", "transfer_strategy")
+                  "recompute", "sequence_parallel", "tp_overlap", "p2p_blocking", "zero_stage", "optimizer",
+                  "precision", "mode", "partition", "placement", "group_layout", "group_order", "transfer_strategy")
 
 
 def fail(message: str) -> None:
@@ -76,6 +76,8 @@ def simulate_command(
     sequence_parallel: Annotated[bool | None, Opt("--sequence-parallel/--no-sequence-parallel")] = None,
     tp_overlap: Annotated[bool | None, Opt("--tp-overlap/--no-tp-overlap",
                                            help="Hide backward TP collectives behind weight-gradient GEMMs.")] = None,
+    p2p_blocking: Annotated[bool | None, Opt("--p2p-blocking/--no-p2p-blocking",
+                                             help="Stages wait for their pipeline sends (Megatron-LM).")] = None,
     zero_stage: Annotated[int | None, Opt(help="ZeRO stage 0-3.")] = None,
     optimizer: Annotated[str | None, Opt(help="sgd or adam.")] = None,
     precision: Annotated[str | None, Opt(help="fp16, bf16, fp32 or int8.")] = None,

@@ -56,18 +56,19 @@ def _best(model: ModelSpec, hardware: Hardware, strategies: Iterator[Strategy]) 
     return best, chosen
 
 
-def _training_candidates(model: ModelSpec, tp: int, pp: int, dp: int, batch: int) -> Iterator[Strategy]:
-    """Every legal micro-batch size and schedule for fixed degrees (full recompute, uniform
-    stages, as Megatron-LM)."""
-    for b in MICROBATCH_SIZES:
+def _training_candidates(model: ModelSpec, tp: int, pp: int, dp: int, batch: int,
+                         microbatch_sizes: tuple[int, ...] = MICROBATCH_SIZES) -> Iterator[Strategy]:
+    """Every legal micro-batch size (of ``microbatch_sizes``) and schedule for fixed degrees (full
+    recompute, uniform stages, as Megatron-LM)."""
+    for b in microbatch_sizes:
         if batch % (b * dp):
             continue
         m = batch // (b * dp)
-        schedules = [("1f1b", 1)] + [("interleaved-1f1b", v) for v in (2, 4)
-                                     if pp > 1 and model.num_layers % (pp * v) == 0 and m % pp == 0]
-        for schedule, chunks in schedules:
+        divisors = range(2, model.num_layers // pp + 1) if pp > 1 and m % pp == 0 else ()
+        schedules = [("1f1b", 1)] + [("interleaved-1f1b", v) for v in divisors if model.num_layers % (pp * v) == 0]
+        for schedule, v in schedules:
             yield Strategy(tp=tp, pp=pp, dp=dp, microbatch_size=b, global_batch_size=batch, schedule=schedule,
-                           num_chunks=chunks, recompute="full", partition="uniform")
+                           num_chunks=v, recompute="full", partition="uniform", p2p_blocking=True)
 
 
 def _describe(strategy: Strategy | None) -> str:
@@ -77,7 +78,8 @@ def _describe(strategy: Strategy | None) -> str:
     zero = f" ZeRO-{strategy.zero_stage}" if strategy.zero_stage else ""
     training = strategy.mode == "training"
     recompute = f" {strategy.recompute} recompute" if training and strategy.recompute != "none" else ""
-    flags = ((strategy.sequence_parallel, " SP"), (strategy.tp_overlap, " overlap"))
+    flags = ((strategy.sequence_parallel, " SP"), (strategy.tp_overlap, " overlap"),
+             (strategy.p2p_blocking, " blocking-p2p"))
     extras = "".join(text for on, text in flags if on)
     return (f"tp={strategy.tp} pp={strategy.pp} dp={strategy.dp} b={strategy.microbatch_size} "
             f"{strategy.schedule}{chunks}{zero}{recompute}{extras}")
@@ -88,14 +90,31 @@ def _row(suite: str, case: str, unit: str, published: float, predicted: float, c
     return ValidationRow(suite, case, unit, published, predicted, error, chosen, **extra)
 
 
+MEGATRON_SEQUENCE_LENGTH = 2048
+MEGATRON_VOCAB_SIZE = 51200
+"""Sequence and vocabulary of the Megatron-LM GPT runs: Narayanan et al. SC'21 §5.1 ("vocabulary
+size of 51,200 ... sequence length of 2048"), Korthikanti et al. MLSys'23 §6 (the same)."""
+
+
+def _gpt(name: str, layers: int, hidden: int, heads: int, batch: int) -> ModelSpec:
+    """A Megatron-LM GPT model as the sources' tables give it (``f = 4h``)."""
+    return ModelSpec(name=name, architecture="gpt", num_layers=layers, hidden_size=hidden, num_heads=heads,
+                     ffn_hidden_size=4 * hidden, sequence_length=MEGATRON_SEQUENCE_LENGTH,
+                     vocab_size=MEGATRON_VOCAB_SIZE, global_batch_size=batch)
+
+
 def narayanan_row(record: dict) -> ValidationRow:
-    """Narayanan SC'21 Table 1: TFLOP/s per GPU through their Eq. 3."""
-    model, hardware = load_model(record["model"]), load_hardware("a100-cluster")
+    """Narayanan SC'21 Tables 1 and 2: TFLOP/s per GPU through their Eq. 3."""
     tp, pp, gpus, batch = record["tp"], record["pp"], record["gpus"], record["global_batch_size"]
-    samples_per_s, chosen = _best(model, hardware, _training_candidates(model, tp, pp, gpus // (tp * pp), batch))
+    model = _gpt(record["model"], record["layers"], record["hidden"], record["heads"], batch)
+    hardware = load_hardware("a100-cluster")
+    stated = record.get("microbatch_size")
+    sizes = (int(stated),) if stated == stated and stated is not None else MICROBATCH_SIZES  # NaN: not stated
+    samples_per_s, chosen = _best(model, hardware,
+                                  _training_candidates(model, tp, pp, gpus // (tp * pp), batch, sizes))
     flop = model_flops_per_iteration(model, batch, recompute=True)
     predicted = flop * samples_per_s / batch / gpus / 1e12 if samples_per_s else 0.0
-    return _row("narayanan-table1", record["model"], "TFLOP/s per GPU", record["tflops_per_gpu"], predicted,
+    return _row(record["suite"], record["model"], "TFLOP/s per GPU", record["tflops_per_gpu"], predicted,
                 _describe(chosen))
 
 
@@ -107,18 +126,6 @@ def palm_table4_row(record: dict) -> ValidationRow:
                                   _training_candidates(model, tp, pp, dp, model.global_batch_size))
     return _row("palm-table4", record["model"], "seq/s", record["published_seq_per_s"], samples_per_s,
                 _describe(chosen), note=f"PALM predicted {record['palm_seq_per_s']}")
-
-
-KORTHIKANTI_SEQUENCE_LENGTH = 2048
-KORTHIKANTI_VOCAB_SIZE = 51200
-"""Korthikanti et al. MLSys'23 §6: "sequence length is set to s = 2048 and vocabulary size ... 51200"."""
-
-
-def _gpt(name: str, layers: int, hidden: int, heads: int, batch: int) -> ModelSpec:
-    """A GPT model of Korthikanti et al. Table 3 (``f = 4h``, their sequence and vocabulary)."""
-    return ModelSpec(name=name, architecture="gpt", num_layers=layers, hidden_size=hidden, num_heads=heads,
-                     ffn_hidden_size=4 * hidden, sequence_length=KORTHIKANTI_SEQUENCE_LENGTH,
-                     vocab_size=KORTHIKANTI_VOCAB_SIZE, global_batch_size=batch)
 
 
 def _pass_s(model: ModelSpec, strategy: Strategy, kind: str) -> float:
@@ -148,7 +155,7 @@ def korthikanti_row(record: dict) -> ValidationRow:
                         microbatch_size=record["microbatch_size"], global_batch_size=record["global_batch_size"],
                         schedule="interleaved-1f1b" if chunks > 1 else "1f1b", num_chunks=chunks,
                         recompute=record["recompute"], sequence_parallel=bool(record["sequence_parallel"]),
-                        tp_overlap=True, partition="uniform")
+                        tp_overlap=True, p2p_blocking=True, partition="uniform")
     result = simulate(model, load_hardware("a100-cluster"), strategy)
     published = record["global_batch_size"] / record["iteration_time_s"]
     case = f"{record['model']} {record['recompute']}{' + SP' if strategy.sequence_parallel else ''}"
@@ -185,6 +192,7 @@ def palm_table7_row(record: dict) -> ValidationRow:
 
 SUITES: dict[str, tuple[str, Callable[[dict], ValidationRow]]] = {
     "narayanan-table1": ("narayanan-sc21/table1", narayanan_row),
+    "narayanan-table2": ("narayanan-sc21/table2", narayanan_row),
     "korthikanti-table4": ("korthikanti-mlsys23/table4", korthikanti_layer_row),
     "korthikanti-table5": ("korthikanti-mlsys23/table5", korthikanti_row),
     "palm-table4": ("palm/table4", palm_table4_row),
@@ -211,7 +219,7 @@ def run_suites(names: list[str], data_dir: Path = DATA_DIR, jobs: int = -1) -> l
         path = data_dir / folder / "data.csv"
         if not path.is_file():
             raise InputError(f"validate: {path} does not exist")
-        tasks += [(row, record) for record in pd.read_csv(path).to_dict(orient="records")]
+        tasks += [(row, {**record, "suite": name}) for record in pd.read_csv(path).to_dict(orient="records")]
     return Parallel(n_jobs=jobs, backend="loky")(delayed(row)(record) for row, record in tasks)
 
 

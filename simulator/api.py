@@ -134,7 +134,8 @@ def _simulate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network:
         return _infeasible(base, reason, placements, memory, in_flight, started), None, None, topology, placements
     engine = Engine(hardware=hardware, topology=topology, placements=placements, costs=costs,
                     schedule=schedule, network=network_backend(network), training=training,
-                    transfer_strategy=strategy.transfer_strategy, record=record)
+                    transfer_strategy=strategy.transfer_strategy, p2p_blocking=strategy.p2p_blocking,
+                    record=record)
     run, simulated, extrapolated, period = _run(engine, m, strategy.pp, steady_state, training)
     result = _assemble(base, hardware, topology, strategy, placements, costs, memory, in_flight,
                        run, simulated, extrapolated, period, m, model, started)

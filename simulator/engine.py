@@ -14,8 +14,9 @@ A stage's output is sent to the next as a p2p flow (scatter/gather, Narayanan et
 each rank sends its 1/t slice, the receiving group all-gathers; PALM Fig. 11 strategy 1), or with
 ``transfer_strategy=2`` through one adapter per TP group followed by a broadcast in the receiving
 group (PALM Fig. 11 strategy 2, adapted to Megatron where the source group's output is already
-reduced). After its last backward a stage runs its data-parallel collectives and the optimizer
-step (PALM's Gradient Update).
+reduced). With ``p2p_blocking`` the sender waits until its transfer ends (Megatron-LM's
+synchronous send/receive); otherwise it computes on. After its last backward a stage runs its
+data-parallel collectives and the optimizer step (PALM's Gradient Update).
 """
 
 from __future__ import annotations
@@ -114,17 +115,18 @@ class Engine:
         network: the backend that books resources.
         training: False runs forwards only (inference).
         transfer_strategy: 1 or 2 (PALM Fig. 11).
+        p2p_blocking: a stage waits for its sends to land (``Strategy.p2p_blocking``).
         record: keep a :class:`PassRecord` per pass and a :class:`TraceRecord` per flow booking.
     """
 
     def __init__(
         self, *, hardware: Hardware, topology: Topology, placements: tuple[StagePlacement, ...],
         costs: tuple[StageCost, ...], schedule: PipelineSchedule, network: AnalyticalNetwork,
-        training: bool, transfer_strategy: int = 1, record: bool = False,
+        training: bool, transfer_strategy: int = 1, p2p_blocking: bool = False, record: bool = False,
     ) -> None:
         self.topology, self.placements, self.costs = topology, placements, costs
         self.schedule, self.network, self.training = schedule, network, training
-        self.transfer_strategy, self.record = transfer_strategy, record
+        self.transfer_strategy, self.p2p_blocking, self.record = transfer_strategy, p2p_blocking, record
         self.pp = len(placements)
         self.calibration = hardware.calibration
         self.stage_flows = [self._stage_flows(i, p) for i, p in enumerate(placements)]
@@ -228,10 +230,14 @@ class Engine:
                 yield self._message(waits_on)
             cost = self.costs[j].forward if forward else self.costs[j].backward
             yield from self._pass(i, cost, p)
+            sent = self.env.now
             if forward and j < last:
-                self._send(i, j, j + 1, "act", p.microbatch, self.costs[j].activation_send_bytes)
+                sent = self._send(i, j, j + 1, "act", p.microbatch, self.costs[j].activation_send_bytes)
             elif not forward and j > 0:
-                self._send(i, j, j - 1, "grad", p.microbatch, self.costs[j].gradient_send_bytes)
+                sent = self._send(i, j, j - 1, "grad", p.microbatch, self.costs[j].gradient_send_bytes)
+            if self.p2p_blocking and sent > self.env.now:
+                self.stats[i].communication_s += sent - self.env.now
+                yield self.env.timeout(sent - self.env.now)
         if self.training:
             yield from self._gradient_update(i)
         self.stats[i].finish_s = self.env.now
@@ -305,11 +311,13 @@ class Engine:
             size += moved * c.count * flow.num_edges
         return total, size
 
-    def _send(self, i: int, j: int, k: int, kind: str, microbatch: int, size_bytes: float) -> None:
-        """Send stage output of virtual stage j to virtual stage k; deliver when it lands."""
+    def _send(self, i: int, j: int, k: int, kind: str, microbatch: int, size_bytes: float) -> float:
+        """Send stage output of virtual stage j to virtual stage k, delivered once the receiving
+        group has regrouped it; returns when the transfer itself ends (s), what a blocking sender
+        waits for."""
         now, dst = self.env.now, k % self.pp
         flow = self.p2p.get((i, dst))
-        end = now
+        end = sent = now
         if flow is not None and size_bytes > 0:
             adapters = self.transfer_strategy == 2
             per_edge = size_bytes * len(self.placements[i].tp_groups[0]) if adapters else size_bytes
@@ -321,10 +329,12 @@ class Engine:
             if self.record:
                 self._trace(flow, lane, f"{kind} mb {microbatch}", start, duration, per_edge * flow.num_edges,
                             microbatch, source_stage=i, destination_stage=dst, transfer=kind)
+            sent = end
             end = self._regroup(dst, end, size_bytes, lane, microbatch)
         message = self._message((kind, k, microbatch))
         self.events += 2
         self.env.timeout(end - now).callbacks.append(lambda _event: message.succeed())
+        return sent
 
     def _regroup(self, stage: int, start: float, size_bytes: float, lane: str = "", microbatch: int = -1) -> float:
         """Rebuild the full activation in the receiving TP group: an all-gather of the slices

@@ -69,6 +69,10 @@ class Strategy:
             weight-gradient GEMMs, as Megatron-LM overlaps the input-gradient all-reduce with
             the linear weight's gradient (Korthikanti et al., MLSys'23, §6.2; the sequence-
             parallel all-gather, §4.2.2). Recompute and forward collectives stay exposed.
+        p2p_blocking: a stage waits for each of its pipeline sends to end before it computes
+            on, as Megatron-LM's ``p2p_communication._communicate`` waits on every
+            ``batch_isend_irecv`` request and synchronises the device; False lets sends overlap
+            the next pass (PALM's pipeline, §IV-A).
         zero_stage: 0-3; shards optimizer states / + gradients / + weights over DP
             (Rajbhandari et al., SC'20).
         optimizer: ``sgd`` or ``adam`` (PALM Table II).
@@ -100,6 +104,7 @@ class Strategy:
     recompute: Recompute = "none"
     sequence_parallel: bool = False
     tp_overlap: bool = False
+    p2p_blocking: bool = False
     zero_stage: int = 0
     optimizer: Optimizer = "adam"
     precision: Precision = "fp16"
@@ -128,7 +133,7 @@ class Strategy:
         _choice("group_order", self.group_order, GROUP_ORDERS)
         _choice("transfer_strategy", self.transfer_strategy, TRANSFER_STRATEGIES)
         _choice("zero_stage", self.zero_stage, (0, 1, 2, 3))
-        for name in ("sequence_parallel", "tp_overlap"):
+        for name in ("sequence_parallel", "tp_overlap", "p2p_blocking"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"strategy: `{name}` must be true or false, got {getattr(self, name)!r}")
         if self.schedule != "interleaved-1f1b" and self.num_chunks != 1:

@@ -160,7 +160,7 @@ def test_mutated_study_files_never_crash_optimize_nor_leave_a_run_directory(data
         assert result.exit_code == 0 or not run_dir.exists()
 
 
-BOOLEAN_FLAGS = ("sequence_parallel", "tp_overlap")
+BOOLEAN_FLAGS = ("sequence_parallel", "tp_overlap", "p2p_blocking")
 """Strategy flags that are switches (``--tp-overlap``), taking no value."""
 
 FLAG_VALUES = st.one_of(st.sampled_from(["-1", "0", "1", "2", "nan", "inf", "1e308", "99999999999999999999",

@@ -2,7 +2,7 @@
 
 Issue targets are asserted at the issue's tolerance: Narayanan SC'21 Table 1 mean absolute
 error <= 5% and every row within 10%, PALM Table V ResNet-50 within 15%. PALM Table IV has no
-target; it is held near what the model gives (3.1% mean, 6.9% max), under the authors' released
+target; it is held near what the model gives (2.8% mean, 6.9% max), under the authors' released
 code's 8.0% mean error, as a regression guard.
 """
 
@@ -24,6 +24,15 @@ def test_narayanan_table1_within_issue_targets():
     rows = run_suites(["narayanan-table1"], jobs=2)
     stats = summary(rows)["narayanan-table1"]
     assert len(rows) == 10 and all(r.predicted > 0 for r in rows)
+    assert stats["mean_abs_error"] <= 0.05
+    assert stats["max_abs_error"] <= 0.10
+
+
+@pytest.mark.slow
+def test_narayanan_table2_ptd_rows_within_the_table1_targets():
+    # the same source and hardware at 1, 2 and 4 times the GPUs (data parallelism varies)
+    stats = summary(run_suites(["narayanan-table2"], jobs=2))["narayanan-table2"]
+    assert stats["rows"] == 6
     assert stats["mean_abs_error"] <= 0.05
     assert stats["max_abs_error"] <= 0.10
 

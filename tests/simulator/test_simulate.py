@@ -95,5 +95,17 @@ def test_overlapping_tp_collectives_is_never_slower(strategy, hardware):
             assert hidden.iteration_time_s == pytest.approx(exposed.iteration_time_s, rel=1e-12)
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(strategy=small_strategies, hardware=st.sampled_from([WAFER, A100]))
+def test_blocking_sends_are_never_faster(strategy, hardware):
+    model = load_model("T-1.7B")
+    overlapped = simulate(model, hardware, strategy, network="analytical")
+    blocking = simulate(model, hardware, dataclasses.replace(strategy, p2p_blocking=True), network="analytical")
+    if overlapped.feasible:
+        assert blocking.iteration_time_s >= overlapped.iteration_time_s * (1 - 1e-9)
+        if strategy.pp == 1:
+            assert blocking.iteration_time_s == pytest.approx(overlapped.iteration_time_s, rel=1e-12)
+
+
 def test_public_api_is_importable_from_the_package():
     assert callable(simulator.simulate) and callable(simulator.load_strategy)
