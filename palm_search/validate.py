@@ -108,8 +108,7 @@ def narayanan_row(record: dict) -> ValidationRow:
     tp, pp, gpus, batch = record["tp"], record["pp"], record["gpus"], record["global_batch_size"]
     model = _gpt(record["model"], record["layers"], record["hidden"], record["heads"], batch)
     hardware = load_hardware("a100-cluster")
-    stated = record.get("microbatch_size")
-    sizes = (int(stated),) if stated == stated and stated is not None else MICROBATCH_SIZES  # NaN: not stated
+    sizes = (int(record["microbatch_size"]),) if "microbatch_size" in record else MICROBATCH_SIZES
     samples_per_s, chosen = _best(model, hardware,
                                   _training_candidates(model, tp, pp, gpus // (tp * pp), batch, sizes))
     flop = model_flops_per_iteration(model, batch, recompute=True)
