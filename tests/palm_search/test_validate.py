@@ -19,52 +19,31 @@ from palm_search.validate import run_suites, summary
 runner = CliRunner()
 
 
-@pytest.mark.slow
-def test_narayanan_table1_within_issue_targets():
-    rows = run_suites(["narayanan-table1"], jobs=2)
-    stats = summary(rows)["narayanan-table1"]
-    assert len(rows) == 10 and all(r.predicted > 0 for r in rows)
-    assert stats["mean_abs_error"] <= 0.05
-    assert stats["max_abs_error"] <= 0.10
+# suite, rows, largest mean and largest single absolute error allowed: the issue's targets for
+# Narayanan Table 1 (and its Table 2, same source and hardware); elsewhere held near what the
+# model gives (Korthikanti Table 5: 3.8% / 9.3%, Table 4: 3.9% / 6.1%, both on data the
+# calibration was not built from; PALM Table IV: 2.8% / 6.9%, the authors' code 8.0% mean) so
+# that a change making them worse fails
+GUARDS = [("narayanan-table1", 10, 0.05, 0.10), ("narayanan-table2", 6, 0.05, 0.10),
+          ("korthikanti-table5", 8, 0.05, 0.10), ("korthikanti-table4", 10, 0.05, 0.08),
+          ("palm-table4", 6, 0.05, 0.08)]
 
 
 @pytest.mark.slow
-def test_narayanan_table2_ptd_rows_within_the_table1_targets():
-    # the same source and hardware at 1, 2 and 4 times the GPUs (data parallelism varies)
-    stats = summary(run_suites(["narayanan-table2"], jobs=2))["narayanan-table2"]
-    assert stats["rows"] == 6
-    assert stats["mean_abs_error"] <= 0.05
-    assert stats["max_abs_error"] <= 0.10
+@pytest.mark.parametrize("suite, rows, mean, worst", GUARDS, ids=[g[0] for g in GUARDS])
+def test_suite_errors_within_their_tolerance(suite, rows, mean, worst):
+    results = run_suites([suite], jobs=2)
+    stats = summary(results)[suite]
+    assert stats["rows"] == rows and all(r.predicted > 0 for r in results)
+    assert stats["mean_abs_error"] <= mean
+    assert stats["max_abs_error"] <= worst
 
 
-@pytest.mark.slow
-def test_korthikanti_table5_out_of_sample():
-    # a check of the a100-cluster calibration on data it was not built from (no issue target):
-    # held near what the model gives (3.8% mean, 9.3% max) so that a change making it worse fails
-    stats = summary(run_suites(["korthikanti-table5"], jobs=2))["korthikanti-table5"]
-    assert stats["rows"] == 8
-    assert stats["mean_abs_error"] <= 0.05
-    assert stats["max_abs_error"] <= 0.10
-
-
-def test_korthikanti_table4_layer_times():
-    # one 22B layer, forward and backward, five settings: held near 3.9% mean, 6.1% max
-    rows = run_suites(["korthikanti-table4"], jobs=2)
-    stats = summary(rows)["korthikanti-table4"]
-    assert stats["rows"] == 10
-    assert stats["mean_abs_error"] <= 0.05
-    assert stats["max_abs_error"] <= 0.08
-    by_case = {r.case: r.predicted for r in rows}
+def test_korthikanti_layer_times_follow_the_settings():
+    by_case = {r.case: r.predicted for r in run_suites(["korthikanti-table4"], jobs=2)}
     # recompute only adds to the backward; sequence parallelism shortens the forward
     assert by_case["baseline with recompute, forward"] == pytest.approx(by_case["baseline no recompute, forward"])
     assert by_case["sequence parallelism, forward"] < by_case["baseline no recompute, forward"]
-
-
-@pytest.mark.slow
-def test_palm_table4_regression_guard():
-    stats = summary(run_suites(["palm-table4"], jobs=2))["palm-table4"]
-    assert stats["mean_abs_error"] <= 0.05  # the authors' released code: 8.0% (REFERENCE.md)
-    assert stats["max_abs_error"] <= 0.08
 
 
 def test_palm_table5_resnet50_on_grayskull_within_15_percent():
