@@ -17,6 +17,7 @@ from joblib import Parallel, delayed
 
 from palm_search.baseline import lowest_fitting_zero
 from simulator import Hardware, ModelSpec, Strategy, load_hardware, load_model, simulate, simulate_with_records
+from simulator.legality import interleaving_legal, megatron_interleaving
 from simulator.workload.stages import model_flops_per_iteration
 from spaces import enumerate_degrees
 
@@ -64,8 +65,9 @@ def _training_candidates(model: ModelSpec, tp: int, pp: int, dp: int, batch: int
         if batch % (b * dp):
             continue
         m = batch // (b * dp)
-        divisors = range(2, model.num_layers // pp + 1) if pp > 1 and m % pp == 0 else ()
-        schedules = [("1f1b", 1)] + [("interleaved-1f1b", v) for v in divisors if model.num_layers % (pp * v) == 0]
+        chunks = range(2, model.num_layers // pp + 1) if interleaving_legal(pp, m) else ()
+        schedules = [("1f1b", 1)] + [("interleaved-1f1b", v) for v in chunks
+                                     if megatron_interleaving(model.num_layers, pp, v)]
         for schedule, v in schedules:
             yield Strategy(tp=tp, pp=pp, dp=dp, microbatch_size=b, global_batch_size=batch, schedule=schedule,
                            num_chunks=v, recompute="full", partition="uniform", p2p_blocking=True)

@@ -12,10 +12,11 @@ Follows PALM (Fang et al., arXiv 2406.03868). Typical use::
 This package imports neither optuna, typer, spaces nor palm_search.
 """
 
-from simulator.api import num_microbatches, simulate, simulate_timeline, simulate_with_records
+from simulator.api import simulate, simulate_timeline, simulate_with_records
 from simulator.errors import InputError, PalmError, SimulationError
 from simulator.hardware.loader import hardware_presets, load_hardware
 from simulator.hardware.spec import Hardware
+from simulator.legality import num_microbatches
 from simulator.result import SimulationResult, StageReport
 from simulator.strategy import Strategy
 from simulator.strategy_loader import load_strategy

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import fields
 
+from simulator import legality
 from simulator.costs import StageCost
 from simulator.engine import Engine, EngineRun, StageStats, traffic_by_kind
 from simulator.errors import InputError
@@ -23,27 +24,10 @@ from simulator.network.backends import network_backend
 from simulator.network.topology import Topology, topology_of
 from simulator.placement import StagePlacement, place
 from simulator.result import ResourceUsage, SimulationResult, StageReport
-from simulator.schedules import PipelineSchedule, make_schedule
 from simulator.strategy import Strategy
 from simulator.trace import Timeline
 from simulator.workload.spec import ModelSpec
 from simulator.workload.stages import build_stage_costs
-
-
-def num_microbatches(model: ModelSpec, strategy: Strategy) -> int:
-    """Microbatches per replica per iteration, ``B / (b * dp)``.
-
-    Raises:
-        InputError: the global batch is not a multiple of ``microbatch_size * dp``.
-    """
-    batch = strategy.global_batch_size or model.global_batch_size
-    per_step = strategy.microbatch_size * strategy.dp
-    if batch % per_step:
-        raise InputError(
-            f"strategy: global batch {batch} must be a multiple of microbatch_size * dp ="
-            f" {strategy.microbatch_size}*{strategy.dp} = {per_step}"
-        )
-    return batch // per_step
 
 
 def simulate(
@@ -113,23 +97,17 @@ def _simulate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network:
               record: bool):
     """(result, run or None if infeasible, engine or None, topology, placements)."""
     started = time.perf_counter()
-    if strategy.precision not in hardware.peak_flop_per_s:
-        raise InputError(
-            f"strategy: precision {strategy.precision!r} has no peak on hardware {hardware.name!r}"
-            f" (has {sorted(hardware.peak_flop_per_s)})"
-        )
-    m = num_microbatches(model, strategy)
-    schedule = make_schedule(strategy.schedule, strategy.pp, strategy.num_chunks)
-    schedule.check(m)
+    m = legality.check_plan(model, hardware, strategy)
+    schedule = legality.schedule_of(strategy)
     topology = topology_of(hardware)
     placements = place(topology, strategy)
     costs = build_stage_costs(model, hardware, strategy)
     training = strategy.mode == "training"
-    in_flight = [_in_flight(schedule, i, m, training) for i in range(strategy.pp)]
-    memory = [_stage_memory(costs, strategy.pp, i, in_flight[i]) for i in range(strategy.pp)]
+    in_flight = legality.microbatches_in_flight(strategy, m)
+    memory = legality.stage_memory_bytes(costs, strategy.pp, in_flight)
     base = dict(model=model.name, hardware=hardware.name, strategy=strategy.to_dict(),
                 network=network, num_microbatches=m)
-    reason = _memory_reason(hardware, memory, in_flight)
+    reason = legality.memory_shortfall(hardware, memory, in_flight)
     if reason:
         return _infeasible(base, reason, placements, memory, in_flight, started), None, None, topology, placements
     engine = Engine(hardware=hardware, topology=topology, placements=placements, costs=costs,
@@ -140,26 +118,6 @@ def _simulate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network:
     result = _assemble(base, hardware, topology, strategy, placements, costs, memory, in_flight,
                        run, simulated, extrapolated, period, m, model, started)
     return result, run, engine, topology, placements
-
-
-def _in_flight(schedule: PipelineSchedule, stage: int, m: int, training: bool) -> list[int]:
-    if not training:
-        return [1] * schedule.num_chunks
-    return schedule.max_in_flight(stage, m)
-
-
-def _stage_memory(costs: tuple[StageCost, ...], pp: int, stage: int, in_flight: list[int]) -> float:
-    chunks = costs[stage::pp]
-    return sum(c.memory.total_bytes(n) for c, n in zip(chunks, in_flight, strict=True))
-
-
-def _memory_reason(hardware: Hardware, memory: list[float], in_flight: list[list[int]]) -> str:
-    capacity = hardware.device_memory_bytes()
-    worst = max(range(len(memory)), key=memory.__getitem__)
-    if memory[worst] <= capacity:
-        return ""
-    return (f"stage {worst} needs {memory[worst] / 2**30:.2f} GiB per device"
-            f" ({sum(in_flight[worst])} microbatches in flight), capacity {capacity / 2**30:.2f} GiB")
 
 
 def _run(engine: Engine, m: int, pp: int, steady_state: bool, training: bool):

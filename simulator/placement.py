@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.errors import InputError
 from simulator.network.topology import MeshTopology, Topology
 from simulator.strategy import Strategy
 
@@ -90,26 +89,14 @@ def _cycle(rows: list[list[int]]) -> tuple[int, ...]:
 
 
 def place(topology: Topology, strategy: Strategy) -> tuple[StagePlacement, ...]:
-    """Devices and comm groups of every pipeline stage.
-
-    Raises:
-        InputError: the strategy needs more devices than the machine has, or an explicit
-            device id is out of range.
-    """
+    """Devices and comm groups of every pipeline stage of a legal plan
+    (:func:`simulator.legality.check_plan`)."""
     per_stage = strategy.tp * strategy.dp
-    if strategy.num_devices > topology.num_devices:
-        raise InputError(
-            f"strategy: `tp * pp * dp` = {strategy.tp}*{strategy.pp}*{strategy.dp} ="
-            f" {strategy.num_devices} devices, the machine has {topology.num_devices}"
-        )
     if strategy.stage_devices is not None:
         stages = strategy.stage_devices
-        bad = [d for s in stages for d in s if not 0 <= d < topology.num_devices]
-        if bad:
-            raise InputError(f"strategy: `stage_devices` has id {bad[0]} outside 0..{topology.num_devices - 1}")
     else:
         order = device_sequence(topology, strategy.placement)
-        stages = [tuple(order[i * per_stage:(i + 1) * per_stage]) for i in range(strategy.pp)]
+        stages = tuple(tuple(order[i * per_stage:(i + 1) * per_stage]) for i in range(strategy.pp))
     return tuple(_stage(topology, tuple(s), strategy) for s in stages)
 
 

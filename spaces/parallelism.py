@@ -1,11 +1,10 @@
 """Degrees of parallelism, microbatch size, pipeline schedule, recompute, sequence parallelism, ZeRO.
 
-Legality follows Megatron-LM (Narayanan et al., SC'21, §2-3): ``tp * pp * dp`` devices; ``tp``
-divides the heads, hidden and FFN sizes (ResNet-50: its 64 narrowest channels); ``pp`` is at most
-the number of partitionable units (transformer layers; ResNet-50's 18 units); ``dp`` divides the
-global batch ``B``; the microbatch ``b`` divides ``B / dp``. The interleaved schedule with ``v``
-chunks needs ``L % (pp v) == 0`` (Megatron's layers-per-chunk rule) and microbatches per replica
-``m % pp == 0`` (SC'21 §2.2.2).
+The rules of a legal plan live in :mod:`simulator.legality` (Megatron-LM, Narayanan et al., SC'21,
+§2-3); this module enumerates with its predicates: ``tp * pp * dp`` devices, ``tp`` dividing the
+model, ``pp`` at most the partitionable units, ``dp`` and ``b`` dividing the global batch ``B``, and
+interleaving with Megatron's even layers per chunk and ``m % pp == 0``. The search proposes only
+what the simulator accepts (a property test checks).
 
 Suggestions never change a categorical's choices between trials (Optuna 5): ``degrees`` is one
 categorical over a fixed list of labels like ``"8x20x2"``; the microbatch size is suggested under
@@ -23,14 +22,18 @@ import optuna
 
 from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
+from simulator.legality import (
+    divisors,
+    global_batch,
+    interleaving_legal,
+    megatron_interleaving,
+    partition_units,
+    sequence_parallel_legal,
+    tp_divides,
+)
 from simulator.strategy import RECOMPUTES
-from simulator.workload.operators import RESNET50_UNITS
 from simulator.workload.spec import ModelSpec
 from spaces._choices import conditional_name, suggest_among
-
-RESNET50_TP_CHANNELS = 64
-"""ResNet-50's narrowest channel count (stem, conv2_x; He et al. 2016 Table 1); tp must divide it.
-Equals ``simulator.workload.stages.RESNET50_BLOCK_CHANNELS`` (a test checks)."""
 
 CHUNK_CHOICES: tuple[int, ...] = (2, 4)
 """Model chunks per device tried with the interleaved schedule (Narayanan et al. SC'21 Fig. 12)."""
@@ -86,29 +89,6 @@ def schedule_choices(chunk_choices: Sequence[int] = CHUNK_CHOICES) -> tuple[Sche
     """The fixed list: GPipe, 1F1B, then interleaved 1F1B with each of ``chunk_choices``."""
     interleaved = tuple(ScheduleChoice("interleaved-1f1b", v) for v in chunk_choices)
     return (ScheduleChoice("gpipe"), ScheduleChoice("1f1b"), *interleaved)
-
-
-def partition_units(model: ModelSpec) -> int:
-    """Units a pipeline can split: transformer layers, or ResNet-50's 18 (stem, 16 blocks, head)."""
-    return model.num_layers if model.is_transformer else RESNET50_UNITS
-
-
-def global_batch(model: ModelSpec, global_batch_size: int | None = None) -> int:
-    """``global_batch_size`` if given, else the model's ``B``."""
-    return global_batch_size or model.global_batch_size
-
-
-def divisors(n: int) -> list[int]:
-    """Positive divisors of ``n`` in increasing order."""
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
-
-
-def tp_divides(model: ModelSpec, tp: int) -> bool:
-    """True if ``tp`` splits the model's heads, hidden and FFN (ResNet-50: its 64 channels)."""
-    if not model.is_transformer:
-        return RESNET50_TP_CHANNELS % tp == 0
-    return all(size % tp == 0 for size in (model.num_heads, model.hidden_size, model.ffn_hidden_size))
 
 
 def enumerate_degrees(model: ModelSpec, hardware: Hardware, *, devices: int | None = None,
@@ -170,7 +150,7 @@ def enumerate_schedules(model: ModelSpec, degrees: ParallelDegrees, microbatch_s
     def legal(choice: ScheduleChoice) -> bool:
         if choice.num_chunks == 1:
             return True
-        return pp > 1 and units % (pp * choice.num_chunks) == 0 and m % pp == 0
+        return megatron_interleaving(units, pp, choice.num_chunks) and interleaving_legal(pp, m)
 
     return [c for c in schedule_choices(chunk_choices) if legal(c)]
 
@@ -183,7 +163,7 @@ def enumerate_recompute() -> tuple[str, ...]:
 def enumerate_sequence_parallel(model: ModelSpec, degrees: ParallelDegrees) -> tuple[bool, ...]:
     """``(False, True)`` when sequence parallelism means something (transformer, ``tp > 1``,
     ``tp`` divides the sequence; Korthikanti et al. §4.2.2), else ``(False,)``."""
-    if model.is_transformer and degrees.tp > 1 and model.sequence_length % degrees.tp == 0:
+    if degrees.tp > 1 and sequence_parallel_legal(model, degrees.tp):
         return (False, True)
     return (False,)
 

@@ -11,7 +11,7 @@ unit per stage (``pp = L``): stage costs are sums over their units, so this spli
 embedding stays on the first stage and the logits on the last, so their time and memory are added
 to the first and last layer. A layer's memory on virtual stage ``j`` is its model states plus its
 activations times the microbatches that stage holds in flight (GPipe ``m``, 1F1B ``p - i``; the
-schedule's ``max_in_flight``), as :func:`simulator.simulate` counts it. With ``v`` interleaved
+schedule's ``max_in_flight``), as :func:`simulator.legality.microbatches_in_flight` counts it. With ``v`` interleaved
 chunks each chunk gets ``1/v`` of the device memory (a conservative split) and the objective is the
 slowest chunk.
 """
@@ -25,14 +25,12 @@ from itertools import accumulate
 
 import optuna
 
-from simulator.api import num_microbatches
 from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
-from simulator.schedules import make_schedule
+from simulator.legality import microbatches_in_flight, num_microbatches, partition_units
 from simulator.strategy import Strategy
 from simulator.workload.spec import ModelSpec
 from simulator.workload.stages import build_stage_costs
-from spaces.parallelism import partition_units
 
 PARTITION_CHOICES: tuple[str, ...] = ("balanced", "uniform", "min-max")
 TOLERANCE = 1e-9
@@ -145,13 +143,8 @@ def layer_costs(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> tup
 
 def in_flight_per_virtual_stage(model: ModelSpec, strategy: Strategy) -> list[int]:
     """Microbatches whose activations each virtual stage ``c * pp + i`` holds at once."""
-    virtual = strategy.pp * strategy.num_chunks
-    if strategy.mode == "inference":
-        return [1] * virtual
-    schedule = make_schedule(strategy.schedule, strategy.pp, strategy.num_chunks)
-    m = num_microbatches(model, strategy)
-    per_stage = [schedule.max_in_flight(i, m) for i in range(strategy.pp)]
-    return [per_stage[j % strategy.pp][j // strategy.pp] for j in range(virtual)]
+    per_stage = microbatches_in_flight(strategy, num_microbatches(model, strategy))
+    return [per_stage[j % strategy.pp][j // strategy.pp] for j in range(strategy.pp * strategy.num_chunks)]
 
 
 def min_max_stage_layers(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> tuple[int, ...]:

@@ -38,9 +38,6 @@ class PipelineSchedule:
         self.pp = pp
         self.num_chunks = num_chunks
 
-    def check(self, num_microbatches: int) -> None:
-        """Raise InputError if the schedule cannot run ``num_microbatches``."""
-
     def order(self, stage: int, num_microbatches: int) -> list[Pass]:
         """Passes of ``stage`` in execution order (training)."""
         raise NotImplementedError
@@ -98,13 +95,6 @@ class InterleavedOneFOneB(PipelineSchedule):
     """
 
     name = "interleaved-1f1b"
-
-    def check(self, num_microbatches: int) -> None:
-        if num_microbatches % self.pp:
-            raise InputError(
-                f"strategy: interleaved-1f1b needs microbatches per replica divisible by pp ="
-                f" {self.pp}, got {num_microbatches}"
-            )
 
     def _virtual(self, k: int, forward: bool) -> tuple[int, int]:
         p, v = self.pp, self.num_chunks

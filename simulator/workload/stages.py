@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from simulator.costs import Collective, MemoryBreakdown, PassCost, StageCost
 from simulator.errors import InputError
 from simulator.hardware.spec import Cluster, Hardware
+from simulator.legality import check_workload
 from simulator.strategy import Strategy
 from simulator.workload import memory, operators, sram
 from simulator.workload.operators import Operator
@@ -35,10 +36,6 @@ ADAM_FLOP_PER_PARAMETER = 10.0
 
 SGD_FLOP_PER_PARAMETER = 2.0
 """SGD update arithmetic per parameter: scale and subtract."""
-
-RESNET50_BLOCK_CHANNELS = 64
-"""Smallest channel count of ResNet-50 (stem and conv2_x width); tp must divide it."""
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Unit:
@@ -222,32 +219,6 @@ def _units_per_item(model: ModelSpec, hardware: Hardware, strategy: Strategy) ->
     return [(f"layer{index}", layer) for index in range(model.num_layers)], embed, logits
 
 
-def _validate(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> None:
-    """Raise :class:`InputError` for plans the model cannot take."""
-    tp, virtual = strategy.tp, strategy.pp * strategy.num_chunks
-    if model.is_transformer:
-        for key in ("num_heads", "hidden_size", "ffn_hidden_size"):
-            if getattr(model, key) % tp:
-                raise InputError(f"model {model.name!r}: `{key}` = {getattr(model, key)}"
-                                 f" is not divisible by tp = {tp}")
-        if strategy.sequence_parallel and model.sequence_length % tp:
-            raise InputError(f"model {model.name!r}: sequence parallelism needs tp = {tp} to divide"
-                             f" `sequence_length` = {model.sequence_length}")
-        items = model.num_layers
-    else:
-        if RESNET50_BLOCK_CHANNELS % tp:
-            raise InputError(f"model {model.name!r}: tp = {tp} must divide"
-                             f" {RESNET50_BLOCK_CHANNELS} channels")
-        items = operators.RESNET50_UNITS
-    if virtual > items:
-        raise InputError(f"model {model.name!r}: `pp * num_chunks` = {virtual} exceeds its {items} layers")
-    batch = strategy.global_batch_size or model.global_batch_size
-    if strategy.microbatch_size > batch:
-        raise InputError(f"strategy: `microbatch_size` = {strategy.microbatch_size}"
-                         f" exceeds the global batch {batch}")
-    _peak(hardware, strategy)
-
-
 def uniform_partition(items: int, parts: int) -> tuple[int, ...]:
     """Items per part as even as possible by count; the first ``items % parts`` get one more."""
     base, extra = divmod(items, parts)
@@ -316,12 +287,8 @@ def _partition(items: list[tuple[str, _Unit]], first: _Unit | None, last: _Unit 
                strategy: Strategy) -> tuple[int, ...]:
     """Items per virtual stage for the strategy's ``partition``."""
     parts = strategy.pp * strategy.num_chunks
-    if strategy.partition == "explicit":
-        counts = tuple(strategy.stage_layers)
-        if sum(counts) != len(items) or min(counts) < 1:
-            raise InputError(f"strategy: `stage_layers` must be >= 1 each and sum to {len(items)} layers,"
-                             f" got {list(counts)}")
-        return counts
+    if strategy.stage_layers is not None:
+        return strategy.stage_layers
     if strategy.partition == "uniform":
         return uniform_partition(len(items), parts)
     costs = [unit.training_s for _, unit in items]
@@ -452,7 +419,7 @@ def build_stage_costs(model: ModelSpec, hardware: Hardware, strategy: Strategy) 
             explicit ``stage_layers`` not summing to the layers or with an empty stage,
             microbatch larger than the global batch, or no peak for the precision.
     """
-    _validate(model, hardware, strategy)
+    check_workload(model, hardware, strategy)
     items, first, last = _units_per_item(model, hardware, strategy)
     counts = _partition(items, first, last, strategy)
     stages, start, cache = [], 0, {}

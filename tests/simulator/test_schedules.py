@@ -10,11 +10,13 @@ from hypothesis import strategies as st
 from simulator.collectives import make_flow
 from simulator.engine import Engine
 from simulator.errors import InputError
+from simulator.legality import check_plan
 from simulator.network.backends import AnalyticalNetwork, ContentionNetwork, network_backend
 from simulator.network.topology import topology_of
 from simulator.placement import place
 from simulator.schedules import SCHEDULE_CLASSES, make_schedule
 from simulator.strategy import Strategy
+from simulator.workload.loader import load_model
 
 HW = mesh_hardware(dies=(2, 2), cores=(2, 2))
 
@@ -64,8 +66,10 @@ def test_1f1b_holds_p_minus_i_microbatches_and_gpipe_all():
 
 
 def test_interleaving_needs_microbatches_divisible_by_stages():
+    model = load_model("T-18B")
+    strategy = Strategy(pp=4, schedule="interleaved-1f1b", num_chunks=2, global_batch_size=6)
     with pytest.raises(InputError, match="divisible by pp"):
-        make_schedule("interleaved-1f1b", 4, 2).check(6)
+        check_plan(model, HW, strategy)
 
 
 @pytest.mark.parametrize("backend", [AnalyticalNetwork, ContentionNetwork])

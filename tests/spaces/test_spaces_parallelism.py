@@ -7,8 +7,7 @@ import itertools
 import pytest
 
 import simulator
-from simulator.api import num_microbatches
-from simulator.schedules import make_schedule
+from simulator.legality import check_plan, divisors
 from spaces import parallelism
 from spaces.parallelism import ParallelDegrees, ScheduleChoice
 
@@ -16,9 +15,14 @@ CASES = [("T-145B", "wafer"), ("T-18B", "wafer"), ("LLaMA2-7B", "grayskull"), ("
          ("GPT3-175B", "a100-cluster")]
 
 
-def _legal(model, devices: int, d: ParallelDegrees) -> bool:
-    return (d.tp * d.pp * d.dp == devices and parallelism.tp_divides(model, d.tp)
-            and d.pp <= parallelism.partition_units(model) and model.global_batch_size % d.dp == 0)
+def _legal(model, hardware, d: ParallelDegrees) -> bool:
+    """The simulator accepts the degrees with some microbatch size."""
+    strategy = simulator.Strategy(tp=d.tp, pp=d.pp, dp=d.dp)
+    try:
+        check_plan(model, hardware, strategy)
+    except simulator.InputError:
+        return False
+    return True
 
 
 @pytest.mark.parametrize(("model_name", "hardware_name"), CASES)
@@ -26,10 +30,9 @@ def test_enumerated_degrees_are_legal_complete_and_sorted(model_name, hardware_n
     model, hardware = simulator.load_model(model_name), simulator.load_hardware(hardware_name)
     found = parallelism.enumerate_degrees(model, hardware)
     n = hardware.num_devices
-    divisors = parallelism.divisors(n)
-    expected = [ParallelDegrees(tp, pp, n // (tp * pp)) for tp, pp in itertools.product(divisors, divisors)
+    expected = [ParallelDegrees(tp, pp, n // (tp * pp)) for tp, pp in itertools.product(divisors(n), divisors(n))
                 if n % (tp * pp) == 0]
-    assert found == sorted(d for d in expected if _legal(model, n, d))
+    assert found == sorted(d for d in expected if _legal(model, hardware, d))
     assert found, "some legal degrees exist for every preset pair"
     for d in found:
         strategy = simulator.Strategy(tp=d.tp, pp=d.pp, dp=d.dp)
@@ -52,9 +55,6 @@ def test_devices_and_max_tp_restrict_degrees():
 
 
 def test_resnet_tp_divides_its_narrowest_channels():
-    from simulator.workload.stages import RESNET50_BLOCK_CHANNELS
-
-    assert parallelism.RESNET50_TP_CHANNELS == RESNET50_BLOCK_CHANNELS
     found = parallelism.enumerate_degrees(simulator.load_model("ResNet-50"), simulator.load_hardware("grayskull"))
     assert all(64 % d.tp == 0 and d.pp <= 18 for d in found)
 
@@ -62,7 +62,7 @@ def test_resnet_tp_divides_its_narrowest_channels():
 def test_microbatch_sizes_divide_the_replica_batch():
     model = simulator.load_model("T-145B")  # B = 2304
     sizes = parallelism.enumerate_microbatch_sizes(model, ParallelDegrees(8, 20, 2))
-    assert sizes == parallelism.divisors(1152)
+    assert sizes == divisors(1152)
     capped = parallelism.enumerate_microbatch_sizes(model, ParallelDegrees(8, 20, 2), choices=[1, 2, 4, 5, 128])
     assert capped == [1, 2, 4, 128]
     assert parallelism.enumerate_microbatch_sizes(model, ParallelDegrees(1, 1, 5)) == []
@@ -101,8 +101,7 @@ def test_every_enumerated_plan_constructs_and_runs_its_schedule_checks():
                     strategy = simulator.Strategy(
                         tp=d.tp, pp=d.pp, dp=d.dp, microbatch_size=b, schedule=choice.schedule,
                         num_chunks=choice.num_chunks, sequence_parallel=sp, zero_stage=zero)
-                    m = num_microbatches(model, strategy)
-                    make_schedule(choice.schedule, d.pp, choice.num_chunks).check(m)
+                    check_plan(model, hardware, strategy)
                     assert d.pp * choice.num_chunks <= model.num_layers
 
 

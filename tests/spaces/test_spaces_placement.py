@@ -8,9 +8,10 @@ import optuna
 import pytest
 
 import simulator
+from simulator.legality import divisors
 from simulator.network.topology import topology_of
 from simulator.placement import place
-from spaces import parallelism, placement
+from spaces import placement
 from spaces.parallelism import ParallelDegrees
 
 WAFER = simulator.load_hardware("wafer")
@@ -27,8 +28,8 @@ MACHINES = [WAFER, simulator.load_hardware("grayskull"), small_mesh(), small_mes
 
 def _degrees(hardware):
     n = hardware.num_devices
-    return [ParallelDegrees(tp, pp, n // (tp * pp)) for tp in parallelism.divisors(n)
-            for pp in parallelism.divisors(n // tp)]
+    return [ParallelDegrees(tp, pp, n // (tp * pp)) for tp in divisors(n)
+            for pp in divisors(n // tp)]
 
 
 @pytest.mark.parametrize("hardware", MACHINES, ids=lambda h: h.name + str(h.num_devices))

@@ -10,10 +10,9 @@ import pytest
 
 import simulator
 import spaces
-from simulator.api import num_microbatches
+from simulator.legality import check_plan, partition_units
 from simulator.network.topology import topology_of
 from simulator.placement import place
-from simulator.schedules import make_schedule
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -26,13 +25,12 @@ def assert_valid(model, hardware, strategy):
     assert strategy.num_devices == hardware.num_devices
     if model.is_transformer:
         assert model.num_heads % strategy.tp == 0 and model.hidden_size % strategy.tp == 0
-    m = num_microbatches(model, strategy)
-    make_schedule(strategy.schedule, strategy.pp, strategy.num_chunks).check(m)
+    check_plan(model, hardware, strategy)
     placed = place(topology_of(hardware), strategy)
     devices = [d for stage in placed for d in stage.devices]
     assert len(set(devices)) == len(devices) == hardware.num_devices
     if strategy.stage_layers is not None:
-        assert sum(strategy.stage_layers) == spaces.parallelism.partition_units(model)
+        assert sum(strategy.stage_layers) == partition_units(model)
 
 
 @pytest.mark.parametrize(("model_name", "hardware_name", "options"), CASES)

@@ -1,0 +1,206 @@
+"""One home for the rules of a legal plan: what the simulator accepts and the search may propose.
+
+The rules, each with its source:
+
+* devices: ``tp * pp * dp`` devices, at most the machine's (Megatron-LM, Narayanan et al. SC'21 §3);
+* tensor parallelism: ``tp`` divides the heads, the hidden and the FFN sizes of a transformer
+  (Megatron-LM splits attention heads and GEMM columns/rows evenly, Shoeybi et al. 2019 §3), or
+  ResNet-50's narrowest channel count (:data:`RESNET50_TP_CHANNELS`); sequence parallelism needs
+  ``tp`` to divide the sequence (Korthikanti et al., MLSys'23 §4.2.2);
+* pipeline: ``pp * num_chunks`` virtual stages, at most the partitionable units
+  (:func:`partition_units`);
+* batch: the microbatch ``b`` and ``dp`` divide the global batch ``B``; ``m = B / (b dp)``
+  microbatches per replica (SC'21 §2.2);
+* interleaved 1F1B: ``m % pp == 0`` (Megatron-LM's ``forward_backward_pipelining_with_interleaving``
+  asserts it; SC'21 §2.2.2). The search also keeps Megatron's even layers per chunk,
+  ``units % (pp v) == 0`` (:func:`megatron_interleaving`), which the simulator's balanced and
+  explicit partitions do not need;
+* precision: the hardware has a peak for it;
+* memory: each device holds its model states plus activations times the microbatches its stage
+  holds in flight (GPipe ``m``, 1F1B ``p - i``; SC'21 §2.2; Korthikanti et al. §4): see
+  :func:`stage_memory_bytes` and :func:`memory_shortfall`.
+
+:func:`check_plan` applies every rule but memory and raises :class:`InputError`; ``spaces``
+enumerates with the same predicates, so what the search proposes the simulator accepts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from simulator.costs import StageCost
+from simulator.errors import InputError
+from simulator.hardware.spec import Hardware
+from simulator.schedules import PipelineSchedule, make_schedule
+from simulator.strategy import Strategy
+from simulator.workload.operators import RESNET50_STAGES, RESNET50_UNITS
+from simulator.workload.spec import ModelSpec
+
+RESNET50_TP_CHANNELS = min(width for _, width, _ in RESNET50_STAGES)
+"""ResNet-50's narrowest channel count (64: stem and conv2_x, He et al. 2016 Table 1); tp divides it."""
+
+TP_SPLIT_SIZES: tuple[str, ...] = ("num_heads", "hidden_size", "ffn_hidden_size")
+"""Transformer sizes tensor parallelism splits evenly (Megatron-LM)."""
+
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of ``n`` in increasing order."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def partition_units(model: ModelSpec) -> int:
+    """Units a pipeline can split: transformer layers, or ResNet-50's 18 (stem, 16 blocks, head)."""
+    return model.num_layers if model.is_transformer else RESNET50_UNITS
+
+
+def global_batch(model: ModelSpec, strategy_batch: int | None = None) -> int:
+    """The strategy's global batch ``B`` if given, else the model's."""
+    return strategy_batch or model.global_batch_size
+
+
+def tp_divides(model: ModelSpec, tp: int) -> bool:
+    """True if ``tp`` splits the model's heads, hidden and FFN (ResNet-50: its 64 channels)."""
+    if not model.is_transformer:
+        return RESNET50_TP_CHANNELS % tp == 0
+    return all(getattr(model, key) % tp == 0 for key in TP_SPLIT_SIZES)
+
+
+def sequence_parallel_legal(model: ModelSpec, tp: int) -> bool:
+    """True if ``tp`` divides the sequence (Korthikanti et al. §4.2.2); ResNet-50 has none."""
+    return model.is_transformer and model.sequence_length % tp == 0
+
+
+def megatron_interleaving(units: int, pp: int, num_chunks: int) -> bool:
+    """Megatron-LM's even split of layers over ``pp * num_chunks`` model chunks (SC'21 §2.2.2)."""
+    return pp > 1 and units % (pp * num_chunks) == 0
+
+
+def interleaving_legal(pp: int, num_microbatches: int) -> bool:
+    """Interleaved 1F1B runs microbatches in groups of ``pp`` (Megatron-LM): ``m % pp == 0``."""
+    return num_microbatches % pp == 0
+
+
+def num_microbatches(model: ModelSpec, strategy: Strategy) -> int:
+    """Microbatches per replica per iteration, ``B / (b * dp)``.
+
+    Raises:
+        InputError: the global batch is not a multiple of ``microbatch_size * dp``.
+    """
+    batch = global_batch(model, strategy.global_batch_size)
+    per_step = strategy.microbatch_size * strategy.dp
+    if batch % per_step:
+        raise InputError(
+            f"strategy: global batch {batch} must be a multiple of microbatch_size * dp ="
+            f" {strategy.microbatch_size}*{strategy.dp} = {per_step}"
+        )
+    return batch // per_step
+
+
+def _check_tensor_parallel(model: ModelSpec, strategy: Strategy) -> None:
+    tp = strategy.tp
+    if not model.is_transformer:
+        if not tp_divides(model, tp):
+            raise InputError(f"model {model.name!r}: tp = {tp} must divide {RESNET50_TP_CHANNELS} channels")
+        return
+    for key in TP_SPLIT_SIZES:
+        if getattr(model, key) % tp:
+            raise InputError(f"model {model.name!r}: `{key}` = {getattr(model, key)} is not divisible by tp = {tp}")
+    if strategy.sequence_parallel and not sequence_parallel_legal(model, tp):
+        raise InputError(f"model {model.name!r}: sequence parallelism needs tp = {tp} to divide"
+                         f" `sequence_length` = {model.sequence_length}")
+
+
+def _check_devices(hardware: Hardware, strategy: Strategy) -> None:
+    if strategy.num_devices > hardware.num_devices:
+        raise InputError(
+            f"strategy: `tp * pp * dp` = {strategy.tp}*{strategy.pp}*{strategy.dp} ="
+            f" {strategy.num_devices} devices, the machine has {hardware.num_devices}"
+        )
+    bad = [d for s in strategy.stage_devices or () for d in s if not 0 <= d < hardware.num_devices]
+    if bad:
+        raise InputError(f"strategy: `stage_devices` has id {bad[0]} outside 0..{hardware.num_devices - 1}")
+
+
+def _check_pipeline(model: ModelSpec, strategy: Strategy) -> None:
+    virtual, units = strategy.pp * strategy.num_chunks, partition_units(model)
+    if virtual > units:
+        raise InputError(f"model {model.name!r}: `pp * num_chunks` = {virtual} exceeds its {units} layers")
+    if strategy.stage_layers is not None and (sum(strategy.stage_layers) != units or min(strategy.stage_layers) < 1):
+        raise InputError(f"strategy: `stage_layers` must be >= 1 each and sum to {units} layers,"
+                         f" got {list(strategy.stage_layers)}")
+
+
+def _check_precision(hardware: Hardware, strategy: Strategy) -> None:
+    if strategy.precision not in hardware.peak_flop_per_s:
+        raise InputError(
+            f"strategy: precision {strategy.precision!r} has no peak on hardware {hardware.name!r}"
+            f" (has {sorted(hardware.peak_flop_per_s)})"
+        )
+
+
+def check_workload(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> None:
+    """The rules the model's split into stages needs (what :func:`build_stage_costs` costs).
+
+    Raises:
+        InputError: precision without a peak, tp not dividing the model (or the sequence, with
+            sequence parallelism), more virtual stages than units, explicit ``stage_layers`` not
+            summing to the units, or a microbatch larger than the global batch.
+    """
+    _check_precision(hardware, strategy)
+    _check_tensor_parallel(model, strategy)
+    _check_pipeline(model, strategy)
+    batch = global_batch(model, strategy.global_batch_size)
+    if strategy.microbatch_size > batch:
+        raise InputError(f"strategy: `microbatch_size` = {strategy.microbatch_size} exceeds the global batch {batch}")
+
+
+def check_plan(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> int:
+    """Apply every rule of a legal plan but memory; return ``m``, the microbatches per replica.
+
+    Raises:
+        InputError: the first rule broken, naming the field and value: as :func:`check_workload`,
+            and too many devices or an explicit device id off the machine, a microbatch times
+            ``dp`` not dividing the batch, or interleaving with ``m % pp != 0``.
+    """
+    check_workload(model, hardware, strategy)
+    _check_devices(hardware, strategy)
+    m = num_microbatches(model, strategy)
+    if strategy.schedule == "interleaved-1f1b" and not interleaving_legal(strategy.pp, m):
+        raise InputError(f"strategy: interleaved-1f1b needs microbatches per replica divisible by pp ="
+                         f" {strategy.pp}, got {m}")
+    return m
+
+
+def schedule_of(strategy: Strategy) -> PipelineSchedule:
+    """The strategy's pipeline schedule."""
+    return make_schedule(strategy.schedule, strategy.pp, strategy.num_chunks)
+
+
+def microbatches_in_flight(strategy: Strategy, num_microbatches: int) -> list[list[int]]:
+    """Per pipeline stage, per chunk: most microbatches whose activations it holds at once.
+
+    Training: the schedule's count (GPipe ``m``, 1F1B ``min(p - i, m)``, SC'21 §2.2); inference
+    keeps one microbatch per chunk (nothing is stashed for a backward).
+    """
+    if strategy.mode == "inference":
+        return [[1] * strategy.num_chunks for _ in range(strategy.pp)]
+    schedule = schedule_of(strategy)
+    return [schedule.max_in_flight(stage, num_microbatches) for stage in range(strategy.pp)]
+
+
+def stage_memory_bytes(costs: Sequence[StageCost], pp: int, in_flight: Sequence[Sequence[int]]) -> list[float]:
+    """Bytes one device of each pipeline stage holds: its chunks' model states plus activations
+    times microbatches in flight (``costs`` indexed by virtual stage ``c * pp + i``)."""
+    return [sum(c.memory.total_bytes(n) for c, n in zip(costs[stage::pp], in_flight[stage], strict=True))
+            for stage in range(pp)]
+
+
+def memory_shortfall(hardware: Hardware, memory_bytes: Sequence[float], in_flight: Sequence[Sequence[int]]) -> str:
+    """Why the plan does not fit the device memory, or ``""`` when every stage fits."""
+    capacity = hardware.device_memory_bytes()
+    worst = max(range(len(memory_bytes)), key=memory_bytes.__getitem__)
+    if memory_bytes[worst] <= capacity:
+        return ""
+    return (f"stage {worst} needs {memory_bytes[worst] / 2**30:.2f} GiB per device"
+            f" ({sum(in_flight[worst])} microbatches in flight), capacity {capacity / 2**30:.2f} GiB")
