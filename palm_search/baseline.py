@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from palm_search.study import StudySpec
 from simulator import Hardware, ModelSpec, Strategy, simulate
-from simulator.hardware.spec import Mesh
 from spaces import enumerate_degrees
 
 PAPER_BASELINES = {
@@ -53,8 +52,7 @@ def _fitting_zero(fields: dict, model: ModelSpec, hardware: Hardware) -> tuple[S
 
 
 def _megatron_like(fields: dict, model: ModelSpec, hardware: Hardware) -> tuple[Strategy, str]:
-    net = hardware.network
-    group = net.cores_x * net.cores_y if isinstance(net, Mesh) else net.gpus_per_node
+    group = hardware.network.devices_per_node
     degrees = enumerate_degrees(model, hardware)
     ranked = sorted(degrees, key=lambda d: (-min(d.tp, group) if d.tp <= group else d.tp, d.pp))
     for d in ranked:

@@ -15,7 +15,8 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from simulator.network.topology import ClusterTopology, MeshTopology
+from simulator.network.cluster import ClusterTopology
+from simulator.network.mesh import MeshTopology
 from simulator.trace import Timeline, stage_slices
 
 PASS_COLOURS = {"F": "#4C72B0", "B": "#DD8452", "R": "#8172B3", "U": "#C44E52", "bubble": "#E6E6E6"}

@@ -3,7 +3,7 @@
 Time is SimPy's ``env.now`` in **seconds**. Virtual Tile Aggregation (PALM §IV-A): a pipeline
 stage is one process standing for all its ``tp * dp`` devices; its tensor-parallel collectives,
 DRAM streams and data-parallel collectives are flows over *all* its groups at once
-(:mod:`simulator.collectives`), and every link or DRAM port that flows of different processes
+(:mod:`simulator.network.collectives`), and every link or DRAM port that flows of different processes
 share is booked through the network backend, so contention between stages is real.
 
 A pass (forward or backward of one microbatch on one virtual stage) is ``segments`` layers; each
@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from simulator.collectives import Flow, all_pairs_edges, make_flow, nic_channels, ring_edges
 from simulator.costs import Collective, PassCost, StageCost
 from simulator.hardware.spec import Hardware
-from simulator.network.backends import AnalyticalNetwork
+from simulator.network.backends import NetworkBackend
+from simulator.network.collectives import Flow, all_pairs_edges, make_flow, ring_edges
 from simulator.network.topology import Topology
 from simulator.placement import StagePlacement
 from simulator.schedules import Pass, PipelineSchedule
@@ -121,7 +121,7 @@ class Engine:
 
     def __init__(
         self, *, hardware: Hardware, topology: Topology, placements: tuple[StagePlacement, ...],
-        costs: tuple[StageCost, ...], schedule: PipelineSchedule, network: AnalyticalNetwork,
+        costs: tuple[StageCost, ...], schedule: PipelineSchedule, network: NetworkBackend,
         training: bool, transfer_strategy: int = 1, p2p_blocking: bool = False, record: bool = False,
     ) -> None:
         self.topology, self.placements, self.costs = topology, placements, costs
@@ -381,7 +381,7 @@ class Engine:
 
 def _rings(topology: Topology, groups: tuple[tuple[int, ...], ...]) -> list[tuple]:
     """Ring edges of ``groups``, spread over the NICs of each node on a GPU cluster."""
-    return nic_channels(topology, groups, ring_edges(groups))
+    return topology.channel_edges(groups, ring_edges(groups))
 
 
 def _own_flows(flows: StageFlows) -> list[Flow]:

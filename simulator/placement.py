@@ -1,22 +1,24 @@
 """Where each pipeline stage and communication group sits on the machine.
 
-Placement of stages follows PALM §V-B (Fig. 8): ``line`` walks dies row by row, always west to
-east (row-major); ``s-shape`` walks them as a boustrophedon, so that consecutive stages stay
-neighbours; ``explicit`` takes the user's device lists. Inside a die, cores are walked the same
-way (row-major for ``line``, boustrophedon for ``s-shape``). The device sequence is cut into
-``pp`` consecutive stages of ``tp * dp`` devices.
+Placement of stages follows PALM §V-B (Fig. 8): a strategy names one of the machine's device
+orders (:meth:`~simulator.network.topology.Topology.device_orders`: ``line`` and ``s-shape`` as in
+the paper, and on a mesh their mirrors, snakes and a Hilbert curve, see
+:mod:`simulator.network.mesh`), cut into ``pp`` consecutive stages of ``tp * dp`` devices; or
+``explicit`` takes the user's device lists.
 
 Inside a stage (PALM Fig. 8, comm1 vs comm2): ``compact`` TP groups take consecutive devices of
-the stage, ``strided`` ones take every ``dp``-th. ``group_order`` orients the walk inside a stage:
-``tp-major`` walks x first, ``dp-major`` walks y first. On a GPU cluster devices are GPU ids,
-node-major, as Megatron orders ranks (TP fastest, then DP, then PP).
+the stage, ``strided`` ones take every ``dp``-th. ``group_order`` orients the walk inside a stage
+(:meth:`~simulator.network.topology.Topology.stage_walk`: on a mesh ``tp-major`` walks x first,
+``dp-major`` y first). Each group is put in ring order (:meth:`~simulator.network.topology.Topology.ring_order`).
+On a GPU cluster devices are GPU ids, node-major, as Megatron orders ranks (TP fastest, then DP,
+then PP).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.network.topology import MeshTopology, Topology
+from simulator.network.topology import Topology
 from simulator.strategy import Strategy
 
 
@@ -35,73 +37,40 @@ class StagePlacement:
     dp_groups: tuple[tuple[int, ...], ...]
 
 
-def _walk(width: int, height: int, snake: bool) -> list[tuple[int, int]]:
-    """(x, y) cells of a ``width x height`` grid row by row; every other row reversed if ``snake``."""
-    cells = []
-    for y in range(height):
-        xs = range(width - 1, -1, -1) if snake and y % 2 else range(width)
-        cells += [(x, y) for x in xs]
-    return cells
+WALK_ORDERED: tuple[str, ...] = ("line", "s-shape")
+"""Orders whose stages keep the walk order inside a stage: PALM's two (p2p partners pair by their
+position along the walk). Stages cut from any other order list their devices by id, as the search
+has always proposed them."""
 
 
-def device_sequence(topology: Topology, placement: str) -> list[int]:
-    """All devices in the order stages take them (``line`` or ``s-shape``)."""
-    if not isinstance(topology, MeshTopology):
-        return list(range(topology.num_devices))
-    mesh, snake = topology.mesh, placement == "s-shape"
-    order = []
-    for die_x, die_y in _walk(mesh.dies_x, mesh.dies_y, snake):
-        for x, y in _walk(mesh.cores_x, mesh.cores_y, snake):
-            order.append(topology.device_at(die_x * mesh.cores_x + x, die_y * mesh.cores_y + y))
-    return order
+def stage_devices(topology: Topology, strategy: Strategy) -> tuple[tuple[int, ...], ...]:
+    """The devices of each pipeline stage: the strategy's explicit lists, or ``pp`` consecutive
+    runs of ``tp * dp`` devices of its named order (:meth:`Topology.device_order`).
 
-
-def ring_order(topology: Topology, devices: tuple[int, ...]) -> tuple[int, ...]:
-    """``devices`` ordered so that ring neighbours are close on the mesh.
-
-    A rectangle with an even side gets a Hamiltonian cycle (every ring edge one hop); anything
-    else is walked as a boustrophedon of its bounding box (the closing edge may be longer).
+    Raises:
+        InputError: the machine has no order of that name.
     """
-    if not isinstance(topology, MeshTopology) or len(devices) < 3:
-        return tuple(devices)
-    coords = {topology.coord(d): d for d in devices}
-    xs = sorted({c.x for c in coords})
-    ys = sorted({c.y for c in coords})
-    rows = [[coords[c] for c in sorted(coords, key=lambda c: c.x) if c.y == y] for y in ys]
-    full = len(coords) == len(xs) * len(ys)
-    if full and len(ys) % 2 == 0 and len(xs) >= 2:
-        return _cycle(rows)
-    if full and len(xs) % 2 == 0 and len(ys) >= 2:
-        columns = [[r[i] for r in rows] for i in range(len(xs))]
-        return _cycle(columns)
-    return tuple(d for i, row in enumerate(rows) for d in (row[::-1] if i % 2 else row))
-
-
-def _cycle(rows: list[list[int]]) -> tuple[int, ...]:
-    """Hamiltonian cycle of a grid with an even number of rows: east on row 0, snake the rest
-    over columns 1.., come back north along column 0."""
-    ring = list(rows[0])
-    for i, row in enumerate(rows[1:]):
-        rest = row[1:]
-        ring += rest[::-1] if i % 2 == 0 else rest
-    ring += [row[0] for row in rows[:0:-1]]
-    return tuple(ring)
+    if strategy.stage_devices is not None:
+        return strategy.stage_devices
+    order, size = topology.device_order(strategy.placement), strategy.tp * strategy.dp
+    stages = [tuple(order[i * size:(i + 1) * size]) for i in range(strategy.pp)]
+    if strategy.placement in WALK_ORDERED:
+        return tuple(stages)
+    return tuple(tuple(sorted(stage)) for stage in stages)
 
 
 def place(topology: Topology, strategy: Strategy) -> tuple[StagePlacement, ...]:
     """Devices and comm groups of every pipeline stage of a legal plan
-    (:func:`simulator.legality.check_plan`)."""
-    per_stage = strategy.tp * strategy.dp
-    if strategy.stage_devices is not None:
-        stages = strategy.stage_devices
-    else:
-        order = device_sequence(topology, strategy.placement)
-        stages = tuple(tuple(order[i * per_stage:(i + 1) * per_stage]) for i in range(strategy.pp))
-    return tuple(_stage(topology, tuple(s), strategy) for s in stages)
+    (:func:`simulator.legality.check_plan`).
+
+    Raises:
+        InputError: the machine has no device order named by the strategy's ``placement``.
+    """
+    return tuple(_stage(topology, devices, strategy) for devices in stage_devices(topology, strategy))
 
 
 def _stage(topology: Topology, devices: tuple[int, ...], strategy: Strategy) -> StagePlacement:
-    ordered = _oriented(topology, devices, strategy.group_order)
+    ordered = topology.stage_walk(devices, strategy.group_order)
     tp, dp = strategy.tp, strategy.dp
     if strategy.group_layout == "compact":
         tp_groups = [ordered[i * tp:(i + 1) * tp] for i in range(dp)]
@@ -110,16 +79,6 @@ def _stage(topology: Topology, devices: tuple[int, ...], strategy: Strategy) -> 
     dp_groups = [tuple(g[r] for g in tp_groups) for r in range(tp)]
     return StagePlacement(
         devices=devices,
-        tp_groups=tuple(ring_order(topology, tuple(g)) for g in tp_groups),
-        dp_groups=tuple(ring_order(topology, g) for g in dp_groups),
+        tp_groups=tuple(topology.ring_order(tuple(g)) for g in tp_groups),
+        dp_groups=tuple(topology.ring_order(g) for g in dp_groups),
     )
-
-
-def _oriented(topology: Topology, devices: tuple[int, ...], group_order: str) -> list[int]:
-    """The stage's devices walked x first (``tp-major``) or y first (``dp-major``)."""
-    if not isinstance(topology, MeshTopology):
-        return list(devices)
-    def key(d: int) -> tuple[int, int]:
-        c = topology.coord(d)
-        return (c.y, c.x) if group_order == "tp-major" else (c.x, c.y)
-    return sorted(devices, key=key)

@@ -20,7 +20,6 @@ Optimizer = Literal["sgd", "adam"]
 Precision = Literal["fp32", "fp16", "bf16", "int8"]
 Mode = Literal["training", "inference"]
 PartitionKind = Literal["balanced", "uniform", "explicit"]
-PlacementKind = Literal["line", "s-shape", "explicit"]
 GroupLayout = Literal["compact", "strided"]
 GroupOrder = Literal["tp-major", "dp-major"]
 
@@ -30,7 +29,10 @@ OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
 MODES: tuple[str, ...] = ("training", "inference")
 PARTITIONS: tuple[str, ...] = ("balanced", "uniform", "explicit")
-PLACEMENTS: tuple[str, ...] = ("line", "s-shape", "explicit")
+PLACEMENTS: tuple[str, ...] = ("line", "s-shape", "s-shape-transposed", "s-shape-east", "s-shape-south",
+                               "s-shape-rotated", "row-snake", "column-snake", "hilbert", "explicit")
+"""Placement names: the device orders machines offer (each kind a subset, see
+:meth:`simulator.network.topology.Topology.device_orders`; a test checks), and ``explicit``."""
 GROUP_LAYOUTS: tuple[str, ...] = ("compact", "strided")
 GROUP_ORDERS: tuple[str, ...] = ("tp-major", "dp-major")
 TRANSFER_STRATEGIES: tuple[int, ...] = (1, 2)
@@ -81,8 +83,10 @@ class Strategy:
         partition: ``balanced`` (by compute), ``uniform`` (by layer count) or ``explicit``.
         stage_layers: with ``partition="explicit"``, the number of layers on each of the
             ``pp * num_chunks`` virtual stages, in order.
-        placement: ``line`` (row-major), ``s-shape`` (boustrophedon) or ``explicit``
-            (PALM Fig. 8).
+        placement: a device order of the machine that stages are cut from (PALM Fig. 8:
+            ``line`` row-major, ``s-shape`` boustrophedon; on a mesh also ``s-shape-transposed``,
+            ``s-shape-east`` / ``-south`` / ``-rotated``, ``row-snake``, ``column-snake``,
+            ``hilbert``; see :mod:`simulator.network.mesh`), or ``explicit``.
         stage_devices: with ``placement="explicit"``, the device ids of each stage
             (``pp`` tuples of ``tp * dp`` ids).
         group_layout: TP groups ``compact`` (neighbouring devices) or ``strided``
@@ -111,7 +115,7 @@ class Strategy:
     mode: Mode = "training"
     partition: PartitionKind = "balanced"
     stage_layers: tuple[int, ...] | None = None
-    placement: PlacementKind = "s-shape"
+    placement: str = "s-shape"
     stage_devices: tuple[tuple[int, ...], ...] | None = None
     group_layout: GroupLayout = "compact"
     group_order: GroupOrder = "tp-major"

@@ -32,14 +32,14 @@ import dataclasses
 from importlib import resources
 from pathlib import Path
 
+import simulator.network  # noqa: F401 - registers every network kind in NETWORK_KINDS
 from simulator.config import SOURCE_SUFFIX, Table, parse_toml, read_toml, split_unit
 from simulator.errors import InputError
-from simulator.hardware.spec import Calibration, Cluster, Hardware, Mesh
+from simulator.hardware.spec import NETWORK_KINDS, Calibration, Hardware
 from simulator.strategy import PRECISIONS
 
 _PRESET_DIR = "presets"
 _PRESET_DISPLAY = "simulator/hardware/presets/{}.toml"
-_NETWORKS: dict[str, type] = {"mesh": Mesh, "cluster": Cluster}
 _UNIT_HINT = {"_bytes_per_s": "GB_per_s", "_flop_per_s": "TFLOP_per_s", "_bytes": "GB", "_s": "us"}
 """SI suffix -> the unit suggested for a missing key (longest suffixes first)."""
 
@@ -76,7 +76,7 @@ def _build(root: Table, name: str) -> Hardware:
         InputError: unknown or missing key, wrong type, or value out of range.
     """
     sources: dict[str, str] = {}
-    kind = root.take_string("kind", tuple(_NETWORKS))
+    kind = root.take_string("kind", tuple(NETWORK_KINDS))
     device = root.take_table("device")
     precisions = {f"{p}_flop_per_s": "float" for p in PRECISIONS}
     peak = _read_quantities(device.take_table("peak"), precisions, sources, required=False)
@@ -84,13 +84,13 @@ def _build(root: Table, name: str) -> Hardware:
         raise device.error("table 'peak' needs one of fp32/fp16/bf16_TFLOP_per_s, int8_TOP_per_s")
     device_fields = _field_types(Hardware, {"sram_bytes", "sram_bandwidth_bytes_per_s"})
     device_values = _read_quantities(device, device_fields, sources, subtables=("peak",))
-    network = _read_dataclass(root.take_table(kind), _NETWORKS[kind], sources)
+    network = _read_dataclass(root.take_table(kind), NETWORK_KINDS[kind], sources)
     calibration = _read_dataclass(root.take_table("calibration"), Calibration, sources)
     calibration = dataclasses.replace(calibration, sources={
         split_unit(key.removeprefix("calibration."))[1]: text
         for key, text in sources.items() if key.startswith("calibration.")})
     root.finish()
-    return Hardware(name=name, kind=kind, network=network, calibration=calibration, sources=sources,
+    return Hardware(name=name, network=network, calibration=calibration, sources=sources,
                     peak_flop_per_s={key.removesuffix("_flop_per_s"): v for key, v in peak.items()},
                     **device_values)
 
@@ -108,9 +108,10 @@ def _read_dataclass(table: Table, cls: type, sources: dict[str, str]) -> object:
         InputError: unknown, missing or repeated key, wrong type, or value out of range.
     """
     values = _read_quantities(table, _field_types(cls), sources)
-    if cls is Mesh and values["dram_ports_per_die"] not in (1, 2):
-        raise table.error(f"key 'dram_ports_per_die' must be 1 or 2, got {values['dram_ports_per_die']}")
-    return cls(**values)
+    try:
+        return cls(**values)
+    except InputError as error:
+        raise table.error(str(error).split(": ", 1)[-1]) from None
 
 
 def _read_quantities(table: Table, wanted: dict[str, str], sources: dict[str, str], *,

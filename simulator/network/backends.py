@@ -1,6 +1,7 @@
 """Network backends: when may a flow start, given what else is on its resources.
 
-One narrow interface, :meth:`Network.book`, used by the engine for every transfer:
+One narrow interface, :class:`NetworkBackend`, used by the engine for every transfer; the backends
+register by name in :data:`BACKENDS` (a contract test runs every one):
 
 * :class:`AnalyticalNetwork`: PALM Eq. 2 without the contention term; a flow starts when asked.
 * :class:`ContentionNetwork`: PALM's exclusive-link model (§IV-C: "treating the link as an
@@ -13,11 +14,28 @@ One narrow interface, :meth:`Network.book`, used by the engine for every transfe
 from __future__ import annotations
 
 from bisect import bisect_right, insort
+from collections.abc import Callable
+from typing import Protocol
 
-from simulator.collectives import Flow
 from simulator.errors import InputError
+from simulator.network.collectives import Flow
 
 _PRUNE_EVERY = 512
+
+
+class NetworkBackend(Protocol):
+    """When a flow may start. ``name`` is the backend's registry name."""
+
+    name: str
+
+    def book(self, flow: Flow, earliest_s: float, duration_s: float, now_s: float) -> float:
+        """Start time (s) of ``flow`` lasting ``duration_s``, ready at ``earliest_s`` (never earlier);
+        ``now_s`` is the simulation time, before which nothing new can be booked."""
+        ...
+
+    def uses_contention(self) -> bool:
+        """Whether bookings can be delayed (tells the engine to set up booked resources)."""
+        ...
 
 
 class AnalyticalNetwork:
@@ -30,11 +48,11 @@ class AnalyticalNetwork:
         return earliest_s
 
     def uses_contention(self) -> bool:
-        """Whether bookings can be delayed (tells the engine to set up booked resources)."""
+        """Never: flows do not wait for each other."""
         return False
 
 
-class ContentionNetwork(AnalyticalNetwork):
+class ContentionNetwork:
     """Exclusive resources with first-fit calendars (PALM §IV-C, Eqs. 2-5)."""
 
     name = "contention"
@@ -45,6 +63,7 @@ class ContentionNetwork(AnalyticalNetwork):
         self._bookings = 0
 
     def uses_contention(self) -> bool:
+        """Always: flows wait for their booked resources."""
         return True
 
     def _flow_calendars(self, flow: Flow) -> list[tuple[list[float], list[float]]]:
@@ -81,13 +100,18 @@ class ContentionNetwork(AnalyticalNetwork):
             del starts[:k], ends[:k]
 
 
-def network_backend(name: str) -> AnalyticalNetwork:
-    """A fresh backend by name, ``analytical`` or ``contention``.
+BACKENDS: dict[str, Callable[[], NetworkBackend]] = {
+    AnalyticalNetwork.name: AnalyticalNetwork, ContentionNetwork.name: ContentionNetwork,
+}
+"""Backend name -> a factory of fresh backends (a backend keeps state for one engine run)."""
+
+
+def network_backend(name: str) -> NetworkBackend:
+    """A fresh backend by name (:data:`BACKENDS`).
 
     Raises:
         InputError: unknown name.
     """
-    backends = {"analytical": AnalyticalNetwork, "contention": ContentionNetwork}
-    if name not in backends:
-        raise InputError(f"network backend must be one of {sorted(backends)}, got {name!r}")
-    return backends[name]()
+    if name not in BACKENDS:
+        raise InputError(f"network backend must be one of {sorted(BACKENDS)}, got {name!r}")
+    return BACKENDS[name]()

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 from simulator.costs import Collective, MemoryBreakdown, PassCost, StageCost
 from simulator.errors import InputError
-from simulator.hardware.spec import Cluster, Hardware
+from simulator.hardware.spec import Hardware
 from simulator.legality import check_workload
 from simulator.strategy import Strategy
 from simulator.workload import memory, operators, sram
@@ -75,23 +75,21 @@ def _peak(hardware: Hardware, strategy: Strategy) -> float:
 
 def _bandwidth(hardware: Hardware) -> float:
     """On-chip operand bandwidth: SRAM on a mesh, HBM on a cluster (bytes/s)."""
-    if hardware.kind == "mesh":
-        return hardware.sram_bandwidth_bytes_per_s
-    return hardware.network.hbm_bandwidth_bytes_per_s
+    return hardware.operand_bandwidth_bytes_per_s
 
 
 def _op_time(op: Operator, factor: float, kernels: int, hardware: Hardware, peak: float) -> float:
     """Roofline time of ``factor`` x the operator's flops and bytes, plus ``kernels`` launches (s).
 
     On a GPU a GEMM also loses its tile and wave quantization
-    (:meth:`~simulator.hardware.spec.Cluster.gemm_wave_efficiency`); its backward GEMMs are
+    (:meth:`~simulator.network.cluster.Cluster.gemm_efficiency`); its backward GEMMs are
     charged the forward's quantization (their shapes are the forward's transposed pairs).
     """
     cal = hardware.calibration
     moved = factor * (op.input_bytes + op.weight_bytes + op.output_bytes)
     efficiency = cal.gemm_efficiency
-    if isinstance(hardware.network, Cluster) and op.kind == "gemm":
-        efficiency *= hardware.network.gemm_wave_efficiency(op.rows, op.columns)
+    if op.kind == "gemm":
+        efficiency *= hardware.network.gemm_efficiency(op.rows, op.columns)
     compute = factor * op.flops / (peak * efficiency)
     memory_s = moved / (_bandwidth(hardware) * cal.memory_bound_efficiency)
     return max(compute, memory_s) + kernels * cal.kernel_overhead_s
@@ -359,7 +357,7 @@ def dp_collectives(parameters: float, strategy: Strategy) -> tuple[Collective, .
 def _sram_plan(groups: list[tuple[_Unit, int]], hardware: Hardware,
                strategy: Strategy) -> sram.SramPlan | None:
     """PALM Algorithm 1 over the stage (mesh only)."""
-    if hardware.kind != "mesh":
+    if not hardware.network.plans_sram:
         return None
     return sram.plan_stage([(unit.ops, count) for unit, count in groups], hardware.sram_bytes, strategy,
                            [(unit.recomputed, count) for unit, count in groups if unit.recomputed])

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from simulator.costs import MemoryBreakdown, PassCost, StageCost
-from simulator.hardware.spec import Calibration, Cluster, Hardware, Mesh
+from simulator.hardware.spec import Calibration, Hardware
+from simulator.network.cluster import Cluster
+from simulator.network.mesh import Mesh
+from simulator.network.torus import Torus
 
 IDEAL = Calibration(gemm_efficiency=1.0, memory_bound_efficiency=1.0, collective_efficiency=1.0,
                     p2p_efficiency=1.0, kernel_overhead_s=0.0)
@@ -13,7 +16,7 @@ def mesh_hardware(*, dies=(2, 2), cores=(2, 2), intra=100e9, inter=50e9, hop=1e-
                   dram=200e9, dram_capacity=1e12) -> Hardware:
     """A small ideal mesh machine (all efficiencies 1)."""
     return Hardware(
-        name="test-mesh", kind="mesh", peak_flop_per_s={"fp16": 1e12}, sram_bytes=1e6,
+        name="test-mesh", peak_flop_per_s={"fp16": 1e12}, sram_bytes=1e6,
         sram_bandwidth_bytes_per_s=1e12, calibration=IDEAL,
         network=Mesh(dies_x=dies[0], dies_y=dies[1], cores_x=cores[0], cores_y=cores[1],
                      intra_die_link_bandwidth_bytes_per_s=intra, inter_die_link_bandwidth_bytes_per_s=inter,
@@ -25,7 +28,7 @@ def mesh_hardware(*, dies=(2, 2), cores=(2, 2), intra=100e9, inter=50e9, hop=1e-
 def cluster_hardware(*, nodes=2, gpus=8, nic_efficiency=1.0) -> Hardware:
     """A small ideal GPU cluster (its NICs reach ``nic_efficiency`` of line rate)."""
     return Hardware(
-        name="test-cluster", kind="cluster", peak_flop_per_s={"fp16": 100e12}, sram_bytes=40e6,
+        name="test-cluster", peak_flop_per_s={"fp16": 100e12}, sram_bytes=40e6,
         sram_bandwidth_bytes_per_s=5e12, calibration=IDEAL,
         network=Cluster(nodes=nodes, gpus_per_node=gpus, intra_node_bandwidth_bytes_per_s=300e9,
                         inter_node_bandwidth_bytes_per_s=25e9, intra_node_latency_s=2e-6,
@@ -46,4 +49,14 @@ def uniform_cost(forward_s: float, backward_s: float, send_bytes: float = 0.0) -
         dp_collectives=(), parameters=0.0, model_flops_per_microbatch=3.0,
         memory=MemoryBreakdown(weights_bytes=0.0, gradients_bytes=0.0, optimizer_bytes=0.0,
                                activation_bytes_per_microbatch=0.0, sram_resident_bytes=0.0),
+    )
+
+
+def torus_hardware(*, chips=(4, 4, 1), link=50e9, hop=1e-6) -> Hardware:
+    """A small ideal torus of chips (TPU-v4-like, all efficiencies 1)."""
+    return Hardware(
+        name="test-torus", peak_flop_per_s={"bf16": 275e12}, sram_bytes=128e6,
+        sram_bandwidth_bytes_per_s=1.2e12, calibration=IDEAL,
+        network=Torus(chips_x=chips[0], chips_y=chips[1], chips_z=chips[2], link_bandwidth_bytes_per_s=link,
+                      hop_latency_s=hop, hbm_bandwidth_bytes_per_s=1.2e12, hbm_capacity_bytes=32 * 2**30),
     )

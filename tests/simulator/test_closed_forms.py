@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from fixtures import cluster_hardware, mesh_hardware, uniform_cost
 
-from simulator.collectives import make_flow, nic_channels, ring_edges
 from simulator.engine import Engine
 from simulator.network.backends import AnalyticalNetwork, ContentionNetwork
+from simulator.network.collectives import make_flow, ring_edges
 from simulator.network.topology import topology_of
-from simulator.placement import place, ring_order
+from simulator.placement import place
 from simulator.schedules import GPipe, InterleavedOneFOneB, OneFOneB
 from simulator.strategy import Strategy
 
@@ -33,7 +33,7 @@ def test_ring_all_reduce_closed_form_on_a_hamiltonian_ring(shape):
     n = shape[0] * shape[1]
     hw = mesh_hardware(dies=(1, 1), cores=shape, intra=100e9, hop=1e-9)
     topo = topology_of(hw)
-    ring = ring_order(topo, tuple(range(n)))
+    ring = topo.ring_order(tuple(range(n)))
     flow = make_flow(topo, "tp", "tp", ring_edges((ring,)), efficiency=1.0, group_size=n)
     size = 8e6
     duration, _ = flow.collective_time_s("all_reduce", size)
@@ -113,7 +113,7 @@ def test_every_forward_precedes_its_backward_on_every_stage():
 def test_a_line_of_four_closes_its_ring_over_three_hops():
     hw = mesh_hardware(dies=(1, 1), cores=(4, 1), intra=100e9, hop=1e-9)
     topo = topology_of(hw)
-    flow = make_flow(topo, "tp", "tp", ring_edges((ring_order(topo, (0, 1, 2, 3)),)), 1.0, 4)
+    flow = make_flow(topo, "tp", "tp", ring_edges((topo.ring_order((0, 1, 2, 3)),)), 1.0, 4)
     # the link 1->0 carries the closing edge 3->0 only; 2->1 carries it too: load 1 everywhere
     # but the closing edge's latency is 3 hops
     assert flow.latency_s == pytest.approx(3e-9)
@@ -127,14 +127,14 @@ def test_a_line_of_four_closes_its_ring_over_three_hops():
 ])
 def test_gemm_wave_quantization(rows, columns, expected):
     cluster = cluster_hardware().network
-    assert cluster.gemm_wave_efficiency(rows, columns) == pytest.approx(expected)
+    assert cluster.gemm_efficiency(rows, columns) == pytest.approx(expected)
 
 
 def test_a_ring_across_nodes_uses_every_nic_of_the_node():
     hw = cluster_hardware(nodes=2, gpus=8)
     topo = topology_of(hw)
     group = (tuple(range(16)),)
-    flow = make_flow(topo, "dp", "dp", nic_channels(topo, group, ring_edges(group)), 1.0, 16)
+    flow = make_flow(topo, "dp", "dp", topo.channel_edges(group, ring_edges(group)), 1.0, 16)
     # per step each GPU moves S/16; each node crossing (7 -> 8 out of node 0, 15 -> 0 out of node 1)
     # is shared by the 8 NICs of its node: 1/8 of an edge per NIC at 25 GB/s, against one edge per
     # NVSwitch port at 300 GB/s (a single NIC would carry the whole edge: 8x slower)

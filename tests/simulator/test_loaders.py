@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from simulator.config import parse_toml, split_unit
 from simulator.errors import InputError
 from simulator.hardware.loader import hardware_presets, load_hardware
-from simulator.hardware.spec import Cluster, Mesh
+from simulator.network.cluster import Cluster
+from simulator.network.mesh import Mesh
 from simulator.strategy import Strategy
 from simulator.strategy_loader import load_strategy
 from simulator.workload.loader import load_model, model_presets

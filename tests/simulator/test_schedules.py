@@ -7,11 +7,11 @@ from fixtures import mesh_hardware, uniform_cost
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.collectives import make_flow
 from simulator.engine import Engine
 from simulator.errors import InputError
 from simulator.legality import check_plan
-from simulator.network.backends import AnalyticalNetwork, ContentionNetwork, network_backend
+from simulator.network.backends import BACKENDS, ContentionNetwork, network_backend
+from simulator.network.collectives import make_flow
 from simulator.network.topology import topology_of
 from simulator.placement import place
 from simulator.schedules import SCHEDULE_CLASSES, make_schedule
@@ -43,7 +43,7 @@ def test_every_pass_runs_once_and_forward_precedes_backward(pipeline):
 
 
 @settings(max_examples=30, deadline=None)
-@given(pipeline=pipelines(), network=st.sampled_from(["analytical", "contention"]))
+@given(pipeline=pipelines(), network=st.sampled_from(sorted(BACKENDS)))
 def test_simulated_forward_ends_before_its_backward_starts_on_every_stage(pipeline, network):
     name, pp, chunks, m = pipeline
     topo = topology_of(HW)
@@ -72,16 +72,26 @@ def test_interleaving_needs_microbatches_divisible_by_stages():
         check_plan(model, HW, strategy)
 
 
-@pytest.mark.parametrize("backend", [AnalyticalNetwork, ContentionNetwork])
-def test_a_booking_never_starts_before_it_is_ready(backend):
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_a_booking_never_starts_before_it_is_ready(name):
     topo = topology_of(HW)
     flow = make_flow(topo, "f", "p2p", [(0, 5)], 1.0)
     flow.booked = tuple(flow.loads)
-    net = backend()
+    net = network_backend(name)
+    assert net.name == name
     starts = [net.book(flow, t, 1.0, 0.0) for t in (0.0, 0.5, 0.2, 3.0)]
     assert all(s >= t for s, t in zip(starts, (0.0, 0.5, 0.2, 3.0), strict=True))
-    if backend is ContentionNetwork:
+    if not net.uses_contention():
+        assert starts == [0.0, 0.5, 0.2, 3.0]
+    if isinstance(net, ContentionNetwork):
         assert sorted(starts) == [0.0, 1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_a_flow_with_nothing_booked_starts_when_ready(name):
+    flow = make_flow(topology_of(HW), "f", "p2p", [(0, 5)], 1.0)
+    net = network_backend(name)
+    assert [net.book(flow, t, 1.0, 0.0) for t in (0.0, 0.0, 0.5)] == [0.0, 0.0, 0.5]
 
 
 def test_unknown_backend_and_schedule_are_input_errors():

@@ -36,11 +36,10 @@ def _degrees(hardware):
 def test_every_placement_has_pp_groups_of_distinct_valid_devices(hardware):
     topology = topology_of(hardware)
     for degrees in _degrees(hardware)[::3]:
-        named = placement.enumerate_placements(hardware, degrees)
-        assert tuple(named) == placement.placement_names(hardware)
-        for name, stages in named.items():
-            fields = placement.placement_fields(name, stages)
-            strategy = simulator.Strategy(tp=degrees.tp, pp=degrees.pp, dp=degrees.dp, **fields)
+        names = placement.enumerate_placements(hardware, degrees)
+        assert names == placement.placement_names(hardware)
+        for name in names:
+            strategy = simulator.Strategy(tp=degrees.tp, pp=degrees.pp, dp=degrees.dp, placement=name)
             placed = place(topology, strategy)
             devices = [d for stage in placed for d in stage.devices]
             assert len(placed) == degrees.pp
@@ -50,35 +49,17 @@ def test_every_placement_has_pp_groups_of_distinct_valid_devices(hardware):
 
 
 @pytest.mark.parametrize("hardware", MACHINES, ids=lambda h: h.name + str(h.num_devices))
-def test_orders_are_distinct_permutations_of_the_mesh(hardware):
-    orders = placement.mesh_orders(topology_of(hardware))
-    assert {"line", "s-shape"} <= set(orders)
-    for order in orders.values():
-        assert sorted(order) == list(range(hardware.num_devices))
-    explicit = [tuple(o) for name, o in orders.items() if name not in placement.BUILT_IN]
-    assert len(set(explicit)) == len(explicit)
-    assert not set(explicit) & {tuple(orders["line"]), tuple(orders["s-shape"])}
-
-
-def test_wafer_family_and_its_geometry():
-    topology = topology_of(WAFER)
-    orders = placement.mesh_orders(topology)
-    assert list(orders) == ["line", "s-shape", "s-shape-transposed", "s-shape-east", "s-shape-south",
-                            "s-shape-rotated", "row-snake", "column-snake", "hilbert"]
-    width, height = WAFER.network.width, WAFER.network.height
-    assert topology.coord(orders["s-shape-east"][0]).x == width - 1
-    assert topology.coord(orders["s-shape-south"][0]).y == height - 1
-    first_column = [topology.coord(d) for d in orders["s-shape-transposed"][:WAFER.network.cores_y]]
-    assert [(c.x, c.y) for c in first_column] == [(0, y) for y in range(WAFER.network.cores_y)]
-    for name in ("column-snake", "row-snake", "hilbert"):
-        steps = [abs(topology.coord(a).x - topology.coord(b).x) + abs(topology.coord(a).y - topology.coord(b).y)
-                 for a, b in zip(orders[name], orders[name][1:], strict=False)]
-        assert max(steps) == 1, name  # even-sided mesh: every step is one hop
+def test_offered_names_are_distinct_orders_led_by_line(hardware):
+    orders = topology_of(hardware).device_orders()
+    names = placement.placement_names(hardware)
+    assert names[0] == "line" and ("s-shape" in names or orders["s-shape"] == orders["line"])
+    assert len({tuple(orders[n]) for n in names}) == len(names)
+    assert {tuple(o) for o in orders.values()} == {tuple(orders[n]) for n in names}
 
 
 def test_a_cluster_only_has_line():
     cluster = simulator.load_hardware("a100-cluster")
-    assert placement.enumerate_placements(cluster, ParallelDegrees(8, 12, 32)) == {"line": None}
+    assert placement.enumerate_placements(cluster, ParallelDegrees(8, 12, 32)) == ("line",)
 
 
 def test_too_many_devices_is_an_input_error():

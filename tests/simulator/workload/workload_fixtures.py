@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from simulator.hardware.spec import Calibration, Cluster, Hardware, Mesh
+from simulator.hardware.spec import Calibration, Hardware
+from simulator.network.cluster import Cluster
+from simulator.network.mesh import Mesh
 from simulator.workload.spec import ModelSpec
 
 CALIBRATION = Calibration(gemm_efficiency=0.8, memory_bound_efficiency=0.7, collective_efficiency=0.9,
@@ -12,7 +14,7 @@ CALIBRATION = Calibration(gemm_efficiency=0.8, memory_bound_efficiency=0.7, coll
 def wafer() -> Hardware:
     """A wafer-like mesh: 5x4 dies of 4x4 cores, 16 TFLOP/s fp16 and 3.75 MB SRAM per core."""
     return Hardware(
-        name="wafer-test", kind="mesh", peak_flop_per_s={"fp16": 16e12, "fp32": 4e12, "int8": 32e12},
+        name="wafer-test", peak_flop_per_s={"fp16": 16e12, "fp32": 4e12, "int8": 32e12},
         sram_bytes=3.75e6, sram_bandwidth_bytes_per_s=1e12, calibration=CALIBRATION,
         network=Mesh(dies_x=5, dies_y=4, cores_x=4, cores_y=4, intra_die_link_bandwidth_bytes_per_s=1e11,
                      inter_die_link_bandwidth_bytes_per_s=5e10, hop_latency_s=1e-8, dram_ports_per_die=2,
@@ -23,7 +25,7 @@ def wafer() -> Hardware:
 def a100_cluster(nodes: int = 4) -> Hardware:
     """DGX-A100-like nodes: 312 TFLOP/s fp16, 2039 GB/s HBM, 80 GiB per GPU."""
     return Hardware(
-        name="a100-test", kind="cluster", peak_flop_per_s={"fp16": 312e12, "bf16": 312e12, "fp32": 19.5e12},
+        name="a100-test", peak_flop_per_s={"fp16": 312e12, "bf16": 312e12, "fp32": 19.5e12},
         sram_bytes=40e6, sram_bandwidth_bytes_per_s=19e12, calibration=CALIBRATION,
         network=Cluster(nodes=nodes, gpus_per_node=8, intra_node_bandwidth_bytes_per_s=300e9,
                         inter_node_bandwidth_bytes_per_s=25e9, intra_node_latency_s=2e-6,

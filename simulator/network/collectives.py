@@ -31,7 +31,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from simulator.errors import SimulationError
-from simulator.network.topology import ClusterTopology, Topology
+from simulator.network.topology import Topology
 
 STEPS_PER_RING = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1,
                   "reduce_scatter": lambda n: n - 1}
@@ -95,7 +95,8 @@ def make_flow(
         name: readable name.
         kind: ``tp``, ``dp``, ``p2p`` or ``dram``.
         routes: (source device, destination device) of every edge, or (source, destination,
-            share) for an edge carrying ``share`` of an edge's bytes (see :func:`nic_channels`).
+            share) for an edge carrying ``share`` of an edge's bytes (see
+            :meth:`~simulator.network.topology.Topology.channel_edges`).
         efficiency: achieved fraction of link bandwidth (hardware calibration), on every
             resource that has no efficiency of its own (:attr:`Topology.efficiencies`).
         group_size: devices per group for ring formulas.
@@ -112,35 +113,6 @@ def make_flow(
     worst = max((load / (bandwidth[r] * (own[r] or efficiency)) for r, load in loads.items()), default=0.0)
     return Flow(name=name, kind=kind, group_size=group_size, loads=dict(loads), latency_s=latency,
                 seconds_per_byte=worst, num_edges=round(edges))
-
-
-def nic_channels(topology: Topology, groups: tuple[tuple[int, ...], ...],
-                 edges: list[tuple[int, int]]) -> list[tuple]:
-    """Ring edges as NCCL carries them between GPU nodes: one ring per NIC ("channels").
-
-    An edge ``a -> b`` between two nodes is split over the ``k`` GPUs the group has on each of
-    the two nodes, each pair sending ``1/k`` of the bytes through its own NIC, so a ring that has
-    8 GPUs per node uses the node's 8 NICs (NCCL builds as many rings as NICs; NVIDIA NCCL
-    documentation, "NCCL_MIN_NCHANNELS" and topology detection). On a mesh, edges are unchanged.
-    """
-    if not isinstance(topology, ClusterTopology):
-        return list(edges)
-    by_node = {}
-    for group in groups:
-        members: dict[int, list[int]] = {}
-        for d in group:
-            members.setdefault(topology.die_of(d), []).append(d)
-        by_node.update({d: members for d in group})
-    out: list[tuple] = []
-    for a, b in edges:
-        node_a, node_b = topology.die_of(a), topology.die_of(b)
-        if node_a == node_b:
-            out.append((a, b))
-            continue
-        sources, targets = by_node[a][node_a], by_node[b][node_b]
-        k = min(len(sources), len(targets))
-        out += [(s, t, 1.0 / k) for s, t in zip(sources[:k], targets[:k], strict=True)]
-    return out
 
 
 def ring_edges(groups: tuple[tuple[int, ...], ...]) -> list[tuple[int, int]]:

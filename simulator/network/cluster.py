@@ -1,0 +1,143 @@
+"""A GPU cluster: nodes of GPUs on a switch (NVSwitch), joined by one NIC per GPU (InfiniBand).
+
+A flow routes through the sending GPU's up-port and the receiving GPU's down-port: NVSwitch within
+a node, the rail NIC between nodes (a non-blocking fat tree is assumed between NICs, as Selene's,
+Narayanan et al. SC'21 §5.1). Devices are GPU ids, node-major, as Megatron orders ranks; stages are
+cut from them in order (``line``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+
+from simulator.hardware.spec import Network, network_kind
+from simulator.network.topology import Edge, Topology, topology_for
+
+
+@network_kind("cluster")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cluster(Network):
+    """GPU nodes on a switched fabric (Narayanan et al. SC'21 §5; NVIDIA DGX A100 datasheet).
+
+    Attributes:
+        nodes: number of nodes.
+        gpus_per_node: GPUs per node, all on one switch (NVSwitch).
+        intra_node_bandwidth_bytes_per_s: one direction of one GPU's switch port.
+        inter_node_bandwidth_bytes_per_s: one direction of one GPU's NIC.
+        intra_node_latency_s: one switch traversal.
+        inter_node_latency_s: one fabric traversal.
+        hbm_bandwidth_bytes_per_s: one GPU's memory bandwidth.
+        hbm_capacity_bytes: one GPU's memory capacity.
+        streaming_multiprocessors: SMs of one GPU; a GEMM runs in waves of this many output tiles.
+        gemm_tile_rows, gemm_tile_columns: the output tile one SM computes at a time (the GEMM
+            library's largest tile); see :meth:`gemm_efficiency`.
+        inter_node_efficiency: achieved fraction of a NIC's line rate, for collectives and p2p
+            alike (0, 1]; on NIC resources it replaces the calibration's collective and p2p
+            efficiencies, which are measured on NVLink.
+    """
+
+    nodes: int
+    gpus_per_node: int
+    intra_node_bandwidth_bytes_per_s: float
+    inter_node_bandwidth_bytes_per_s: float
+    intra_node_latency_s: float
+    inter_node_latency_s: float
+    hbm_bandwidth_bytes_per_s: float
+    hbm_capacity_bytes: float
+    streaming_multiprocessors: int
+    gemm_tile_rows: int
+    gemm_tile_columns: int
+    inter_node_efficiency: float
+
+    @property
+    def num_devices(self) -> int:
+        """GPUs in the cluster."""
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def devices_per_node(self) -> int:
+        """GPUs of one node (one NVSwitch)."""
+        return self.gpus_per_node
+
+    def device_memory_bytes(self) -> float:
+        """One GPU's HBM (bytes)."""
+        return self.hbm_capacity_bytes
+
+    def operand_bandwidth_bytes_per_s(self, sram_bandwidth_bytes_per_s: float) -> float:
+        """One GPU's HBM: operators stream their operands from it."""
+        return self.hbm_bandwidth_bytes_per_s
+
+    def gemm_efficiency(self, rows: float, columns: float) -> float:
+        """Fraction of a GEMM's ``waves x SMs`` tile slots doing useful work (0..1].
+
+        A ``rows x columns`` output is cut into ``ceil(rows/Tr) ceil(columns/Tc)`` tiles, run
+        ``SMs`` at a time; the last, partial wave and the padding of edge tiles idle the rest
+        (NVIDIA Deep Learning Performance Guide, "Matrix Multiplication Background": tile and wave
+        quantization).
+        """
+        if rows <= 0 or columns <= 0:
+            return 1.0
+        tiles = math.ceil(rows / self.gemm_tile_rows) * math.ceil(columns / self.gemm_tile_columns)
+        waves = math.ceil(tiles / self.streaming_multiprocessors)
+        slots = waves * self.streaming_multiprocessors * self.gemm_tile_rows * self.gemm_tile_columns
+        return rows * columns / slots
+
+
+@topology_for(Cluster)
+class ClusterTopology(Topology):
+    """GPUs behind per-GPU switch ports (NVSwitch) and per-GPU NICs (rail InfiniBand)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        super().__init__()
+        self.cluster = cluster
+        self.num_devices = cluster.num_devices
+        intra, inter = cluster.intra_node_bandwidth_bytes_per_s, cluster.inter_node_bandwidth_bytes_per_s
+        nic = cluster.inter_node_efficiency
+        self._ports = [
+            tuple(self._add(f"gpu{g} {name}", kind, bw, eff) for name, kind, bw, eff in (
+                ("nvswitch up", "link", intra, None), ("nvswitch down", "link", intra, None),
+                ("nic up", "nic", inter, nic), ("nic down", "nic", inter, nic),
+            ))
+            for g in range(self.num_devices)
+        ]
+        self.route = cache(self._route)  # type: ignore[method-assign]
+
+    def node_of(self, device: int) -> int:
+        """The node holding GPU ``device`` (GPU ids are node-major, as Megatron orders ranks)."""
+        return device // self.cluster.gpus_per_node
+
+    def channel_edges(self, groups: tuple[tuple[int, ...], ...], edges: list[tuple[int, int]]) -> list[Edge]:
+        """Ring edges as NCCL carries them between GPU nodes: one ring per NIC ("channels").
+
+        An edge ``a -> b`` between two nodes is split over the ``k`` GPUs the group has on each of
+        the two nodes, each pair sending ``1/k`` of the bytes through its own NIC, so a ring that
+        has 8 GPUs per node uses the node's 8 NICs (NCCL builds as many rings as NICs; NVIDIA NCCL
+        documentation, "NCCL_MIN_NCHANNELS" and topology detection).
+        """
+        by_node = {}
+        for group in groups:
+            members: dict[int, list[int]] = {}
+            for d in group:
+                members.setdefault(self.node_of(d), []).append(d)
+            by_node.update({d: members for d in group})
+        out: list[Edge] = []
+        for a, b in edges:
+            node_a, node_b = self.node_of(a), self.node_of(b)
+            if node_a == node_b:
+                out.append((a, b))
+                continue
+            sources, targets = by_node[a][node_a], by_node[b][node_b]
+            k = min(len(sources), len(targets))
+            out += [(s, t, 1.0 / k) for s, t in zip(sources[:k], targets[:k], strict=True)]
+        return out
+
+    def _route(self, src: int, dst: int) -> tuple[tuple[int, ...], float]:
+        if self.node_of(src) == self.node_of(dst):
+            return (self._ports[src][0], self._ports[dst][1]), self.cluster.intra_node_latency_s
+        return (self._ports[src][2], self._ports[dst][3]), self.cluster.inter_node_latency_s
+
+    def dram_route(self, device: int) -> tuple[tuple[int, ...], float]:
+        """GPU memory is local HBM, timed inside compute: no network resource."""
+        return (), 0.0

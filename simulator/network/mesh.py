@@ -1,0 +1,310 @@
+"""A tiled accelerator: a 2D mesh of dies of cores, XY routing, DRAM ports on die edges.
+
+Mesh routing is dimension-ordered XY (PALM §IV-C; the authors' code routes X first); each die has
+one or two DRAM ports on its west and east edges (PALM Fig. 1(c), Table VI).
+
+Named device orders (pipeline stages are cut from them, PALM §V-B, Fig. 8): ``line`` walks dies row
+by row, always west to east (row-major), and the cores inside each die the same way; ``s-shape``
+walks dies and cores as a boustrophedon, so consecutive stages stay neighbours;
+``s-shape-transposed`` walks dies and cores column by column; ``s-shape-east`` / ``-south`` /
+``-rotated`` mirror the s-shape east-west, north-south or both; ``row-snake`` / ``column-snake`` are
+boustrophedons over all cores ignoring dies; ``hilbert`` is the generalized Hilbert curve of any
+rectangle (Červený, "gilbert", 2018, github.com/jakubcerveny/gilbert), which keeps each stage
+compact and stages adjacent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import ClassVar
+
+from simulator.errors import InputError
+from simulator.hardware.spec import Network, network_kind
+from simulator.network.topology import Topology, topology_for
+
+
+@dataclass(frozen=True, slots=True)
+class Coord:
+    """A core's position on the whole mesh (``x`` grows east, ``y`` grows south)."""
+
+    x: int
+    y: int
+
+
+@network_kind("mesh")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Mesh(Network):
+    """A 2D mesh of dies of cores (PALM Table VI; Fig. 1(c)).
+
+    Attributes:
+        dies_x, dies_y: dies along x and y.
+        cores_x, cores_y: cores per die along x and y.
+        intra_die_link_bandwidth_bytes_per_s: one direction of a link between two cores of a die.
+        inter_die_link_bandwidth_bytes_per_s: one direction of a link crossing a die boundary.
+        hop_latency_s: latency of one link hop.
+        dram_ports_per_die: DRAM controllers per die, on its west and east edges (1 or 2).
+        dram_bandwidth_bytes_per_s: DRAM bandwidth of one die, shared by its ports.
+        dram_latency_s: DRAM response time (PALM Eq. 4).
+        dram_capacity_bytes: DRAM capacity of one die.
+
+    Raises:
+        InputError: ``dram_ports_per_die`` is not 1 or 2.
+    """
+
+    dies_x: int
+    dies_y: int
+    cores_x: int
+    cores_y: int
+    intra_die_link_bandwidth_bytes_per_s: float
+    inter_die_link_bandwidth_bytes_per_s: float
+    hop_latency_s: float
+    dram_ports_per_die: int
+    dram_bandwidth_bytes_per_s: float
+    dram_latency_s: float
+    dram_capacity_bytes: float
+    plans_sram: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        if self.dram_ports_per_die not in (1, 2):
+            raise InputError(f"mesh: `dram_ports_per_die` must be 1 or 2, got {self.dram_ports_per_die}")
+
+    @property
+    def width(self) -> int:
+        """Cores along x over the whole mesh."""
+        return self.dies_x * self.cores_x
+
+    @property
+    def height(self) -> int:
+        """Cores along y over the whole mesh."""
+        return self.dies_y * self.cores_y
+
+    @property
+    def num_devices(self) -> int:
+        """Cores on the mesh."""
+        return self.width * self.height
+
+    @property
+    def devices_per_node(self) -> int:
+        """Cores of one die."""
+        return self.cores_x * self.cores_y
+
+    def device_memory_bytes(self) -> float:
+        """A die's DRAM shared equally by its cores (bytes)."""
+        return self.dram_capacity_bytes / self.devices_per_node
+
+    def operand_bandwidth_bytes_per_s(self, sram_bandwidth_bytes_per_s: float) -> float:
+        """The core's SRAM: DRAM traffic is planned (PALM Algorithm 1) and sent over the mesh."""
+        return sram_bandwidth_bytes_per_s
+
+
+@topology_for(Mesh)
+class MeshTopology(Topology):
+    """A 2D mesh of dies of cores with XY routing and DRAM ports on die edges (PALM Fig. 1(c)).
+
+    Device ``d`` sits at ``Coord(d % width, d // width)``. Each die has ``dram_ports_per_die``
+    ports: one on its west edge (middle row) and, with two, one on its east edge; a core uses the
+    port on its half of the die, as the authors' released code does (``nearest_dram_of``).
+    """
+
+    def __init__(self, mesh: Mesh) -> None:
+        super().__init__()
+        self.mesh = mesh
+        self.num_devices = mesh.num_devices
+        self._links: dict[tuple[int, int], int] = {}
+        for device in range(self.num_devices):
+            for neighbour in self._neighbours(device):
+                bandwidth = self._link_bandwidth(device, neighbour)
+                self._links[(device, neighbour)] = self._add(f"link {device}->{neighbour}", "link", bandwidth)
+        port_bandwidth = mesh.dram_bandwidth_bytes_per_s / mesh.dram_ports_per_die
+        self._ports = [
+            self._add(f"dram die{die} port{p}", "dram", port_bandwidth)
+            for die in range(mesh.dies_x * mesh.dies_y)
+            for p in range(mesh.dram_ports_per_die)
+        ]
+        self.route = cache(self._route)  # type: ignore[method-assign]
+        self.dram_route = cache(self._dram_route)  # type: ignore[method-assign]
+
+    def coord(self, device: int) -> Coord:
+        """Position of ``device`` on the whole mesh."""
+        return Coord(device % self.mesh.width, device // self.mesh.width)
+
+    def device_at(self, x: int, y: int) -> int:
+        """Device id at mesh position (x, y)."""
+        return y * self.mesh.width + x
+
+    def device_orders(self) -> dict[str, list[int]]:
+        """Every named order of the mesh's cores (:func:`mesh_orders`)."""
+        return mesh_orders(self)
+
+    def stage_walk(self, devices: Sequence[int], group_order: str) -> list[int]:
+        """The stage's cores walked x first (``tp-major``) or y first (``dp-major``)."""
+        def key(d: int) -> tuple[int, int]:
+            c = self.coord(d)
+            return (c.y, c.x) if group_order == "tp-major" else (c.x, c.y)
+        return sorted(devices, key=key)
+
+    def ring_order(self, devices: tuple[int, ...]) -> tuple[int, ...]:
+        """``devices`` ordered so that ring neighbours are close on the mesh.
+
+        A rectangle with an even side gets a Hamiltonian cycle (every ring edge one hop); anything
+        else is walked as a boustrophedon of its bounding box (the closing edge may be longer).
+        """
+        if len(devices) < 3:
+            return tuple(devices)
+        coords = {self.coord(d): d for d in devices}
+        xs = sorted({c.x for c in coords})
+        ys = sorted({c.y for c in coords})
+        rows = [[coords[c] for c in sorted(coords, key=lambda c: c.x) if c.y == y] for y in ys]
+        full = len(coords) == len(xs) * len(ys)
+        if full and len(ys) % 2 == 0 and len(xs) >= 2:
+            return _cycle(rows)
+        if full and len(xs) % 2 == 0 and len(ys) >= 2:
+            columns = [[r[i] for r in rows] for i in range(len(xs))]
+            return _cycle(columns)
+        return tuple(d for i, row in enumerate(rows) for d in (row[::-1] if i % 2 else row))
+
+    def node_of(self, device: int) -> int:
+        c = self.coord(device)
+        return (c.y // self.mesh.cores_y) * self.mesh.dies_x + c.x // self.mesh.cores_x
+
+    def _neighbours(self, device: int) -> list[int]:
+        c = self.coord(device)
+        steps = ((1, 0), (-1, 0), (0, 1), (0, -1))
+        return [
+            self.device_at(c.x + dx, c.y + dy)
+            for dx, dy in steps
+            if 0 <= c.x + dx < self.mesh.width and 0 <= c.y + dy < self.mesh.height
+        ]
+
+    def _link_bandwidth(self, a: int, b: int) -> float:
+        same_die = self.node_of(a) == self.node_of(b)
+        if same_die:
+            return self.mesh.intra_die_link_bandwidth_bytes_per_s
+        return self.mesh.inter_die_link_bandwidth_bytes_per_s
+
+    def _xy_path(self, src: int, dst: int) -> list[int]:
+        """Devices visited from ``src`` to ``dst``, X first then Y (both ends included)."""
+        a, b = self.coord(src), self.coord(dst)
+        step_x = 1 if b.x >= a.x else -1
+        step_y = 1 if b.y >= a.y else -1
+        path = [self.device_at(x, a.y) for x in range(a.x, b.x + step_x, step_x)]
+        path += [self.device_at(b.x, y) for y in range(a.y + step_y, b.y + step_y, step_y)]
+        return path
+
+    def _route(self, src: int, dst: int) -> tuple[tuple[int, ...], float]:
+        path = self._xy_path(src, dst)
+        links = tuple(self._links[(u, v)] for u, v in zip(path, path[1:], strict=False))
+        return links, len(links) * self.mesh.hop_latency_s
+
+    def _port_core(self, device: int) -> tuple[int, int]:
+        """(port resource, core the port hangs on) serving ``device``."""
+        mesh, c = self.mesh, self.coord(device)
+        die = self.node_of(device)
+        die_x0 = (c.x // mesh.cores_x) * mesh.cores_x
+        die_y0 = (c.y // mesh.cores_y) * mesh.cores_y
+        east = mesh.dram_ports_per_die == 2 and (c.x - die_x0) >= mesh.cores_x / 2
+        edge_x = die_x0 + mesh.cores_x - 1 if east else die_x0
+        port = self._ports[die * mesh.dram_ports_per_die + int(east)]
+        return port, self.device_at(edge_x, die_y0 + mesh.cores_y // 2)
+
+    def _dram_route(self, device: int) -> tuple[tuple[int, ...], float]:
+        port, edge_core = self._port_core(device)
+        links, latency = self._route(device, edge_core)
+        return links + (port,), latency + self.mesh.dram_latency_s
+
+
+def _cycle(rows: list[list[int]]) -> tuple[int, ...]:
+    """Hamiltonian cycle of a grid with an even number of rows: east on row 0, snake the rest
+    over columns 1.., come back north along column 0."""
+    ring = list(rows[0])
+    for i, row in enumerate(rows[1:]):
+        rest = row[1:]
+        ring += rest[::-1] if i % 2 == 0 else rest
+    ring += [row[0] for row in rows[:0:-1]]
+    return tuple(ring)
+
+
+def walk(width: int, height: int, *, snake: bool, transpose: bool = False) -> list[tuple[int, int]]:
+    """(x, y) cells of a ``width x height`` grid row by row (column by column if ``transpose``);
+    every other row (column) reversed if ``snake``."""
+    if transpose:
+        return [(x, y) for y, x in walk(height, width, snake=snake)]
+    return [(width - 1 - x if snake and y % 2 else x, y) for y in range(height) for x in range(width)]
+
+
+def _sgn(value: int) -> int:
+    return (value > 0) - (value < 0)
+
+
+def _gilbert(x: int, y: int, ax: int, ay: int, bx: int, by: int) -> Iterator[tuple[int, int]]:
+    """Generalized Hilbert curve of the rectangle spanned by (ax, ay) and (bx, by) from (x, y).
+
+    Červený's recursive construction: split the long side in two (long rectangles) or into
+    three sub-rectangles (near-square), preferring even splits so that steps stay unit length.
+    """
+    w, h = abs(ax + ay), abs(bx + by)
+    dax, day, dbx, dby = _sgn(ax), _sgn(ay), _sgn(bx), _sgn(by)
+    if h == 1 or w == 1:
+        step = (dax, day) if h == 1 else (dbx, dby)
+        for i in range(max(w, h)):
+            yield x + i * step[0], y + i * step[1]
+        return
+    ax2, ay2, bx2, by2 = ax // 2, ay // 2, bx // 2, by // 2
+    if 2 * w > 3 * h:
+        if abs(ax2 + ay2) % 2 and w > 2:
+            ax2, ay2 = ax2 + dax, ay2 + day
+        yield from _gilbert(x, y, ax2, ay2, bx, by)
+        yield from _gilbert(x + ax2, y + ay2, ax - ax2, ay - ay2, bx, by)
+        return
+    if abs(bx2 + by2) % 2 and h > 2:
+        bx2, by2 = bx2 + dbx, by2 + dby
+    yield from _gilbert(x, y, bx2, by2, ax2, ay2)
+    yield from _gilbert(x + bx2, y + by2, ax, ay, bx - bx2, by - by2)
+    yield from _gilbert(x + (ax - dax) + (bx2 - dbx), y + (ay - day) + (by2 - dby),
+                        -bx2, -by2, -(ax - ax2), -(ay - ay2))
+
+
+def hilbert_cells(width: int, height: int) -> list[tuple[int, int]]:
+    """All (x, y) cells of a ``width x height`` grid along the generalized Hilbert curve."""
+    if width >= height:
+        return list(_gilbert(0, 0, width, 0, 0, height))
+    return list(_gilbert(0, 0, 0, height, width, 0))
+
+
+def _by_dies(topology: MeshTopology, *, snake: bool, transpose: bool = False) -> list[int]:
+    """Dies walked as :func:`walk`, and the cores inside each die the same way."""
+    mesh = topology.mesh
+    return [topology.device_at(die_x * mesh.cores_x + x, die_y * mesh.cores_y + y)
+            for die_x, die_y in walk(mesh.dies_x, mesh.dies_y, snake=snake, transpose=transpose)
+            for x, y in walk(mesh.cores_x, mesh.cores_y, snake=snake, transpose=transpose)]
+
+
+def _mirrored(topology: MeshTopology, order: list[int], *, flip_x: bool, flip_y: bool) -> list[int]:
+    """``order`` with every device reflected east-west and/or north-south."""
+    width, height = topology.mesh.width, topology.mesh.height
+    def reflect(device: int) -> int:
+        c = topology.coord(device)
+        return topology.device_at(width - 1 - c.x if flip_x else c.x, height - 1 - c.y if flip_y else c.y)
+    return [reflect(d) for d in order]
+
+
+@cache
+def mesh_orders(topology: MeshTopology) -> dict[str, list[int]]:
+    """Every named order of the mesh's cores (see the module docstring), PALM's two first."""
+    mesh, s_shape = topology.mesh, _by_dies(topology, snake=True)
+    cells = {
+        "row-snake": walk(mesh.width, mesh.height, snake=True),
+        "column-snake": walk(mesh.width, mesh.height, snake=True, transpose=True),
+        "hilbert": hilbert_cells(mesh.width, mesh.height),
+    }
+    return {
+        "line": _by_dies(topology, snake=False),
+        "s-shape": s_shape,
+        "s-shape-transposed": _by_dies(topology, snake=True, transpose=True),
+        "s-shape-east": _mirrored(topology, s_shape, flip_x=True, flip_y=False),
+        "s-shape-south": _mirrored(topology, s_shape, flip_x=False, flip_y=True),
+        "s-shape-rotated": _mirrored(topology, s_shape, flip_x=True, flip_y=True),
+        **{name: [topology.device_at(x, y) for x, y in c] for name, c in cells.items()},
+    }
