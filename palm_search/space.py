@@ -1,7 +1,7 @@
 """The search space of a study as a function ``trial -> Strategy``, and its exhaustive walk.
 
 :func:`enumerate_points` walks every assignment of the parameters that
-:func:`spaces.suggest_training_strategy` asks for, by replaying it on a scripted trial (an
+:func:`spaces.suggest_candidate` asks for, by replaying it on a scripted trial (an
 odometer over the tree of choices, as Optuna's ``BruteForceSampler`` does; that sampler cannot be
 driven by ask/tell because it stops the study from inside ``tell``).
 """
@@ -14,7 +14,7 @@ from functools import partial
 
 from palm_search.study import StudySpec
 from simulator import Hardware, InputError, ModelSpec, Strategy
-from spaces import ParallelDegrees, custom_placements, suggest_training_strategy
+from spaces import ParallelDegrees, SearchedSpace, custom_placements, suggest_candidate
 
 Builder = Callable[[object], Strategy]
 
@@ -26,9 +26,13 @@ def strategy_builder(spec: StudySpec, model: ModelSpec, hardware: Hardware) -> B
         InputError: invalid custom placements or dimensions.
     """
     custom = custom_placements(spec.placements, hardware, _fixed_degrees(spec)) if spec.placements else None
-    return partial(suggest_training_strategy, model=model, hardware=hardware, fixed=dict(spec.fixed),
-                   searched=set(spec.searched), custom_placements=custom,
-                   microbatch_choices=spec.microbatch_sizes)
+    space = SearchedSpace(model=model, searched=frozenset(spec.searched), custom_placements=custom,
+                          microbatch_choices=spec.microbatch_sizes)
+    return partial(_strategy, space=space, hardware=hardware, fixed=dict(spec.fixed))
+
+
+def _strategy(trial: object, *, space: SearchedSpace, hardware: Hardware, fixed: dict) -> Strategy:
+    return suggest_candidate(trial, space, hardware, fixed=fixed).strategy
 
 
 def _fixed_degrees(spec: StudySpec) -> ParallelDegrees | None:

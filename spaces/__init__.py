@@ -1,6 +1,7 @@
 """What the search may propose: the space of mappings of a model onto a machine.
 
-A point of the space is a :class:`simulator.Strategy`. Its dimensions, one module each:
+A point of the space is a :class:`spaces.candidate.Candidate`: a machine and a
+:class:`simulator.Strategy` on it. Its dimensions, one module each:
 
 * :mod:`spaces.parallelism`: degrees ``(tp, pp, dp)`` with ``tp * pp * dp`` = the devices, ``tp``
   dividing heads / hidden / FFN, ``pp`` at most the layers, ``dp`` dividing the global batch
@@ -12,7 +13,7 @@ A point of the space is a :class:`simulator.Strategy`. Its dimensions, one modul
 * :mod:`spaces.groups`: TP/DP group layout inside a stage (PALM Fig. 8, comm1 vs comm2).
 * :mod:`spaces.partition`: layers per stage: balanced, uniform, or the min-max partition under
   the device memory (Piper, Tarnawski et al. NeurIPS'21).
-* :mod:`spaces.training`: all of them drawn from one Optuna trial.
+* :mod:`spaces.training`: all of them drawn from one Optuna trial into a candidate.
 
 Each module has ``enumerate_*`` (every legal point, deterministic order) and ``suggest_*(trial, ...)``.
 Suggestions never change a categorical's choices between trials (Optuna 5 rejects that): fixed
@@ -22,6 +23,7 @@ lists of labels (``degrees = "8x20x2"``), and parameter names that carry what th
 Imports flow ``palm_search -> spaces -> simulator``: this package imports optuna and simulator only.
 """
 
+from spaces.candidate import Candidate
 from spaces.groups import GroupChoice, enumerate_group_layouts, suggest_group_layout
 from spaces.parallelism import (
     ParallelDegrees,
@@ -51,14 +53,14 @@ from spaces.placement import (
     placement_names,
     suggest_placement,
 )
-from spaces.training import DIMENSIONS, candidate_degrees, suggest_training_strategy
+from spaces.training import DIMENSIONS, SearchedSpace, candidate_degrees, suggest_candidate
 
 __all__ = [
-    "DIMENSIONS", "GroupChoice", "ParallelDegrees", "ScheduleChoice", "candidate_degrees",
+    "DIMENSIONS", "Candidate", "GroupChoice", "ParallelDegrees", "ScheduleChoice", "candidate_degrees",
     "custom_placements", "enumerate_degrees", "enumerate_group_layouts", "enumerate_microbatch_sizes",
     "enumerate_partitions", "enumerate_placements", "enumerate_recompute", "enumerate_schedules",
     "enumerate_sequence_parallel", "enumerate_zero_stages", "min_max_partition", "min_max_stage_layers",
     "placement_names", "suggest_degrees", "suggest_group_layout", "suggest_microbatch_size",
     "suggest_partition", "suggest_placement", "suggest_recompute", "suggest_schedule",
-    "suggest_sequence_parallel", "suggest_training_strategy", "suggest_zero_stage",
+    "suggest_sequence_parallel", "suggest_zero_stage", "SearchedSpace", "suggest_candidate",
 ]

@@ -1,4 +1,4 @@
-"""A whole training :class:`~simulator.strategy.Strategy` from one Optuna trial.
+"""A whole training :class:`~spaces.candidate.Candidate` (hardware and strategy) from one Optuna trial.
 
 Dimensions (``searched`` names) and the ``Strategy`` fields each decides:
 
@@ -23,6 +23,7 @@ above, so every later choice list is a fixed function of a parameter name (see :
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import optuna
 
@@ -31,6 +32,7 @@ from simulator.hardware.spec import Hardware
 from simulator.strategy import TRANSFER_STRATEGIES, Strategy
 from simulator.workload.spec import ModelSpec
 from spaces import groups, parallelism, partition, placement
+from spaces.candidate import Candidate
 from spaces.parallelism import ParallelDegrees
 
 DIMENSIONS: dict[str, tuple[str, ...]] = {
@@ -66,6 +68,25 @@ def check_dimensions(fixed: Mapping[str, object], searched: set[str]) -> None:
             raise InputError(f"search: `{key}` is both fixed and searched (dimension {owner!r})")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchedSpace:
+    """What a study searches and how.
+
+    Attributes:
+        model: the model.
+        searched: names from :data:`DIMENSIONS`.
+        custom_placements: validated named placements (:func:`spaces.placement.custom_placements`).
+        microbatch_choices: allowed microbatch sizes (default: every divisor of ``B / dp``).
+        max_tp: largest tensor-parallel degree when ``degrees`` is searched.
+    """
+
+    model: ModelSpec
+    searched: frozenset[str]
+    custom_placements: Mapping[str, tuple[tuple[int, ...], ...]] | None = None
+    microbatch_choices: Sequence[int] | None = None
+    max_tp: int | None = None
+
+
 def candidate_degrees(model: ModelSpec, hardware: Hardware, fixed: Mapping[str, object], *,
                       microbatch_choices: Sequence[int] | None = None,
                       max_tp: int | None = None) -> list[ParallelDegrees]:
@@ -79,71 +100,78 @@ def candidate_degrees(model: ModelSpec, hardware: Hardware, fixed: Mapping[str, 
                                                        choices=microbatch_choices)]
 
 
-def _plan(trial: optuna.trial.Trial, model: ModelSpec, hardware: Hardware, fields: dict,
-          searched: set[str], microbatch_choices: Sequence[int] | None, max_tp: int | None) -> ParallelDegrees:
-    """Draw degrees, microbatch and schedule into ``fields``; return the degrees."""
-    batch = fields.get("global_batch_size")
-    if "degrees" in searched:
-        choices = candidate_degrees(model, hardware, fields, microbatch_choices=microbatch_choices, max_tp=max_tp)
-        fields.update(parallelism.suggest_degrees(trial, choices)._asdict())
-    degrees = ParallelDegrees(fields.get("tp", 1), fields.get("pp", 1), fields.get("dp", 1))
-    if "microbatch_size" in searched:
-        fields["microbatch_size"] = parallelism.suggest_microbatch_size(
-            trial, model, degrees, global_batch_size=batch, choices=microbatch_choices)
-    if "schedule" in searched:
-        choice = parallelism.suggest_schedule(trial, model, degrees, fields.get("microbatch_size", 1),
+def _degrees_of(candidate: Candidate) -> ParallelDegrees:
+    return ParallelDegrees(candidate.strategy.tp, candidate.strategy.pp, candidate.strategy.dp)
+
+
+def _suggest_degrees(trial: optuna.trial.Trial, space: SearchedSpace, candidate: Candidate,
+                     fixed: Mapping[str, object]) -> Candidate:
+    """Degrees, microbatch size and schedule."""
+    model, strategy = space.model, candidate.strategy
+    if "degrees" in space.searched:
+        choices = candidate_degrees(model, candidate.hardware, fixed, microbatch_choices=space.microbatch_choices,
+                                    max_tp=space.max_tp)
+        candidate = candidate.with_fields(**parallelism.suggest_degrees(trial, choices)._asdict())
+    degrees, batch = _degrees_of(candidate), strategy.global_batch_size
+    if "microbatch_size" in space.searched:
+        candidate = candidate.with_fields(microbatch_size=parallelism.suggest_microbatch_size(
+            trial, model, degrees, global_batch_size=batch, choices=space.microbatch_choices))
+    if "schedule" in space.searched:
+        choice = parallelism.suggest_schedule(trial, model, degrees, candidate.strategy.microbatch_size,
                                               global_batch_size=batch)
-        fields.update(schedule=choice.schedule, num_chunks=choice.num_chunks)
-    return degrees
+        candidate = candidate.with_fields(schedule=choice.schedule, num_chunks=choice.num_chunks)
+    return candidate
 
 
-def _memory_and_layout(trial: optuna.trial.Trial, model: ModelSpec, hardware: Hardware, fields: dict,
-                       searched: set[str], degrees: ParallelDegrees, custom: Mapping | None) -> None:
-    """Draw recompute, sequence parallelism, ZeRO, groups, placement, transfer strategy into ``fields``."""
+def _suggest_memory(trial: optuna.trial.Trial, space: SearchedSpace, candidate: Candidate) -> Candidate:
+    """Recompute, sequence parallelism and ZeRO."""
+    degrees, searched = _degrees_of(candidate), space.searched
     if "recompute" in searched:
-        fields["recompute"] = parallelism.suggest_recompute(trial)
+        candidate = candidate.with_fields(recompute=parallelism.suggest_recompute(trial))
     if "sequence_parallel" in searched:
-        fields["sequence_parallel"] = parallelism.suggest_sequence_parallel(trial, model, degrees)
+        candidate = candidate.with_fields(
+            sequence_parallel=parallelism.suggest_sequence_parallel(trial, space.model, degrees))
     if "zero_stage" in searched:
-        fields["zero_stage"] = parallelism.suggest_zero_stage(trial, degrees)
+        candidate = candidate.with_fields(zero_stage=parallelism.suggest_zero_stage(trial, degrees))
+    return candidate
+
+
+def _suggest_layout(trial: optuna.trial.Trial, space: SearchedSpace, candidate: Candidate) -> Candidate:
+    """Comm-group layout, placement, transfer strategy and layer partition."""
+    degrees, searched = _degrees_of(candidate), space.searched
     if "groups" in searched:
-        fields.update(groups.suggest_group_layout(trial).fields())
+        candidate = candidate.with_fields(**groups.suggest_group_layout(trial).fields())
     if "placement" in searched:
-        fields.update(placement.suggest_placement(trial, hardware, degrees, custom))
+        candidate = candidate.with_fields(**placement.suggest_placement(
+            trial, candidate.hardware, degrees, space.custom_placements))
     if "transfer_strategy" in searched and degrees.pp > 1:
-        fields["transfer_strategy"] = trial.suggest_categorical("transfer_strategy", list(TRANSFER_STRATEGIES))
+        candidate = candidate.with_fields(
+            transfer_strategy=trial.suggest_categorical("transfer_strategy", list(TRANSFER_STRATEGIES)))
+    if "partition" in searched:
+        candidate = candidate.with_fields(**partition.suggest_partition(
+            trial, space.model, candidate.hardware, candidate.strategy))
+    return candidate
 
 
-def suggest_training_strategy(trial: optuna.trial.Trial, model: ModelSpec, hardware: Hardware, *,
-                              fixed: Mapping[str, object], searched: set[str],
-                              custom_placements: Mapping | None = None,
-                              microbatch_choices: Sequence[int] | None = None,
-                              max_tp: int | None = None) -> Strategy:
-    """A full training ``Strategy`` drawn from ``trial`` over the ``searched`` dimensions.
+def suggest_candidate(trial: optuna.trial.Trial, space: SearchedSpace, hardware: Hardware, *,
+                      fixed: Mapping[str, object]) -> Candidate:
+    """A whole training candidate drawn from ``trial`` over the ``space``'s searched dimensions.
 
     Args:
         trial: an Optuna trial (``study.ask()`` or inside an objective).
-        model: the model.
+        space: the model and what is searched.
         hardware: the machine.
         fixed: ``Strategy`` field values for what is not searched (e.g. ``{"precision": "bf16"}``).
-        searched: names from :data:`DIMENSIONS`.
-        custom_placements: validated named placements (:func:`spaces.placement.custom_placements`).
-        microbatch_choices: allowed microbatch sizes (default: every divisor of ``B / dp``).
-        max_tp: largest tensor-parallel degree when ``degrees`` is searched.
 
     Returns:
-        The strategy (always constructible; memory feasibility is the simulator's answer).
+        The candidate (its strategy always constructible; memory feasibility is the simulator's answer).
 
     Raises:
         InputError: unknown dimension or field, a field both fixed and searched, no legal degrees,
             or fixed values that do not make a valid ``Strategy``.
     """
-    check_dimensions(fixed, searched)
-    fields = dict(fixed)
-    degrees = _plan(trial, model, hardware, fields, searched, microbatch_choices, max_tp)
-    _memory_and_layout(trial, model, hardware, fields, searched, degrees, custom_placements)
-    draft = Strategy.from_dict(fields)
-    if "partition" in searched:
-        fields.update(partition.suggest_partition(trial, model, hardware, draft))
-        return Strategy.from_dict(fields)
-    return draft
+    check_dimensions(fixed, set(space.searched))
+    candidate = Candidate(hardware=hardware, strategy=Strategy.from_dict(dict(fixed)))
+    candidate = _suggest_degrees(trial, space, candidate, fixed)
+    candidate = _suggest_memory(trial, space, candidate)
+    return _suggest_layout(trial, space, candidate)

@@ -42,8 +42,10 @@ def test_suggested_strategies_are_valid(model_name, hardware_name, options, samp
     study = optuna.create_study(sampler=chosen)
     for _ in range(50 if sampler == "random" else 25):
         trial = study.ask()
-        strategy = spaces.suggest_training_strategy(trial, model, hardware, fixed={},
-                                                    searched=set(spaces.DIMENSIONS), **options)
+        space = spaces.SearchedSpace(model=model, searched=frozenset(spaces.DIMENSIONS), **options)
+        candidate = spaces.suggest_candidate(trial, space, hardware, fixed={})
+        assert candidate.hardware is hardware
+        strategy = candidate.strategy
         assert_valid(model, hardware, strategy)
         study.tell(trial, float(strategy.tp + strategy.pp))
     assert len({t.params["degrees"] for t in study.trials}) > 1
@@ -55,8 +57,8 @@ def test_fixed_values_restrict_and_fill():
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
     for _ in range(20):
         trial = study.ask()
-        strategy = spaces.suggest_training_strategy(
-            trial, model, hardware, fixed=fixed, searched={"degrees", "microbatch_size", "placement"})
+        space = spaces.SearchedSpace(model=model, searched=frozenset({"degrees", "microbatch_size", "placement"}))
+        strategy = spaces.suggest_candidate(trial, space, hardware, fixed=fixed).strategy
         assert strategy.tp == 4 and strategy.precision == "bf16" and strategy.schedule == "gpipe"
         assert_valid(model, hardware, strategy)
         assert set(trial.params) <= {"degrees", "placement"} | {p for p in trial.params if p.startswith("micro")}
@@ -67,7 +69,8 @@ def test_nothing_searched_gives_the_fixed_strategy():
     model, hardware = simulator.load_model("T-145B"), simulator.load_hardware("wafer")
     fixed = {"tp": 8, "pp": 20, "dp": 2, "recompute": "full"}
     trial = optuna.create_study().ask()
-    strategy = spaces.suggest_training_strategy(trial, model, hardware, fixed=fixed, searched=set())
+    space = spaces.SearchedSpace(model=model, searched=frozenset())
+    strategy = spaces.suggest_candidate(trial, space, hardware, fixed=fixed).strategy
     assert strategy == simulator.Strategy(**fixed)
     assert trial.params == {}
 
@@ -81,8 +84,8 @@ def test_nothing_searched_gives_the_fixed_strategy():
 def test_bad_search_requests_are_input_errors(fixed, searched, message):
     model, hardware = simulator.load_model("T-18B"), simulator.load_hardware("wafer")
     with pytest.raises(simulator.InputError, match=message):
-        spaces.suggest_training_strategy(optuna.create_study().ask(), model, hardware, fixed=fixed,
-                                         searched=searched)
+        space = spaces.SearchedSpace(model=model, searched=frozenset(searched))
+        spaces.suggest_candidate(optuna.create_study().ask(), space, hardware, fixed=fixed)
 
 
 def test_spaces_never_imports_palm_search():
