@@ -35,6 +35,9 @@ UNITS: dict[str, tuple[str, float]] = {
     "_ns": ("_s", 1e-9),
     "_us": ("_s", 1e-6),
     "_s": ("_s", 1.0),
+    "_bytes_per_s": ("_bytes_per_s", 1.0),
+    "_flop_per_s": ("_flop_per_s", 1.0),
+    "_bytes": ("_bytes", 1.0),
 }
 """Unit suffix of a file key -> (SI suffix of the attribute, factor to SI). Longest match wins."""
 

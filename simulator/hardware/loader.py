@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import simulator.network  # noqa: F401 - registers every network kind in NETWORK_KINDS
 from simulator.config import SOURCE_SUFFIX, Table, parse_toml, read_toml, split_unit
@@ -67,6 +68,16 @@ def load_hardware(name_or_path: str | Path) -> Hardware:
         raise InputError(f"hardware: unknown preset {text!r} (presets: {hardware_presets()})")
     resource = resources.files("simulator.hardware").joinpath(_PRESET_DIR, f"{text}.toml")
     return _build(parse_toml(resource.read_text(encoding="utf-8"), _PRESET_DISPLAY.format(text)), text)
+
+
+def hardware_from_tables(tables: dict[str, Any], name: str, display: str) -> Hardware:
+    """A :class:`Hardware` from the parsed tables of a hardware file (as
+    :func:`simulator.hardware.writer.hardware_tables` writes them); ``display`` names them in errors.
+
+    Raises:
+        InputError: as :func:`load_hardware`.
+    """
+    return _build(Table(file=display, path="", data=dict(tables)), name)
 
 
 def _build(root: Table, name: str) -> Hardware:
