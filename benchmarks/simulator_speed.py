@@ -20,8 +20,8 @@ from simulator import Strategy, load_hardware, load_model, simulate
 
 WAFER_CASES = [("T-18B", 0), ("T-76B", 0), ("T-145B", 1)]
 AUTHORS_WAFER_S = {"T-18B": 3.3, "T-76B": 6.5, "T-145B": 11.1}
-"""Simulation time of the authors' PALM code for these wafer cases on this kind of machine
-(shared/REFERENCE.md); the report gives our speed as a ratio to it, which machine noise spares."""
+"""Simulation time (s) of the authors' PALM code (fangjh21/PALM) for these wafer cases, measured on this
+kind of 2-core machine; the report gives our speed as a ratio to it, which machine noise spares."""
 TABLE_IV = [("T-18B", 8, 32, 1), ("T-39B", 8, 32, 2), ("T-76B", 8, 32, 4), ("T-145B", 8, 24, 8),
             ("T-310B", 8, 15, 16), ("T-530B", 8, 9, 35)]
 

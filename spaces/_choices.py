@@ -1,8 +1,8 @@
 """Categorical suggestions whose valid choices depend on earlier ones, without dynamic spaces.
 
 Optuna 5 rejects a categorical parameter whose choices change between trials ("CategoricalDistribution
-does not support dynamic value space"; /work/shared/REFERENCE.md, Library facts). Two encodings keep
-every parameter name bound to one fixed list of choices:
+does not support dynamic value space", raised by ``optuna.distributions.check_distribution_compatibility``).
+Two encodings keep every parameter name bound to one fixed list of choices:
 
 * the name carries the earlier values the choices depend on (``microbatch_size|dp=2``);
 * the name carries the valid subset itself when it is smaller than the full list
