@@ -18,7 +18,7 @@ import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from simulator.errors import InputError
 
@@ -192,7 +192,7 @@ class Table:
         if not above or value > maximum:
             wanted = _range(kind, minimum, inclusive, maximum)
             raise self.error(f"key '{key}' must be {wanted}, got {_show(value)}")
-        return value
+        return cast(int | float, value)
 
     def take_quantity(self, key: str, *, integer: bool = False) -> tuple[str, float]:
         """The quantity ``key`` converted to SI, with its SI name; range follows the name.

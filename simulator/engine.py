@@ -21,8 +21,9 @@ data-parallel collectives and the optimizer step (PALM's Gradient Update).
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Generator
 from dataclasses import dataclass, field
+from typing import Any
 
 import simpy
 
@@ -30,7 +31,7 @@ from simulator.costs import Collective, PassCost, StageCost
 from simulator.hardware.spec import Hardware
 from simulator.network.backends import NetworkBackend
 from simulator.network.collectives import Flow, all_pairs_edges, make_flow, ring_edges
-from simulator.network.topology import Topology
+from simulator.network.topology import Edge, Topology
 from simulator.placement import StagePlacement
 from simulator.schedules import Pass, PipelineSchedule
 
@@ -77,7 +78,7 @@ class TraceRecord:
     name: str
     start_s: float
     end_s: float
-    args: dict = field(default_factory=dict)
+    args: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -170,7 +171,7 @@ class Engine:
         Resources booked by exactly the same flows always hold the same calendar, so each such
         class is booked once, through one representative."""
         owner = {id(f): i for i, s in enumerate(self.stage_flows) for f in _own_flows(s)}
-        owners: dict[int, set] = {}
+        owners: dict[int, set[int | str]] = {}
         for flow in self.flows:
             for r in flow.loads:
                 owners.setdefault(r, set()).add(owner.get(id(flow), flow.name))
@@ -202,8 +203,7 @@ class Engine:
         self.messages: dict[tuple[str, int, int], simpy.Event] = {}
         for flow in self.flows:
             flow.bytes_moved = 0.0
-        if self.network.uses_contention():
-            self.network.__init__()
+        self.network.reset()
         for i in range(self.pp):
             self.env.process(self._stage(i, num_microbatches))
         self.env.run()
@@ -217,7 +217,7 @@ class Engine:
             event = self.messages[key] = self.env.event()
         return event
 
-    def _stage(self, i: int, num_microbatches: int):
+    def _stage(self, i: int, num_microbatches: int) -> Generator[simpy.Event, Any, None]:
         order = self.schedule.order(i, num_microbatches) if self.training else \
             self.schedule.forward_order(i, num_microbatches)
         last = len(self.costs) - 1
@@ -242,7 +242,7 @@ class Engine:
             yield from self._gradient_update(i)
         self.stats[i].finish_s = self.env.now
 
-    def _pass(self, i: int, cost: PassCost, p: Pass):
+    def _pass(self, i: int, cost: PassCost, p: Pass) -> Generator[simpy.Event, Any, None]:
         now = self.env.now
         end = self._pass_end(i, cost, now, p.microbatch)
         self.stats[i].compute_s += cost.compute_s
@@ -257,10 +257,10 @@ class Engine:
         flows, stats, net, record = self.stage_flows[i], self.stats[i], self.network, self.record
         segments = cost.segments
         compute = cost.compute_s / segments
-        dram = 0.0
-        if flows.dram is not None and cost.dram_bytes > 0:
-            dram = flows.dram.step_time_s(cost.dram_bytes / segments)
-            flows.dram.bytes_moved += cost.dram_bytes
+        dram, dram_flow = 0.0, flows.dram
+        if dram_flow is not None and cost.dram_bytes > 0:
+            dram = dram_flow.step_time_s(cost.dram_bytes / segments)
+            dram_flow.bytes_moved += cost.dram_bytes
         collective, moved = self._collectives_time(i, cost.tp_collectives)
         if cost.overlapped_collectives:
             hidden, hidden_moved = self._collectives_time(i, cost.overlapped_collectives)
@@ -269,13 +269,13 @@ class Engine:
         t = now
         for _ in range(segments):
             ready = t + compute
-            if dram:
-                start = net.book(flows.dram, t, dram, now)
+            if dram_flow is not None and dram:
+                start = net.book(dram_flow, t, dram, now)
                 ready = max(ready, start + dram)
                 stats.dram_stall_s += ready - t - compute
                 if record:
-                    self._trace(flows.dram, f"stage {i}", "dram", start, dram,
-                                cost.dram_bytes * flows.dram.num_edges / segments, microbatch)
+                    self._trace(dram_flow, f"stage {i}", "dram", start, dram,
+                                cost.dram_bytes * dram_flow.num_edges / segments, microbatch)
             t = ready
             if collective:
                 start = net.book(flows.tp, t, collective, now)
@@ -287,7 +287,7 @@ class Engine:
         return t
 
     def _trace(self, flow: Flow, lane: str, name: str, start: float, duration: float, size_bytes: float,
-               microbatch: int = -1, kind: str = "", **args) -> None:
+               microbatch: int = -1, kind: str = "", **args: Any) -> None:
         """Keep one booking of ``flow`` (``size_bytes`` over all its edges) for the trace, under
         ``kind`` (default: the flow's)."""
         args.update(bytes=size_bytes, flow=flow.name, microbatch=microbatch)
@@ -333,7 +333,7 @@ class Engine:
             end = self._regroup(dst, end, size_bytes, lane, microbatch)
         message = self._message((kind, k, microbatch))
         self.events += 2
-        self.env.timeout(end - now).callbacks.append(lambda _event: message.succeed())
+        self.env.timeout(end - now).callbacks.append(lambda _event: _succeed(message))
         return sent
 
     def _regroup(self, stage: int, start: float, size_bytes: float, lane: str = "", microbatch: int = -1) -> float:
@@ -356,7 +356,7 @@ class Engine:
                         microbatch, kind="p2p")
         return begin + duration
 
-    def _gradient_update(self, i: int):
+    def _gradient_update(self, i: int) -> Generator[simpy.Event, Any, None]:
         """Data-parallel collectives of every chunk, then the optimizer step (PALM GU)."""
         chunks = [self.costs[c * self.pp + i] for c in range(len(self.costs) // self.pp)]
         now = self.env.now
@@ -379,9 +379,14 @@ class Engine:
         yield self.env.timeout(end - now)
 
 
-def _rings(topology: Topology, groups: tuple[tuple[int, ...], ...]) -> list[tuple]:
+def _rings(topology: Topology, groups: tuple[tuple[int, ...], ...]) -> list[Edge]:
     """Ring edges of ``groups``, spread over the NICs of each node on a GPU cluster."""
     return topology.channel_edges(groups, ring_edges(groups))
+
+
+def _succeed(event: simpy.Event) -> None:
+    """Trigger ``event`` (a callback must return None; ``succeed`` returns the event)."""
+    event.succeed()
 
 
 def _own_flows(flows: StageFlows) -> list[Flow]:
@@ -391,7 +396,7 @@ def _own_flows(flows: StageFlows) -> list[Flow]:
 
 def traffic_by_kind(flows: list[Flow], flow_bytes: list[float]) -> dict[str, float]:
     """Total bytes moved per traffic class (bytes per edge x edges), summed over flows."""
-    totals: Counter[str] = Counter({"tp": 0.0, "dp": 0.0, "p2p": 0.0, "dram": 0.0})
+    totals = {"tp": 0.0, "dp": 0.0, "p2p": 0.0, "dram": 0.0}
     for flow, moved in zip(flows, flow_bytes, strict=True):
-        totals[flow.kind] += moved * flow.num_edges
-    return dict(totals)
+        totals[flow.kind] = totals.get(flow.kind, 0.0) + moved * flow.num_edges
+    return totals

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,7 +83,7 @@ class SimulationResult:
 
     model: str
     hardware: str
-    strategy: dict
+    strategy: dict[str, Any]
     network: str
     feasible: bool
     reason: str
@@ -112,7 +113,7 @@ class SimulationResult:
             return 0.0
         return sum(s.bubble_s for s in self.stages) / len(self.stages) / self.iteration_time_s
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """A dict of plain JSON types."""
         return asdict(self)
 

@@ -10,7 +10,7 @@ and comm-group options follow PALM (Fang et al., arXiv 2406.03868, §V-B, Fig. 8
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from simulator.errors import InputError
 
@@ -41,7 +41,7 @@ BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
 """Bytes per element of each precision (IEEE 754 binary32 / binary16, bfloat16, int8)."""
 
 
-def _choice(name: str, value: object, allowed: tuple) -> None:
+def _choice(name: str, value: object, allowed: tuple[object, ...]) -> None:
     if value not in allowed:
         raise InputError(f"strategy: `{name}` must be one of {list(allowed)}, got {value!r}")
 
@@ -185,7 +185,7 @@ class Strategy:
         """Bytes of one element at :attr:`precision`."""
         return BYTES_PER_ELEMENT[self.precision]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """A JSON-compatible dict; ``Strategy(**from_dict(d))`` round-trips it."""
         data = asdict(self)
         if self.stage_layers is not None:
@@ -195,7 +195,7 @@ class Strategy:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> Strategy:
+    def from_dict(cls, data: dict[str, Any]) -> Strategy:
         """Build from a dict (e.g. a TOML table or ``to_dict`` output).
 
         Raises:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from simulator.config import read_toml
 from simulator.errors import InputError
@@ -31,14 +32,14 @@ def load_strategy(path: str | Path) -> Strategy:
         raise InputError(f"{name}: {error}") from None
 
 
-def _read_toml_strategy(path: str | Path) -> dict:
+def _read_toml_strategy(path: str | Path) -> dict[str, Any]:
     root = read_toml(path)
     table = root.take_table("strategy")
     root.finish()
     return table.data
 
 
-def _read_json(path: str | Path) -> dict:
+def _read_json(path: str | Path) -> dict[str, Any]:
     """The strategy object of a JSON file (the document, or its ``"strategy"`` member).
 
     Raises:

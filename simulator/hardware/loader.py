@@ -31,13 +31,15 @@ from __future__ import annotations
 import dataclasses
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import simulator.network  # noqa: F401 - registers every network kind in NETWORK_KINDS
 from simulator.config import SOURCE_SUFFIX, Table, parse_toml, read_toml, split_unit
 from simulator.errors import InputError
 from simulator.hardware.spec import NETWORK_KINDS, Calibration, Hardware
 from simulator.strategy import PRECISIONS
+
+D = TypeVar("D")
 
 _PRESET_DIR = "presets"
 _PRESET_DISPLAY = "simulator/hardware/presets/{}.toml"
@@ -112,7 +114,7 @@ def _field_types(cls: type, names: set[str] | None = None) -> dict[str, str]:
             if f.name != "sources" and (names is None or f.name in names)}
 
 
-def _read_dataclass(table: Table, cls: type, sources: dict[str, str]) -> object:
+def _read_dataclass(table: Table, cls: type[D], sources: dict[str, str]) -> D:
     """Build ``cls`` from a table holding exactly its fields, each with a unit and a source.
 
     Raises:

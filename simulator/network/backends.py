@@ -37,6 +37,10 @@ class NetworkBackend(Protocol):
         """Whether bookings can be delayed (tells the engine to set up booked resources)."""
         ...
 
+    def reset(self) -> None:
+        """Forget every booking (a new engine run starts)."""
+        ...
+
 
 class AnalyticalNetwork:
     """No contention: every flow starts when it is ready (PALM Eq. 2 without contention)."""
@@ -51,6 +55,9 @@ class AnalyticalNetwork:
         """Never: flows do not wait for each other."""
         return False
 
+    def reset(self) -> None:
+        """Nothing to forget."""
+
 
 class ContentionNetwork:
     """Exclusive resources with first-fit calendars (PALM §IV-C, Eqs. 2-5)."""
@@ -60,6 +67,12 @@ class ContentionNetwork:
     def __init__(self) -> None:
         self._calendars: dict[int, tuple[list[float], list[float]]] = {}
         self._of_flow: dict[int, list[tuple[list[float], list[float]]]] = {}
+        self._bookings = 0
+
+    def reset(self) -> None:
+        """Empty every calendar."""
+        self._calendars.clear()
+        self._of_flow.clear()
         self._bookings = 0
 
     def uses_contention(self) -> bool:

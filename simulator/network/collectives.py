@@ -27,11 +27,11 @@ per-step or per-device simulation events (the authors' code spawns 2(P-1)P proce
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from simulator.errors import SimulationError
-from simulator.network.topology import Topology
+from simulator.network.topology import Edge, Topology
 
 STEPS_PER_RING = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1,
                   "reduce_scatter": lambda n: n - 1}
@@ -45,7 +45,7 @@ class Flow:
         name: readable name (e.g. ``stage3 tp``).
         kind: traffic class: ``tp``, ``dp``, ``p2p`` or ``dram``.
         group_size: devices per group (``n`` of the ring formulas); 1 for p2p and DRAM.
-        loads: edges crossing each resource.
+        loads: edges crossing each resource (fractional where an edge is split over NICs).
         latency_s: the largest route latency among the edges (s).
         seconds_per_byte: ``max_r(load_r / (bandwidth_r * efficiency_r))`` (s per byte per edge).
         bytes_moved: bytes per edge moved so far (for link utilisation, filled by the engine).
@@ -56,7 +56,7 @@ class Flow:
     name: str
     kind: str
     group_size: int
-    loads: dict[int, int]
+    loads: dict[int, float]
     latency_s: float
     seconds_per_byte: float
     num_edges: int = 0
@@ -85,7 +85,7 @@ class Flow:
 
 
 def make_flow(
-    topology: Topology, name: str, kind: str, routes: list[tuple], efficiency: float,
+    topology: Topology, name: str, kind: str, routes: Sequence[Edge], efficiency: float,
     group_size: int = 1,
 ) -> Flow:
     """A flow whose edges are the device pairs ``routes`` (a pair ``(d, -1)`` is d's DRAM stream).
@@ -101,13 +101,13 @@ def make_flow(
             resource that has no efficiency of its own (:attr:`Topology.efficiencies`).
         group_size: devices per group for ring formulas.
     """
-    loads: Counter[int] = Counter()
+    loads: dict[int, float] = {}
     latency = edges = 0.0
     for route in routes:
         src, dst, share = route if len(route) == 3 else (*route, 1.0)
         resources, route_latency = topology.dram_route(src) if dst < 0 else topology.route(src, dst)
         for r in resources:
-            loads[r] += share
+            loads[r] = loads.get(r, 0.0) + share
         latency, edges = max(latency, route_latency), edges + share
     bandwidth, own = topology.bandwidth_bytes_per_s, topology.efficiencies
     worst = max((load / (bandwidth[r] * (own[r] or efficiency)) for r, load in loads.items()), default=0.0)

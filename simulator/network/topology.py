@@ -15,8 +15,9 @@ here suit a machine whose devices have no geometry; kinds override what differs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
+from typing import TypeVar
 
 from simulator.errors import InputError
 from simulator.hardware.spec import Hardware, Network
@@ -105,16 +106,19 @@ def topology_of(hardware: Hardware) -> Topology:
 
 @cache
 def _topology(network: Network) -> Topology:
-    return TOPOLOGIES[type(network)](network)
+    return TOPOLOGIES[type(network)](network)  # type: ignore[call-arg]  # each kind takes its record
 
 
 TOPOLOGIES: dict[type, type[Topology]] = {}
 """Network record class -> its topology class (filled by :func:`topology_for`)."""
 
 
-def topology_for(network: type[Network]):  # noqa: ANN201 - a class decorator
+T = TypeVar("T", bound=type[Topology])
+
+
+def topology_for(network: type[Network]) -> Callable[[T], T]:
     """Class decorator: the decorated :class:`Topology` serves records of class ``network``."""
-    def register(cls: type[Topology]) -> type[Topology]:
+    def register(cls: T) -> T:
         TOPOLOGIES[network] = cls
         return cls
     return register

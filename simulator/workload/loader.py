@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 from importlib import resources
 from pathlib import Path
-from typing import get_args
+from typing import cast, get_args
 
 from simulator.config import Table, parse_toml, read_toml
 from simulator.errors import InputError
@@ -88,12 +88,12 @@ def _build(table: Table, name: str) -> tuple[ModelSpec, list[str]]:
     aliases = table.take_strings("aliases") if table.has("aliases") else []
     if not table.take_string("source").strip():
         raise table.error("key 'source' must cite where the shapes come from, got ''")
-    architecture = table.take_string("architecture", _ARCHITECTURES)
+    architecture = cast(Architecture, table.take_string("architecture", _ARCHITECTURES))
     transformer = architecture != "resnet50"
     zero_ok = () if transformer else _TRANSFORMER_ONLY
-    counts = {key: table.take_number(key, integer=True, inclusive=key in zero_ok) for key in _COUNTS}
+    counts = {key: int(table.take_number(key, integer=True, inclusive=key in zero_ok)) for key in _COUNTS}
     has_image = table.has("image_size")
-    image_size = table.take_number("image_size", integer=True, inclusive=transformer) if has_image else 0
+    image_size = int(table.take_number("image_size", integer=True, inclusive=transformer)) if has_image else 0
     if transformer and image_size:
         raise table.error(f"key 'image_size' is for resnet50 only, got {image_size} for {architecture!r}")
     if not transformer and not image_size:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from simulator.costs import Collective
+from simulator.costs import Collective, CollectiveKind
 from simulator.strategy import Strategy
 from simulator.workload.spec import ModelSpec
 
@@ -233,7 +233,7 @@ def embedding_collectives(model: ModelSpec, strategy: Strategy) -> tuple[Collect
     if strategy.tp == 1:
         return ()
     size = strategy.microbatch_size * model.sequence_length * model.hidden_size * strategy.bytes_per_element
-    kind = "reduce_scatter" if strategy.sequence_parallel else "all_reduce"
+    kind: CollectiveKind = "reduce_scatter" if strategy.sequence_parallel else "all_reduce"
     return (Collective(kind=kind, size_bytes=size, count=1),)
 
 

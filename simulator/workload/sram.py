@@ -180,6 +180,7 @@ def operator_access(op: Operator, totals: StageTotals, capacity: float, strategy
     """
     branch = stage_branch(totals, capacity)
     gradient = op.weight_bytes if strategy.mode == "training" else 0.0
+    chosen: SramStrategy
     if branch == "resident":
         chosen, forward = "resident", 0.0
     elif branch == "activation_stream":

@@ -99,3 +99,14 @@ def test_unknown_backend_and_schedule_are_input_errors():
         network_backend("telepathy")
     with pytest.raises(InputError):
         make_schedule("zigzag", 2)
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_a_reset_backend_books_as_a_fresh_one(name):
+    flow = make_flow(topology_of(HW), "f", "p2p", [(0, 5)], 1.0)
+    flow.booked = tuple(flow.loads)
+    used, fresh = network_backend(name), network_backend(name)
+    for t in (0.0, 0.1, 0.2):
+        used.book(flow, t, 1.0, 0.0)
+    used.reset()
+    assert [used.book(flow, t, 1.0, 0.0) for t in (0.0, 0.5)] == [fresh.book(flow, t, 1.0, 0.0) for t in (0.0, 0.5)]
