@@ -9,9 +9,23 @@ from typing import Annotated
 import typer
 
 from palm_search.optimize_cmd import dashboard_cmd, optimize_command
+from palm_search.outputs import read_best
 from palm_search.render import print_result
 from palm_search.worker_cmd import worker_cmd
-from simulator import InputError, PalmError, Strategy, load_hardware, load_model, load_strategy, simulate
+from simulator import (
+    Hardware,
+    InputError,
+    ModelSpec,
+    PalmError,
+    SimulationResult,
+    Strategy,
+    load_hardware,
+    load_model,
+    load_strategy,
+    simulate,
+    simulate_timeline,
+)
+from simulator.strategy import PLACEMENTS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Simulate and search parallel mappings of large-model training.")
@@ -62,9 +76,12 @@ Opt = typer.Option
 
 @app.command("simulate")
 def simulate_command(
-    model: Annotated[str, Opt("--model", help="Model preset (e.g. T-145B) or TOML file.")],
-    hw: Annotated[str, Opt("--hw", help="Hardware preset (wafer, a100-cluster, grayskull) or TOML file.")],
-    strategy_file: Annotated[Path | None, Opt("--strategy", help="Strategy TOML/JSON (flags override).")] = None,
+    model: Annotated[str | None, Opt("--model", help="Model preset (e.g. T-145B) or TOML file "
+                                     "(default: the one a --strategy best.json names).")] = None,
+    hw: Annotated[str | None, Opt("--hw", help="Hardware preset (wafer, a100-cluster, grayskull, tpu-v4-cube) "
+                                  "or TOML file (default: the machine a --strategy best.json carries).")] = None,
+    strategy_file: Annotated[Path | None, Opt("--strategy", help="Strategy TOML/JSON, e.g. a run's best.json "
+                                              "(flags override).")] = None,
     tp: Annotated[int | None, Opt(help="Tensor-parallel degree.")] = None,
     pp: Annotated[int | None, Opt(help="Pipeline-parallel degree (stages).")] = None,
     dp: Annotated[int | None, Opt(help="Data-parallel degree.")] = None,
@@ -84,7 +101,8 @@ def simulate_command(
     mode: Annotated[str | None, Opt(help="training or inference.")] = None,
     partition: Annotated[str | None, Opt(help="balanced or uniform (see --stage-layers).")] = None,
     stage_layers: Annotated[str | None, Opt(help="Explicit layers per virtual stage, e.g. 4,4,3.")] = None,
-    placement: Annotated[str | None, Opt(help="line or s-shape (see --stage-devices).")] = None,
+    placement: Annotated[str | None, Opt(help=f"Stage-to-device order: {', '.join(PLACEMENTS)} "
+                                         "(explicit: see --stage-devices).")] = None,
     stage_devices: Annotated[str | None, Opt(help="Explicit devices per stage: '0,1;2,3'.")] = None,
     group_layout: Annotated[str | None, Opt(help="TP groups compact or strided.")] = None,
     group_order: Annotated[str | None, Opt(help="tp-major or dp-major walk inside a stage.")] = None,
@@ -100,19 +118,41 @@ def simulate_command(
     overrides = {k: values[k] for k in STRATEGY_FLAGS}
     try:
         strategy = build_strategy(strategy_file, overrides, stage_layers, stage_devices)
-        result = simulate(load_model(model), load_hardware(hw), strategy, network=network,
-                          steady_state=steady_state)
-        if trace or plots:
-            from palm_search.report import write_visuals
-
-            for path in write_visuals(load_model(model), load_hardware(hw), strategy, network, trace, plots):
-                typer.echo(f"wrote {path}", err=True)
+        model_spec, hardware = _model_and_machine(model, hw, strategy_file)
+        result = _simulate_and_draw(model_spec, hardware, strategy, network, steady_state, trace, plots)
     except PalmError as error:
         fail(str(error))
     if json_output:
         typer.echo(result.to_json())
     else:
         print_result(result)
+
+
+def _model_and_machine(model: str | None, hw: str | None, strategy_file: Path | None) -> tuple[ModelSpec, Hardware]:
+    """The model and machine of ``simulate``: the flags, else what a ``best.json`` names.
+
+    Raises:
+        InputError: neither the flag nor the strategy file names one; bad files.
+    """
+    named_model, machine = read_best(strategy_file) if strategy_file else (None, None)
+    if not (model or named_model):
+        raise InputError("--model: required (or a --strategy best.json that names the model)")
+    if not (hw or machine):
+        raise InputError("--hw: required (or a --strategy best.json that carries the machine)")
+    return load_model(model or named_model), load_hardware(hw) if hw else machine
+
+
+def _simulate_and_draw(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str,
+                       steady_state: bool, trace: Path | None, plots: Path | None) -> SimulationResult:
+    """One simulation; with a trace or plots asked, the recorded one (three engine runs in all)."""
+    if not (trace or plots):
+        return simulate(model, hardware, strategy, network=network, steady_state=steady_state)
+    from palm_search.report import write_visuals
+
+    timeline = simulate_timeline(model, hardware, strategy, network=network, steady_state=steady_state)
+    for path in write_visuals(timeline, trace, plots):
+        typer.echo(f"wrote {path}", err=True)
+    return timeline.result
 
 
 @app.command("report")

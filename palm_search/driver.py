@@ -19,6 +19,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import optuna
 from joblib import Parallel, delayed
@@ -26,7 +27,7 @@ from joblib.externals.loky.process_executor import TerminatedWorkerError
 from optuna.trial import TrialState
 
 from palm_search.evaluate import RECORD_KEYS, cache_key, evaluate
-from palm_search.space import Builder, enumerate_points, strategy_builder
+from palm_search.space import Builder, candidate_builder, enumerate_points
 from palm_search.storage import (
     Heartbeat,
     beat_now,
@@ -36,7 +37,17 @@ from palm_search.storage import (
     rdb_storage,
 )
 from palm_search.study import StudySpec, spec_to_attrs
-from simulator import Hardware, InputError, ModelSpec, Strategy, load_hardware, load_model
+from simulator import (
+    Hardware,
+    InputError,
+    ModelSpec,
+    Strategy,
+    hardware_from_tables,
+    hardware_tables,
+    load_hardware,
+    load_model,
+)
+from spaces import Candidate
 
 logger = logging.getLogger(__name__)
 UNFINISHED = (TrialState.RUNNING, TrialState.WAITING)
@@ -109,7 +120,7 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
         InputError: bad model, hardware or study values.
     """
     model, hardware = load_model(spec.model), load_hardware(spec.hardware)
-    build = strategy_builder(spec, model, hardware)
+    build = candidate_builder(spec, model, hardware)
     points = None
     if spec.sampler in ("auto", "exhaustive"):
         points = enumerate_points(build, spec.trials if spec.sampler == "auto" else 10**6)
@@ -126,16 +137,29 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
         study.set_user_attr("sampler", "exhaustive" if points is not None else spec.sampler)
         for params in points or []:
             study.enqueue_trial(params)
-    _load_cache(search)
+    load_cache(search)
     return search
 
 
-def _load_cache(search: Search) -> None:
+def candidate_of(search: Search, trial: optuna.trial.FrozenTrial) -> Candidate:
+    """The candidate a told trial evaluated: its ``strategy`` on the study's machine, or on the
+    machine of its ``machine`` attribute (a hardware variant, as :func:`tell` stores it)."""
+    machine = trial.user_attrs.get("machine")
+    hardware = (hardware_from_tables(machine, trial.user_attrs["hardware"], f"trial {trial.number}: machine")
+                if machine else search.hardware)
+    return Candidate(hardware=hardware, strategy=Strategy.from_dict(trial.user_attrs["strategy"]))
+
+
+def key_of(search: Search, candidate: Candidate) -> str:
+    """The cache key of evaluating ``candidate`` in this search."""
+    return cache_key(search.model, candidate.hardware, candidate.strategy, search.spec.network)
+
+
+def load_cache(search: Search) -> None:
     """Fill the cache from the study's completed trials (a resumed study simulates nothing twice)."""
     for trial in search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         if "strategy" in trial.user_attrs:
-            strategy = Strategy.from_dict(trial.user_attrs["strategy"])
-            key = cache_key(search.model, search.hardware, strategy, search.spec.network)
+            key = key_of(search, candidate_of(search, trial))
             search.cache[key] = {k: trial.user_attrs.get(k) for k in RECORD_KEYS}
 
 
@@ -146,19 +170,20 @@ def objective_values(spec: StudySpec, record: dict) -> list[float]:
     return [values[o] for o in spec.objectives]
 
 
-def tell(search: Search, trial: optuna.Trial, strategy: Strategy | None, record: dict, cached: bool,
+def tell(search: Search, trial: optuna.Trial, candidate: Candidate | None, record: dict, cached: bool,
          baseline: bool = False) -> None:
-    """Record ``record`` on ``trial`` and finish it (COMPLETE, or FAIL on error)."""
+    """Record ``record`` on ``trial`` and finish it (COMPLETE, or FAIL on error). The trial keeps
+    the candidate's strategy, and its machine's tables when it is not the study's machine."""
     study, progress = search.study, search.progress
-    if strategy is not None:
-        trial.set_user_attr("strategy", strategy.to_dict())
+    if candidate is not None:
+        trial.set_user_attr("strategy", candidate.strategy.to_dict())
+        if candidate.hardware != search.hardware:
+            trial.set_user_attr("hardware", candidate.hardware.name)
+            trial.set_user_attr("machine", hardware_tables(candidate.hardware))
     for key in RECORD_KEYS:
         if key in record:
             trial.set_user_attr(key, record[key])
     trial.set_user_attr("cached", cached)
-    named = [v for k, v in trial.params.items() if k.split("|")[0] == "placement"]
-    if named:
-        trial.set_user_attr("placement_name", named[0])
     trial.set_user_attr("baseline", baseline)
     search.running.discard(trial._trial_id)
     progress.done += 1
@@ -189,18 +214,11 @@ def run_baseline(search: Search, baseline: Strategy) -> None:
     """Evaluate the baseline as the study's first trial (once per study)."""
     if any(t.user_attrs.get("baseline") for t in search.study.get_trials(deepcopy=False)):
         return
+    candidate = Candidate(hardware=search.hardware, strategy=baseline)
     record = evaluate(search.model, search.hardware, baseline, search.spec.network)
     trial = search.study.ask(fixed_distributions={})
-    search.cache[cache_key(search.model, search.hardware, baseline, search.spec.network)] = record
-    tell(search, trial, baseline, record, cached=False, baseline=True)
-
-
-def _decode(search: Search, trial: optuna.Trial) -> tuple[Strategy | None, dict | None]:
-    """The trial's strategy, or an error record when the space cannot build one."""
-    try:
-        return search.build(trial), None
-    except InputError as error:
-        return None, {"error": f"InputError: {error}"}
+    search.cache[key_of(search, candidate)] = record
+    tell(search, trial, candidate, record, cached=False, baseline=True)
 
 
 def _stale(search: Search) -> list[optuna.Trial]:
@@ -245,51 +263,72 @@ def _budget(search: Search, pending: list[optuna.Trial]) -> int:
     return max(search.spec.trials - _finished(search.study), len(pending))
 
 
-def _prepare(search: Search, trial: optuna.Trial):
-    """(trial, strategy, key, record-or-None): a record when no simulation is needed."""
-    strategy, failure = _decode(search, trial)
-    if failure:
-        return trial, None, None, failure
-    key = cache_key(search.model, search.hardware, strategy, search.spec.network)
-    return trial, strategy, key, search.cache.get(key)
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """An asked trial decoded: its candidate and cache key (None when the space could not build
+    one), and the record already known (cached, or the decoding error) or None to simulate."""
+
+    trial: optuna.Trial
+    candidate: Candidate | None
+    key: str | None
+    known: dict | None
 
 
-def _finish(search: Search, prepared, record: dict, on_progress) -> None:
-    trial, strategy, key, known = prepared
-    cached = known is not None and key is not None
-    if key is not None and not record.get("error"):
-        search.cache.setdefault(key, record)
-    tell(search, trial, strategy, record, cached)
+def decode(search: Search, trial: optuna.Trial) -> Asked:
+    """The step every evaluator (driver or worker) takes after ``ask``: build the trial's
+    candidate and look it up in the cache."""
+    try:
+        candidate = search.build(trial)
+    except InputError as error:
+        return Asked(trial, None, None, {"error": f"InputError: {error}"})
+    key = key_of(search, candidate)
+    return Asked(trial, candidate, key, search.cache.get(key))
+
+
+def finish(search: Search, asked: Asked, record: dict, on_progress: Callable[[Progress], None]) -> None:
+    """The step after evaluating: cache the record, tell the trial, report progress."""
+    cached = asked.known is not None and asked.key is not None
+    if asked.key is not None and not record.get("error"):
+        search.cache.setdefault(asked.key, record)
+    tell(search, asked.trial, asked.candidate, record, cached)
     on_progress(search.progress)
 
 
-def _run_batches(search: Search, pending: list[optuna.Trial], on_progress) -> None:
+def run_here(search: Search, candidate: Candidate) -> dict:
+    """Evaluate ``candidate`` in this process."""
+    return search.evaluator(search.model, candidate.hardware, candidate.strategy, search.spec.network)
+
+
+def _task(search: Search, candidate: Candidate) -> Any:
+    """The joblib task evaluating ``candidate``."""
+    return delayed(search.evaluator)(search.model, candidate.hardware, candidate.strategy, search.spec.network)
+
+
+def _run_batches(search: Search, pending: list[optuna.Trial], on_progress: Callable[[Progress], None]) -> None:
     while not search.interrupted and (budget := _budget(search, pending)) > 0:
-        batch = [_prepare(search, t) for t in _asked(search, pending, min(search.spec.batch_size, budget))]
-        todo = {p[2]: p[1] for p in batch if p[3] is None}
+        batch = [decode(search, t) for t in _asked(search, pending, min(search.spec.batch_size, budget))]
+        todo = {a.key: a.candidate for a in batch if a.known is None and a.candidate is not None}
         records = dict(zip(todo, _parallel(search, list(todo.values())), strict=True))
-        for prepared in batch:
-            _finish(search, prepared, prepared[3] or records[prepared[2]], on_progress)
+        for asked in batch:
+            finish(search, asked, asked.known or records[asked.key], on_progress)
 
 
-def _parallel(search: Search, strategies: list[Strategy]) -> list[dict]:
-    """Records of ``strategies`` in order; if a worker process dies, each is retried alone."""
-    if not strategies:
+def _parallel(search: Search, candidates: list[Candidate]) -> list[dict]:
+    """Records of ``candidates`` in order; if a worker process dies, each is retried alone."""
+    if not candidates:
         return []
     try:
-        return Parallel(n_jobs=search.jobs, backend=_backend(search))(
-            delayed(search.evaluator)(search.model, search.hardware, s, search.spec.network) for s in strategies)
+        return Parallel(n_jobs=search.jobs, backend=_backend(search))(_task(search, c) for c in candidates)
     except _worker_deaths(search) as error:
         logger.warning("a simulator worker process died (%s); retrying its batch one strategy at a time", error)
-        return [_isolated(search, s) for s in strategies]
+        return [_isolated(search, c) for c in candidates]
 
 
-def _isolated(search: Search, strategy: Strategy) -> dict:
-    """Evaluate ``strategy`` alone in a fresh worker process: if that process dies too, the death
-    is the strategy's, and it becomes the record's error (its trial FAILs; the search goes on)."""
+def _isolated(search: Search, candidate: Candidate) -> dict:
+    """Evaluate ``candidate`` alone in a fresh worker process: if that process dies too, the death
+    is the candidate's, and it becomes the record's error (its trial FAILs; the search goes on)."""
     try:
-        [record] = Parallel(n_jobs=2, backend=_backend(search))(
-            [delayed(search.evaluator)(search.model, search.hardware, strategy, search.spec.network)])
+        [record] = Parallel(n_jobs=2, backend=_backend(search))([_task(search, candidate)])
         return record
     except _worker_deaths(search) as error:
         return {"error": f"worker process died: {type(error).__name__}: {' '.join(str(error).split())[:300]}"}
@@ -310,11 +349,11 @@ def _worker_deaths(search: Search) -> tuple[type[BaseException], ...]:
     return (TerminatedWorkerError,)
 
 
-def _run_streaming(search: Search, pending: list[optuna.Trial], on_progress) -> None:
+def _run_streaming(search: Search, pending: list[optuna.Trial], on_progress: Callable[[Progress], None]) -> None:
     """Keep every worker busy: ask lazily as joblib pulls tasks, tell in completion order. If a
     worker process dies, the trials in flight are evaluated again one at a time and the stream
     goes on in a new pool."""
-    waiting: dict[int, tuple] = {}
+    waiting: dict[int, Asked] = {}
     while True:
         try:
             _stream(search, pending, waiting, on_progress)
@@ -323,35 +362,36 @@ def _run_streaming(search: Search, pending: list[optuna.Trial], on_progress) -> 
             logger.warning("a simulator worker process died (%s); retrying %d in-flight trials one at a time",
                            error, len(waiting))
             for number in list(waiting):
-                prepared = waiting.pop(number)
-                _finish(search, prepared, _isolated(search, prepared[1]), on_progress)
+                asked = waiting.pop(number)
+                finish(search, asked, _isolated(search, asked.candidate), on_progress)
 
 
-def _stream(search: Search, pending: list[optuna.Trial], waiting: dict[int, tuple], on_progress) -> None:
-    known: list[tuple] = []
+def _stream(search: Search, pending: list[optuna.Trial], waiting: dict[int, Asked],
+            on_progress: Callable[[Progress], None]) -> None:
+    known: list[Asked] = []
 
-    def tasks():
+    def tasks() -> Iterator[Any]:
         for trial in _asked(search, pending, _budget(search, pending)):
-            prepared = _prepare(search, trial)
-            if prepared[3] is not None:
-                known.append(prepared)
+            asked = decode(search, trial)
+            if asked.known is not None:
+                known.append(asked)
                 continue
-            waiting[trial.number] = prepared
-            yield delayed(_numbered)(search.evaluator, trial.number, search.model, search.hardware, prepared[1],
+            waiting[trial.number] = asked
+            yield delayed(_numbered)(search.evaluator, trial.number, search.model, asked.candidate,
                                      search.spec.network)
 
     stream = Parallel(n_jobs=search.jobs, backend=_backend(search), return_as="generator_unordered",
                       pre_dispatch=str(2 * max(search.jobs, 1)))(tasks())
     for number, record in stream:
         while known:
-            prepared = known.pop(0)
-            _finish(search, prepared, prepared[3], on_progress)
-        _finish(search, waiting.pop(number), record, on_progress)
-    for prepared in known:
-        _finish(search, prepared, prepared[3], on_progress)
+            asked = known.pop(0)
+            finish(search, asked, asked.known, on_progress)
+        finish(search, waiting.pop(number), record, on_progress)
+    for asked in known:
+        finish(search, asked, asked.known, on_progress)
 
 
-def _numbered(evaluator: Callable[..., dict], number: int, model: ModelSpec, hardware: Hardware,
-              strategy: Strategy, network: str):
+def _numbered(evaluator: Callable[..., dict], number: int, model: ModelSpec, candidate: Candidate,
+              network: str) -> tuple[int, dict]:
     """Worker task: the trial number with its evaluation record."""
-    return number, evaluator(model, hardware, strategy, network)
+    return number, evaluator(model, candidate.hardware, candidate.strategy, network)

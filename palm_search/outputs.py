@@ -9,8 +9,9 @@ import optuna
 import pandas as pd
 from optuna.trial import TrialState
 
-from palm_search.driver import Search
+from palm_search.driver import Search, candidate_of
 from palm_search.storage import JOURNAL
+from simulator import Hardware, InputError, hardware_from_tables, hardware_tables
 
 COLUMNS = ("number", "tp", "pp", "dp", "microbatch_size", "schedule", "num_chunks", "recompute",
            "sequence_parallel", "zero_stage", "placement", "group_layout", "group_order", "samples_per_s",
@@ -24,8 +25,6 @@ def trials_frame(study: optuna.Study) -> pd.DataFrame:
         attrs = trial.user_attrs
         row = {"number": trial.number, "state": trial.state.name, **attrs.get("strategy", {})}
         row.update({k: v for k, v in attrs.items() if k != "strategy"})
-        if "placement_name" in attrs:
-            row["placement"] = attrs["placement_name"]
         row["peak_memory_GiB"] = (attrs.get("peak_memory_bytes") or 0.0) / 2**30
         rows.append(row)
     frame = pd.DataFrame(rows)
@@ -63,10 +62,34 @@ def write_outputs(search: Search, run_dir: Path) -> dict:
     top = top_mappings(frame, search.spec.top)
     summary = _summary(search, frame, top, run_dir)
     if summary["best"] is not None:
-        best = {"model": search.spec.model, "hardware": search.spec.hardware, "network": search.spec.network,
-                "strategy": summary["best"]["strategy"], "result": summary["best"]}
+        candidate = candidate_of(search, search.study.trials[summary["best"]["trial"]])
+        best = {"model": search.spec.model, "hardware": candidate.hardware.name, "network": search.spec.network,
+                "strategy": summary["best"]["strategy"], "machine": hardware_tables(candidate.hardware),
+                "result": summary["best"]}
         (run_dir / "best.json").write_text(json.dumps(best, indent=2, default=str))
     return summary
+
+
+def read_best(path: Path) -> tuple[str | None, Hardware | None]:
+    """The model name and machine a ``best.json`` (or any JSON strategy document) names; None
+    for what it does not name (a plain strategy file names neither).
+
+    Raises:
+        InputError: unreadable JSON, or a ``machine`` that is not a valid hardware description.
+    """
+    if path.suffix != ".json":
+        return None, None
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise InputError(f"{path}: cannot read JSON ({error})") from None
+    if not isinstance(document, dict):
+        return None, None
+    machine = document.get("machine")
+    hardware = (hardware_from_tables(machine, str(document.get("hardware", "machine")), f"{path}: machine")
+                if isinstance(machine, dict) else None)
+    model = document.get("model")
+    return (model if isinstance(model, str) else None), hardware
 
 
 def dashboard_command(run_dir: Path, storage: str | None) -> str:

@@ -21,8 +21,8 @@ import pandas as pd
 from palm_search.artifacts import mapping_dir, render_mapping
 from palm_search.outputs import baseline_row, top_mappings, trials_frame
 from palm_search.plots import PICTURES, write_plots
-from simulator import Hardware, InputError, ModelSpec, Strategy, load_hardware, load_model, simulate_timeline
-from simulator.trace import write_chrome_trace
+from simulator import InputError, Strategy, load_hardware, load_model
+from simulator.trace import Timeline, write_chrome_trace
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1500px;color:#222}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
@@ -31,14 +31,12 @@ th{background:#f3f3f3}h2{margin-top:1.6em;border-bottom:1px solid #ddd}.pair{dis
 .note{color:#666;font-size:13px}"""
 
 
-def write_visuals(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str,
-                  trace_path: Path | None, plots_dir: Path | None) -> list[Path]:
-    """Simulate ``strategy`` with records; write the Chrome trace and/or the pictures.
+def write_visuals(timeline: Timeline, trace_path: Path | None, plots_dir: Path | None) -> list[Path]:
+    """Write the Chrome trace and/or the pictures of a simulated ``timeline``.
 
     Raises:
-        InputError: the strategy does not fit, or exceeds memory (nothing to draw).
+        InputError: the strategy exceeds memory (nothing to draw).
     """
-    timeline = simulate_timeline(model, hardware, strategy, network=network)
     if not timeline.result.feasible:
         raise InputError(f"strategy is infeasible, nothing to draw: {timeline.result.reason}")
     written = [write_chrome_trace(timeline, trace_path)] if trace_path else []

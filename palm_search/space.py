@@ -1,4 +1,4 @@
-"""The search space of a study as a function ``trial -> Strategy``, and its exhaustive walk.
+"""The search space of a study as a function ``trial -> Candidate``, and its exhaustive walk.
 
 :func:`enumerate_points` walks every assignment of the parameters that
 :func:`spaces.suggest_candidate` asks for, by replaying it on a scripted trial (an
@@ -13,14 +13,15 @@ from dataclasses import dataclass
 from functools import partial
 
 from palm_search.study import StudySpec
-from simulator import Hardware, InputError, ModelSpec, Strategy
-from spaces import ParallelDegrees, SearchedSpace, custom_placements, suggest_candidate
+from simulator import Hardware, InputError, ModelSpec
+from spaces import Candidate, ParallelDegrees, SearchedSpace, custom_placements, suggest_candidate
 
-Builder = Callable[[object], Strategy]
+Builder = Callable[[object], Candidate]
+"""``trial -> Candidate``: the search point an Optuna (or scripted) trial proposes."""
 
 
-def strategy_builder(spec: StudySpec, model: ModelSpec, hardware: Hardware) -> Builder:
-    """``trial -> Strategy`` over the study's searched dimensions.
+def candidate_builder(spec: StudySpec, model: ModelSpec, hardware: Hardware) -> Builder:
+    """``trial -> Candidate`` over the study's searched dimensions.
 
     Raises:
         InputError: invalid custom placements or dimensions.
@@ -28,11 +29,7 @@ def strategy_builder(spec: StudySpec, model: ModelSpec, hardware: Hardware) -> B
     custom = custom_placements(spec.placements, hardware, _fixed_degrees(spec)) if spec.placements else None
     space = SearchedSpace(model=model, searched=frozenset(spec.searched), custom_placements=custom,
                           microbatch_choices=spec.microbatch_sizes)
-    return partial(_strategy, space=space, hardware=hardware, fixed=dict(spec.fixed))
-
-
-def _strategy(trial: object, *, space: SearchedSpace, hardware: Hardware, fixed: dict) -> Strategy:
-    return suggest_candidate(trial, space, hardware, fixed=fixed).strategy
+    return partial(suggest_candidate, space=space, hardware=hardware, fixed=dict(spec.fixed))
 
 
 def _fixed_degrees(spec: StudySpec) -> ParallelDegrees | None:

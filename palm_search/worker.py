@@ -35,8 +35,8 @@ from collections.abc import Callable
 import optuna
 from optuna.trial import TrialState
 
-from palm_search.driver import Progress, Search, _finish, _load_cache, _prepare, counted, make_sampler
-from palm_search.space import strategy_builder
+from palm_search.driver import Progress, Search, counted, decode, finish, load_cache, make_sampler, run_here
+from palm_search.space import candidate_builder
 from palm_search.storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, Heartbeat, beat_now, fail_stale, rdb_storage
 from palm_search.study import spec_from_attrs
 from simulator import InputError, load_hardware, load_model
@@ -61,8 +61,8 @@ def open_worker(url: str, study_name: str, trials: int | None = None,
     model, hardware = load_model(spec.model), load_hardware(spec.hardware)
     study.sampler = make_sampler(spec, study.user_attrs.get("sampler") == "exhaustive")
     search = Search(spec=spec, model=model, hardware=hardware, study=study,
-                    build=strategy_builder(spec, model, hardware), jobs=1)
-    _load_cache(search)
+                    build=candidate_builder(spec, model, hardware), jobs=1)
+    load_cache(search)
     return search
 
 
@@ -93,12 +93,12 @@ def run_worker(search: Search, on_progress: Callable[[Progress], None] = lambda 
                 trial.set_user_attr("over_budget", True)
                 study.tell(trial, state=TrialState.PRUNED)
                 continue
-            _load_cache(search)
-            prepared = _prepare(search, trial)
-            record = prepared[3]
-            if record is None and prepared[1] is not None:
-                record = search.evaluator(search.model, search.hardware, prepared[1], search.spec.network)
-            _finish(search, prepared, record, on_progress)
+            load_cache(search)
+            asked = decode(search, trial)
+            record = asked.known
+            if record is None and asked.candidate is not None:
+                record = run_here(search, asked.candidate)
+            finish(search, asked, record, on_progress)
             told += 1
     return told
 

@@ -14,8 +14,9 @@ This package imports neither optuna, typer, spaces nor palm_search.
 
 from simulator.api import simulate, simulate_timeline, simulate_with_records
 from simulator.errors import InputError, PalmError, SimulationError
-from simulator.hardware.loader import hardware_presets, load_hardware
+from simulator.hardware.loader import hardware_from_tables, hardware_presets, load_hardware
 from simulator.hardware.spec import Hardware
+from simulator.hardware.writer import hardware_tables, hardware_to_toml
 from simulator.legality import num_microbatches
 from simulator.result import SimulationResult, StageReport
 from simulator.strategy import Strategy
@@ -27,6 +28,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Hardware", "InputError", "ModelSpec", "PalmError", "SimulationError", "SimulationResult",
-    "StageReport", "Strategy", "hardware_presets", "load_hardware", "load_model", "load_strategy",
+    "StageReport", "Strategy", "hardware_from_tables", "hardware_presets", "hardware_tables",
+    "hardware_to_toml", "load_hardware", "load_model", "load_strategy",
     "model_presets", "num_microbatches", "simulate", "simulate_timeline", "simulate_with_records",
 ]

@@ -13,11 +13,12 @@ Inference reports steady-state throughput (PALM §V-A3: fill and drain ignored).
 from __future__ import annotations
 
 import time
-from dataclasses import fields
+from dataclasses import dataclass, fields
+from typing import Any
 
 from simulator import legality
 from simulator.costs import StageCost
-from simulator.engine import Engine, EngineRun, StageStats, traffic_by_kind
+from simulator.engine import Engine, EngineRun, PassRecord, StageStats, traffic_by_kind
 from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
 from simulator.network.backends import network_backend
@@ -58,76 +59,123 @@ def simulate(
 def simulate_with_records(
     model: ModelSpec, hardware: Hardware, strategy: Strategy, *, network: str = "contention",
     steady_state: bool = True, record: bool = True,
-) -> tuple[SimulationResult, list]:
+) -> tuple[SimulationResult, list[PassRecord]]:
     """Like :func:`simulate`, also returning the pass records of the (last) engine run."""
-    result, run, _, _, _ = _simulate(model, hardware, strategy, network, steady_state, record)
-    return result, run.records if run else []
+    done = _simulate(model, hardware, strategy, network, steady_state, record)
+    return done.result, done.run.records if done.run else []
 
 
 def simulate_timeline(
     model: ModelSpec, hardware: Hardware, strategy: Strategy, *, network: str = "contention",
-    window_microbatches: int | None = None,
+    window_microbatches: int | None = None, steady_state: bool = True,
 ) -> Timeline:
     """Simulate ``strategy`` (as :func:`simulate`) and record a window of the iteration.
 
-    The result is the usual (steady-state extrapolated) one; the records come from one extra
-    engine run of ``min(m, window_microbatches)`` microbatches (default ``2 * pp``, the window the
+    The result is the usual one; the records come from one extra engine run of
+    ``min(m, window_microbatches)`` microbatches (default ``2 * pp``, the window the steady-state
     extrapolation simulates), fill, steady state, drain and gradient update included: the trace
-    shows that simulated window, not all ``m`` microbatches.
+    shows that simulated window, not all ``m`` microbatches. Three engine runs in all with the
+    extrapolation (two for the result, one recorded).
 
     Raises:
         InputError: as :func:`simulate`; ``window_microbatches`` below 1.
     """
     if window_microbatches is not None and window_microbatches < 1:
         raise InputError(f"window_microbatches must be >= 1, got {window_microbatches}")
-    result, run, engine, topology, placements = _simulate(model, hardware, strategy, network, True, False)
-    if run is None or engine is None:
-        return Timeline(result=result, passes=(), bookings=(), window_microbatches=0, window_s=0.0,
-                        topology=topology, placements=placements, utilisation={})
-    window = min(result.num_microbatches, window_microbatches or 2 * strategy.pp)
-    engine.record = True
-    traced = engine.run(window)
-    return Timeline(result=result, passes=tuple(traced.records), bookings=tuple(traced.traces),
-                    window_microbatches=window, window_s=traced.makespan_s, topology=topology,
-                    placements=placements,
-                    utilisation=resource_utilisation(topology, run, result.iteration_time_s))
+    done = _simulate(model, hardware, strategy, network, steady_state, False)
+    if done.run is None or done.engine is None:
+        return Timeline(result=done.result, passes=(), bookings=(), window_microbatches=0, window_s=0.0,
+                        topology=done.topology, placements=done.placements, utilisation={})
+    window = min(done.result.num_microbatches, window_microbatches or 2 * strategy.pp)
+    done.engine.record = True
+    traced = done.engine.run(window)
+    return Timeline(result=done.result, passes=tuple(traced.records), bookings=tuple(traced.traces),
+                    window_microbatches=window, window_s=traced.makespan_s, topology=done.topology,
+                    placements=done.placements,
+                    utilisation=resource_utilisation(done.topology, done.run, done.result.iteration_time_s))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Prepared:
+    """A checked plan, everything :func:`simulate` derives before the engine runs."""
+
+    model: ModelSpec
+    hardware: Hardware
+    strategy: Strategy
+    network: str
+    num_microbatches: int
+    topology: Topology
+    placements: tuple[StagePlacement, ...]
+    costs: tuple[StageCost, ...]
+    memory_bytes: list[float]
+    in_flight: list[list[int]]
+    started: float
+
+    def header(self) -> dict[str, Any]:
+        """The result fields that name the run."""
+        return dict(model=self.model.name, hardware=self.hardware.name, strategy=self.strategy.to_dict(),
+                    network=self.network, num_microbatches=self.num_microbatches)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Outcome:
+    """What the engine ran: the (extrapolated) run, microbatches simulated, and the steady-state
+    period per microbatch (s; 0 without extrapolation)."""
+
+    run: EngineRun
+    simulated_microbatches: int
+    extrapolated: bool
+    period_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Simulated:
+    """A result with what produced it (run and engine are None when memory is exceeded)."""
+
+    result: SimulationResult
+    run: EngineRun | None
+    engine: Engine | None
+    topology: Topology
+    placements: tuple[StagePlacement, ...]
+
+
+def _prepare(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str) -> _Prepared:
+    started = time.perf_counter()
+    m = legality.check_plan(model, hardware, strategy)
+    topology = topology_of(hardware)
+    costs = build_stage_costs(model, hardware, strategy)
+    in_flight = legality.microbatches_in_flight(strategy, m)
+    return _Prepared(model=model, hardware=hardware, strategy=strategy, network=network, num_microbatches=m,
+                     topology=topology, placements=place(topology, strategy), costs=costs,
+                     memory_bytes=legality.stage_memory_bytes(costs, strategy.pp, in_flight),
+                     in_flight=in_flight, started=started)
 
 
 def _simulate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str, steady_state: bool,
-              record: bool):
-    """(result, run or None if infeasible, engine or None, topology, placements)."""
-    started = time.perf_counter()
-    m = legality.check_plan(model, hardware, strategy)
-    schedule = legality.schedule_of(strategy)
-    topology = topology_of(hardware)
-    placements = place(topology, strategy)
-    costs = build_stage_costs(model, hardware, strategy)
-    training = strategy.mode == "training"
-    in_flight = legality.microbatches_in_flight(strategy, m)
-    memory = legality.stage_memory_bytes(costs, strategy.pp, in_flight)
-    base = dict(model=model.name, hardware=hardware.name, strategy=strategy.to_dict(),
-                network=network, num_microbatches=m)
-    reason = legality.memory_shortfall(hardware, memory, in_flight)
+              record: bool) -> _Simulated:
+    prepared = _prepare(model, hardware, strategy, network)
+    topology, placements = prepared.topology, prepared.placements
+    reason = legality.memory_shortfall(hardware, prepared.memory_bytes, prepared.in_flight)
     if reason:
-        return _infeasible(base, reason, placements, memory, in_flight, started), None, None, topology, placements
-    engine = Engine(hardware=hardware, topology=topology, placements=placements, costs=costs,
-                    schedule=schedule, network=network_backend(network), training=training,
-                    transfer_strategy=strategy.transfer_strategy, p2p_blocking=strategy.p2p_blocking,
-                    record=record)
-    run, simulated, extrapolated, period = _run(engine, m, strategy.pp, steady_state, training)
-    result = _assemble(base, hardware, topology, strategy, placements, costs, memory, in_flight,
-                       run, simulated, extrapolated, period, m, model, started)
-    return result, run, engine, topology, placements
+        return _Simulated(result=_infeasible(prepared, reason), run=None, engine=None, topology=topology,
+                          placements=placements)
+    engine = Engine(hardware=hardware, topology=topology, placements=placements, costs=prepared.costs,
+                    schedule=legality.schedule_of(strategy), network=network_backend(network),
+                    training=strategy.mode == "training", transfer_strategy=strategy.transfer_strategy,
+                    p2p_blocking=strategy.p2p_blocking, record=record)
+    outcome = _run(engine, prepared.num_microbatches, strategy.pp, steady_state, strategy.mode == "training")
+    return _Simulated(result=_assemble(prepared, outcome), run=outcome.run, engine=engine, topology=topology,
+                      placements=placements)
 
 
-def _run(engine: Engine, m: int, pp: int, steady_state: bool, training: bool):
-    """Full run, or two short runs and a linear extrapolation. Returns (run, simulated
-    microbatches, extrapolated, period per microbatch in s)."""
+def _run(engine: Engine, m: int, pp: int, steady_state: bool, training: bool) -> _Outcome:
+    """Full run, or two short runs and a linear extrapolation."""
     m_a, m_b = pp, 2 * pp
     if not training or (steady_state and m > m_b):
         a, b = engine.run(m_a), engine.run(m_b)
-        return _extrapolate(a, b, m_a, m_b, m), m_a + m_b, True, _period(a, b, m_b - m_a)
-    return engine.run(m), m, False, 0.0
+        return _Outcome(run=_extrapolate(a, b, m_a, m_b, m), simulated_microbatches=m_a + m_b,
+                        extrapolated=True, period_s=_period(a, b, m_b - m_a))
+    return _Outcome(run=engine.run(m), simulated_microbatches=m, extrapolated=False, period_s=0.0)
 
 
 def _busy_s(stats: StageStats) -> float:
@@ -157,55 +205,54 @@ def _extrapolate(a: EngineRun, b: EngineRun, m_a: int, m_b: int, m: int) -> Engi
     return EngineRun(makespan, stats, b.flows, flow_bytes, a.events + b.events, b.records)
 
 
-def _infeasible(base: dict, reason: str, placements: tuple[StagePlacement, ...], memory: list[float],
-                in_flight: list[list[int]], started: float) -> SimulationResult:
+def _infeasible(prepared: _Prepared, reason: str) -> SimulationResult:
     stages = tuple(
         StageReport(stage=i, devices=p.devices, compute_s=0.0, communication_s=0.0, dram_stall_s=0.0,
-                    optimizer_s=0.0, bubble_s=0.0, memory_bytes=memory[i],
-                    microbatches_in_flight=sum(in_flight[i]), sram_resident_bytes=0.0)
-        for i, p in enumerate(placements)
+                    optimizer_s=0.0, bubble_s=0.0, memory_bytes=prepared.memory_bytes[i],
+                    microbatches_in_flight=sum(prepared.in_flight[i]), sram_resident_bytes=0.0)
+        for i, p in enumerate(prepared.placements)
     )
     return SimulationResult(
-        **base, feasible=False, reason=reason, iteration_time_s=0.0, samples_per_s=0.0,
+        **prepared.header(), feasible=False, reason=reason, iteration_time_s=0.0, samples_per_s=0.0,
         tokens_per_s=0.0, model_flops_utilisation=0.0, hardware_flops_utilisation=0.0,
         simulated_microbatches=0, extrapolated=False, stages=stages, resources=(),
-        traffic_bytes={}, events_simulated=0, wall_time_s=time.perf_counter() - started,
+        traffic_bytes={}, events_simulated=0, wall_time_s=time.perf_counter() - prepared.started,
     )
 
 
-def _assemble(base, hardware, topology, strategy, placements, costs, memory, in_flight, run,
-              simulated, extrapolated, period, m, model, started) -> SimulationResult:
+def _assemble(prepared: _Prepared, outcome: _Outcome) -> SimulationResult:
+    strategy, costs, run = prepared.strategy, prepared.costs, outcome.run
     training = strategy.mode == "training"
+    m = prepared.num_microbatches
     batch = strategy.microbatch_size * strategy.dp * m
-    iteration = run.makespan_s if training else batch * period / (strategy.microbatch_size * strategy.dp)
+    iteration = run.makespan_s if training else batch * outcome.period_s / (strategy.microbatch_size * strategy.dp)
     replicas = strategy.tp * strategy.dp * m
     model_flops = replicas * sum(c.model_flops_per_microbatch for c in costs)
     executed = replicas * sum(c.forward.flops + (c.backward.flops if training else 0.0) for c in costs)
-    peak = hardware.peak_flop_per_s[strategy.precision] * strategy.num_devices * iteration
+    peak = prepared.hardware.peak_flop_per_s[strategy.precision] * strategy.num_devices * iteration
     samples_per_s = batch / iteration
-    stages = tuple(_stage_report(i, p, costs, strategy.pp, run, memory, in_flight, iteration)
-                   for i, p in enumerate(placements))
+    stages = tuple(_stage_report(i, p, prepared, run, iteration) for i, p in enumerate(prepared.placements))
     return SimulationResult(
-        **base, feasible=True, reason="", iteration_time_s=iteration, samples_per_s=samples_per_s,
-        tokens_per_s=samples_per_s * max(model.sequence_length, 1),
+        **prepared.header(), feasible=True, reason="", iteration_time_s=iteration,
+        samples_per_s=samples_per_s, tokens_per_s=samples_per_s * max(prepared.model.sequence_length, 1),
         model_flops_utilisation=model_flops / peak, hardware_flops_utilisation=executed / peak,
-        simulated_microbatches=simulated, extrapolated=extrapolated, stages=stages,
-        resources=_resource_usage(topology, run, iteration),
+        simulated_microbatches=outcome.simulated_microbatches, extrapolated=outcome.extrapolated,
+        stages=stages, resources=_resource_usage(prepared.topology, run, iteration),
         traffic_bytes=traffic_by_kind(run.flows, run.flow_bytes),
-        events_simulated=run.events, wall_time_s=time.perf_counter() - started,
+        events_simulated=run.events, wall_time_s=time.perf_counter() - prepared.started,
     )
 
 
-def _stage_report(i: int, placement: StagePlacement, costs: tuple[StageCost, ...], pp: int,
-                  run: EngineRun, memory: list[float], in_flight: list[list[int]],
+def _stage_report(i: int, placement: StagePlacement, prepared: _Prepared, run: EngineRun,
                   iteration_s: float) -> StageReport:
     st = run.stats[i]
     busy = st.compute_s + st.communication_s + st.dram_stall_s + st.optimizer_s
     return StageReport(
         stage=i, devices=placement.devices, compute_s=st.compute_s, communication_s=st.communication_s,
         dram_stall_s=st.dram_stall_s, optimizer_s=st.optimizer_s, bubble_s=max(iteration_s - busy, 0.0),
-        memory_bytes=memory[i], microbatches_in_flight=sum(in_flight[i]),
-        sram_resident_bytes=sum(c.memory.sram_resident_bytes for c in costs[i::pp]),
+        memory_bytes=prepared.memory_bytes[i], microbatches_in_flight=sum(prepared.in_flight[i]),
+        sram_resident_bytes=sum(c.memory.sram_resident_bytes
+                                for c in prepared.costs[i::prepared.strategy.pp]),
     )
 
 

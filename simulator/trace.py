@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from simulator.engine import PassRecord, TraceRecord
 from simulator.network.topology import Topology
@@ -69,7 +70,7 @@ class Slice:
     name: str
     start_s: float
     end_s: float
-    args: dict
+    args: dict[str, Any]
 
 
 def stage_slices(timeline: Timeline) -> list[Slice]:
@@ -134,10 +135,10 @@ def pack_lanes(slices: list[Slice]) -> dict[tuple[str, str], list[list[Slice]]]:
     return tracks
 
 
-def chrome_trace(timeline: Timeline) -> dict:
+def chrome_trace(timeline: Timeline) -> dict[str, Any]:
     """The timeline as a Chrome trace-event JSON object (``ts``/``dur`` in microseconds)."""
     pids = {kind: i + 1 for i, (kind, _) in enumerate(PROCESSES)}
-    events: list[dict] = []
+    events: list[dict[str, Any]] = []
     for kind, name in PROCESSES:
         events.append(_meta("process_name", pids[kind], 0, name))
         events.append(_meta("process_sort_index", pids[kind], 0, pids[kind], key="sort_index"))
@@ -166,11 +167,11 @@ def _track_order(kind: str, lane: str) -> tuple[int, int, int]:
     return order, numbers[0], numbers[1]
 
 
-def _meta(what: str, pid: int, tid: int, value, key: str = "name") -> dict:
+def _meta(what: str, pid: int, tid: int, value: object, key: str = "name") -> dict[str, Any]:
     return {"ph": "M", "name": what, "pid": pid, "tid": tid, "args": {key: value}}
 
 
-def _complete(s: Slice, pid: int, tid: int) -> dict:
+def _complete(s: Slice, pid: int, tid: int) -> dict[str, Any]:
     ts = round(s.start_s * 1e6, 6)
     event = {"ph": "X", "name": s.name, "cat": _category(s), "pid": pid, "tid": tid, "ts": ts,
              "dur": max(round(s.end_s * 1e6, 6) - ts, 0.0), "args": s.args}
@@ -185,7 +186,7 @@ def _category(s: Slice) -> str:
     return "bubble" if s.name == "bubble" else PASS_NAMES[s.args["kind"]]
 
 
-def _header(timeline: Timeline) -> dict:
+def _header(timeline: Timeline) -> dict[str, Any]:
     r = timeline.result
     return {"model": r.model, "hardware": r.hardware, "strategy": json.dumps(r.strategy),
             "window_microbatches": timeline.window_microbatches,

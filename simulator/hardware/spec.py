@@ -34,7 +34,7 @@ class Calibration:
     collective_efficiency: float
     p2p_efficiency: float
     kernel_overhead_s: float
-    sources: dict[str, str] = field(default_factory=dict, compare=False)
+    sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
 
 class Network:
@@ -119,7 +119,7 @@ class Hardware:
     sram_bandwidth_bytes_per_s: float
     network: Network
     calibration: Calibration
-    sources: dict[str, str] = field(default_factory=dict, compare=False)
+    sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def num_devices(self) -> int:

@@ -2,142 +2,34 @@
 
 Units of work: a transformer is ``[embedding] + L layers + [logits]`` (embedding joins the first
 virtual stage, logits the last); ResNet-50 is its 18 units (stem, 16 bottlenecks, head). Layers
-are split into ``pp * num_chunks`` contiguous virtual stages in model order; virtual stage
-``j = c * pp + i`` is chunk ``c`` of pipeline stage ``i`` (Megatron assigns chunks
-``i, i + p, i + 2p, ...`` to device ``i``; Narayanan et al. SC'21 §2.2.2).
-
-Operator time is a roofline (Williams et al., CACM 2009) with the hardware's calibration:
-``max(flops / (peak * gemm_efficiency), bytes / (bandwidth * memory_bound_efficiency))
-+ kernel_overhead_s``, where ``bytes = input + weight + output`` and the bandwidth is the SRAM's
-on a mesh (DRAM traffic goes separately to the engine, from PALM Algorithm 1 in
-:mod:`simulator.workload.sram`) and the HBM's on a cluster (``dram_bytes = 0``).
-The backward of an operator is ``2x`` its forward flops and bytes (data and weight gradients;
-Narayanan et al. SC'21 §5.1) and two kernels for a GEMM; with ``tp_overlap`` a layer's backward
-TP collectives run under its weight-gradient GEMMs (Korthikanti et al., MLSys'23, §6.2).
-Recompute adds a forward (full) or the attention core (selective) to the backward (same source).
+are split into ``pp * num_chunks`` contiguous virtual stages in model order
+(:mod:`simulator.workload.partition`); virtual stage ``j = c * pp + i`` is chunk ``c`` of
+pipeline stage ``i`` (Megatron assigns chunks ``i, i + p, i + 2p, ...`` to device ``i``;
+Narayanan et al. SC'21 §2.2.2). Each unit is costed once by the roofline
+(:mod:`simulator.workload.roofline`); a stage sums its units, and on a mesh PALM Algorithm 1
+(:mod:`simulator.workload.sram`) gives its DRAM traffic (``dram_bytes = 0`` on a cluster).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from simulator.costs import Collective, MemoryBreakdown, PassCost, StageCost
-from simulator.errors import InputError
+from simulator.costs import Collective, CollectiveKind, MemoryBreakdown, PassCost, StageCost
 from simulator.hardware.spec import Hardware
 from simulator.legality import check_workload
 from simulator.strategy import Strategy
 from simulator.workload import memory, operators, sram
 from simulator.workload.operators import Operator
+from simulator.workload.partition import balanced_partition, uniform_partition
+from simulator.workload.roofline import UnitCollectives, UnitCost, cost_unit, idle_pass, optimizer_step
 from simulator.workload.spec import ModelSpec
 
-ADAM_FLOP_PER_PARAMETER = 10.0
-"""Adam update arithmetic per parameter: moments 3 + 4, step 3 (Kingma & Ba 2015, Alg. 1)."""
+Item = tuple[str, UnitCost]
+"""A named unit of a stage (``layer3``, ``embedding``, ``stem``...)."""
 
-SGD_FLOP_PER_PARAMETER = 2.0
-"""SGD update arithmetic per parameter: scale and subtract."""
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Unit:
-    """One unit's operators and per-microbatch costs on one device (internal)."""
-
-    ops: tuple[Operator, ...]
-    recomputed: tuple[Operator, ...]
-    forward_collectives: tuple[Collective, ...]
-    backward_collectives: tuple[Collective, ...]
-    overlapped_collectives: tuple[Collective, ...]
-    overlap_s: float
-    forward_s: float
-    backward_s: float
-    recompute_s: float
-    forward_flops: float
-    backward_flops: float
-    gemm_flops: float
-    parameters: float
-    activation_bytes: float
-    send_bytes: float
-
-    @property
-    def training_s(self) -> float:
-        """Forward + backward compute time (s), the balanced partition's measure."""
-        return self.forward_s + self.backward_s
-
-
-def _peak(hardware: Hardware, strategy: Strategy) -> float:
-    try:
-        return hardware.peak_flop_per_s[strategy.precision]
-    except KeyError:
-        raise InputError(
-            f"hardware {hardware.name!r} has no peak for precision {strategy.precision!r}"
-            f" (has {sorted(hardware.peak_flop_per_s)})"
-        ) from None
-
-
-def _bandwidth(hardware: Hardware) -> float:
-    """On-chip operand bandwidth: SRAM on a mesh, HBM on a cluster (bytes/s)."""
-    return hardware.operand_bandwidth_bytes_per_s
-
-
-def _op_time(op: Operator, factor: float, kernels: int, hardware: Hardware, peak: float) -> float:
-    """Roofline time of ``factor`` x the operator's flops and bytes, plus ``kernels`` launches (s).
-
-    On a GPU a GEMM also loses its tile and wave quantization
-    (:meth:`~simulator.network.cluster.Cluster.gemm_efficiency`); its backward GEMMs are
-    charged the forward's quantization (their shapes are the forward's transposed pairs).
-    """
-    cal = hardware.calibration
-    moved = factor * (op.input_bytes + op.weight_bytes + op.output_bytes)
-    efficiency = cal.gemm_efficiency
-    if op.kind == "gemm":
-        efficiency *= hardware.network.gemm_efficiency(op.rows, op.columns)
-    compute = factor * op.flops / (peak * efficiency)
-    memory_s = moved / (_bandwidth(hardware) * cal.memory_bound_efficiency)
-    return max(compute, memory_s) + kernels * cal.kernel_overhead_s
-
-
-def _pass_times(ops: Sequence[Operator], hardware: Hardware, peak: float) -> tuple[float, float]:
-    """(forward, backward without recompute) time of ``ops`` (s)."""
-    forward = sum(_op_time(op, 1.0, 1, hardware, peak) for op in ops)
-    backward = sum(_op_time(op, 2.0, 2 if op.kind == "gemm" else 1, hardware, peak) for op in ops)
-    return forward, backward
-
-
-def _weight_gradient_s(ops: Sequence[Operator], hardware: Hardware, peak: float) -> float:
-    """Time of the weight-gradient GEMMs of ``ops`` (one per weighted GEMM, its forward's
-    flops), the compute Megatron-LM runs under the input-gradient all-reduce (s)."""
-    return sum(_op_time(op, 1.0, 1, hardware, peak) for op in ops if op.kind == "gemm" and op.weight_bytes)
-
-
-def _unit(ops: tuple[Operator, ...], recomputed: tuple[Operator, ...],
-          collectives: tuple[tuple, tuple, tuple], activation_bytes: float, send_bytes: float,
-          parameters: float | None, hardware: Hardware, strategy: Strategy, overlap: bool = False) -> _Unit:
-    """Cost one unit; ``collectives`` = (forward, backward, recompute) TP collectives. With
-    ``overlap`` the backward collectives run under the weight-gradient GEMMs (``tp_overlap``)."""
-    peak = _peak(hardware, strategy)
-    forward_s, backward_s = _pass_times(ops, hardware, peak)
-    recompute_s = _pass_times(recomputed, hardware, peak)[0]
-    training = strategy.mode == "training"
-    flops = sum(op.flops for op in ops)
-    forward_collectives, backward_collectives, recompute_collectives = collectives
-    overlapped = backward_collectives if overlap and training else ()
-    if overlapped:
-        backward_collectives = ()
-    if parameters is None:
-        parameters = sum(op.parameter_bytes for op in ops) / strategy.bytes_per_element
-    return _Unit(
-        ops=ops, recomputed=recomputed if training else (),
-        forward_collectives=forward_collectives,
-        backward_collectives=(*backward_collectives, *recompute_collectives) if training else (),
-        overlapped_collectives=overlapped,
-        overlap_s=_weight_gradient_s(ops, hardware, peak) if overlapped else 0.0,
-        forward_s=forward_s, backward_s=backward_s + recompute_s if training else 0.0,
-        recompute_s=recompute_s if training else 0.0,
-        forward_flops=flops,
-        backward_flops=2.0 * flops + sum(op.flops for op in recomputed) if training else 0.0,
-        gemm_flops=sum(op.flops for op in ops if op.kind == "gemm"),
-        parameters=parameters, activation_bytes=activation_bytes, send_bytes=send_bytes,
-    )
-
+Group = tuple[UnitCost, int]
+"""A unit repeated ``count`` times on a stage."""
 
 def _recomputed(ops: tuple[Operator, ...], strategy: Strategy) -> tuple[Operator, ...]:
     """Operators re-run in a layer's backward: all (full), the attention core (selective), none."""
@@ -159,26 +51,32 @@ def _boundary_bytes(model: ModelSpec, strategy: Strategy) -> float:
 
 
 def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy,
-                       tied_on_one_stage: bool) -> tuple[_Unit, _Unit, _Unit]:
+                       tied_on_one_stage: bool) -> tuple[UnitCost, UnitCost, UnitCost]:
     """(embedding, layer, logits) units, each costed once."""
     send = _boundary_bytes(model, strategy)
     layer_ops = operators.transformer_layer(model, strategy)
     layer_collectives = operators.transformer_layer_collectives(model, strategy)
-    recompute_collectives = layer_collectives if strategy.recompute == "full" else ()
-    layer = _unit(layer_ops, _recomputed(layer_ops, strategy),
-                  (layer_collectives, layer_collectives, recompute_collectives),
-                  memory.layer_activation_bytes(model, strategy), send, None, hardware, strategy,
-                  overlap=strategy.tp_overlap)
-    embed = _unit(operators.embedding(model, strategy), (),
-                  (operators.embedding_collectives(model, strategy), (), ()),
-                  memory.embedding_activation_bytes(model, strategy), send, None, hardware, strategy)
+    layer = cost_unit(
+        layer_ops, recomputed=_recomputed(layer_ops, strategy),
+        collectives=UnitCollectives(
+            forward=layer_collectives, backward=layer_collectives,
+            recompute=layer_collectives if strategy.recompute == "full" else ()),
+        activation_bytes=memory.layer_activation_bytes(model, strategy), send_bytes=send,
+        hardware=hardware, strategy=strategy, overlap=strategy.tp_overlap)
+    embed = cost_unit(
+        operators.embedding(model, strategy), recomputed=(),
+        collectives=UnitCollectives(forward=operators.embedding_collectives(model, strategy)),
+        activation_bytes=memory.embedding_activation_bytes(model, strategy), send_bytes=send,
+        hardware=hardware, strategy=strategy)
     logits_ops = operators.logits(model, strategy)
     logits_parameters = sum(op.weight_bytes for op in logits_ops) / strategy.bytes_per_element
     if tied_on_one_stage:
         logits_parameters -= logits_ops[1].weight_bytes / strategy.bytes_per_element
-    logits = _unit(logits_ops, (), (operators.logits_collectives(model, strategy), (), ()),
-                   memory.logits_activation_bytes(model, strategy), send, logits_parameters,
-                   hardware, strategy)
+    logits = cost_unit(
+        logits_ops, recomputed=(),
+        collectives=UnitCollectives(forward=operators.logits_collectives(model, strategy)),
+        activation_bytes=memory.logits_activation_bytes(model, strategy), send_bytes=send,
+        hardware=hardware, strategy=strategy, parameters=logits_parameters)
     return embed, layer, logits
 
 
@@ -195,20 +93,22 @@ def _resnet_activation(ops: tuple[Operator, ...], strategy: Strategy) -> float:
     return sum(op.output_bytes for op in ops)
 
 
-def _resnet_units(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> list[tuple[str, _Unit]]:
+def _resnet_units(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> list[Item]:
     units = []
+    full = strategy.recompute == "full"
     for name, ops in operators.resnet50_units(model, strategy):
         forward, backward = operators.convolution_collectives(ops, strategy)
-        recompute = forward if strategy.recompute == "full" else ()
-        recomputed = ops if strategy.recompute == "full" else ()
-        unit = _unit(ops, recomputed, (forward, backward, recompute), _resnet_activation(ops, strategy),
-                     ops[-1].output_bytes, None, hardware, strategy)
+        unit = cost_unit(
+            ops, recomputed=ops if full else (),
+            collectives=UnitCollectives(forward=forward, backward=backward, recompute=forward if full else ()),
+            activation_bytes=_resnet_activation(ops, strategy), send_bytes=ops[-1].output_bytes,
+            hardware=hardware, strategy=strategy)
         units.append((name, unit))
     return units
 
 
 def _units_per_item(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> tuple[
-        list[tuple[str, _Unit]], _Unit | None, _Unit | None]:
+        list[Item], UnitCost | None, UnitCost | None]:
     """(partitionable items, unit prepended to the first stage, unit appended to the last)."""
     if not model.is_transformer:
         return _resnet_units(model, hardware, strategy), None, None
@@ -217,71 +117,7 @@ def _units_per_item(model: ModelSpec, hardware: Hardware, strategy: Strategy) ->
     return [(f"layer{index}", layer) for index in range(model.num_layers)], embed, logits
 
 
-def uniform_partition(items: int, parts: int) -> tuple[int, ...]:
-    """Items per part as even as possible by count; the first ``items % parts`` get one more."""
-    base, extra = divmod(items, parts)
-    return tuple(base + (1 if index < extra else 0) for index in range(parts))
-
-
-def _greedy_parts(costs: Sequence[float], limit: float) -> int:
-    """Fewest contiguous parts with sums <= ``limit`` (greedy is optimal for this test)."""
-    parts, current = 1, 0.0
-    for cost in costs:
-        if current + cost > limit:
-            parts, current = parts + 1, 0.0
-        current += cost
-    return parts
-
-
-def _split(costs: Sequence[float], parts: int, limit: float) -> tuple[int, ...]:
-    """Exactly ``parts`` non-empty contiguous parts, each <= ``limit`` when that is feasible."""
-    counts: list[int] = []
-    current, size = 0.0, 0
-    for index, cost in enumerate(costs):
-        later = parts - len(counts) - 1
-        must_cut = len(costs) - index == later
-        if size and later and (must_cut or current + cost > limit):
-            counts.append(size)
-            current, size = 0.0, 0
-        current, size = current + cost, size + 1
-    return (*counts, size)
-
-
-def balanced_partition(costs: Sequence[float], parts: int) -> tuple[int, ...]:
-    """Contiguous split of ``costs`` into ``parts`` non-empty parts minimising the largest sum.
-
-    Binary search on the largest sum with a greedy feasibility test (the linear-partition
-    problem; O(n log(1/eps))). Never worse than :func:`uniform_partition` (checked, kept if so).
-
-    Raises:
-        InputError: more parts than items.
-    """
-    if parts > len(costs):
-        raise InputError(f"cannot split {len(costs)} layers into {parts} stages")
-    low, high = max(costs), float(sum(costs))
-    for _ in range(100):
-        if high - low <= 1e-12 * high:
-            break
-        middle = 0.5 * (low + high)
-        if _greedy_parts(costs, middle) <= parts:
-            high = middle
-        else:
-            low = middle
-    balanced = _split(costs, parts, high)
-    uniform = uniform_partition(len(costs), parts)
-    return balanced if _largest(costs, balanced) <= _largest(costs, uniform) else uniform
-
-
-def _largest(costs: Sequence[float], counts: Sequence[int]) -> float:
-    """Largest part sum of a partition."""
-    largest, start = 0.0, 0
-    for count in counts:
-        largest = max(largest, float(sum(costs[start:start + count])))
-        start += count
-    return largest
-
-
-def _partition(items: list[tuple[str, _Unit]], first: _Unit | None, last: _Unit | None,
+def _partition(items: list[Item], first: UnitCost | None, last: UnitCost | None,
                strategy: Strategy) -> tuple[int, ...]:
     """Items per virtual stage for the strategy's ``partition``."""
     parts = strategy.pp * strategy.num_chunks
@@ -297,7 +133,7 @@ def _partition(items: list[tuple[str, _Unit]], first: _Unit | None, last: _Unit 
 
 def _merge(collectives: Sequence[tuple[tuple[Collective, ...], int]]) -> tuple[Collective, ...]:
     """Sum the counts of identical (kind, size) collectives, keeping first-seen order."""
-    counts: dict[tuple[str, float], int] = {}
+    counts: dict[tuple[CollectiveKind, float], int] = {}
     for group, repeat in collectives:
         for collective in group:
             key = (collective.kind, collective.size_bytes)
@@ -306,35 +142,14 @@ def _merge(collectives: Sequence[tuple[tuple[Collective, ...], int]]) -> tuple[C
                  for (kind, size), count in counts.items())
 
 
-def _groups(entries: Sequence[tuple[str, _Unit]]) -> list[tuple[_Unit, int]]:
+def _groups(entries: Sequence[Item]) -> list[Group]:
     """Identical units of a stage with their counts (in first-seen order)."""
-    groups: dict[int, list] = {}
+    units: dict[int, UnitCost] = {}
+    counts: dict[int, int] = {}
     for _, unit in entries:
-        groups.setdefault(id(unit), [unit, 0])[1] += 1
-    return [(unit, count) for unit, count in groups.values()]
-
-
-def _idle_pass(segments: int) -> PassCost:
-    """A pass that does nothing (backward and update of inference)."""
-    return PassCost(compute_s=0.0, dram_bytes=0.0, tp_collectives=(), segments=segments, flops=0.0)
-
-
-def _optimizer_step(parameters: float, dram_bytes: float, segments: int, hardware: Hardware,
-                    strategy: Strategy) -> PassCost:
-    """Element-wise update of the device's (ZeRO-sharded) parameters as one fused kernel.
-
-    Moves :func:`~simulator.workload.memory.optimizer_step_bytes_per_parameter` bytes per
-    parameter (Adam fp16: 28) at the memory-bound efficiency; ZeRO >= 1 updates ``1/dp``.
-    """
-    if strategy.mode == "inference":
-        return _idle_pass(segments)
-    updated = parameters / (strategy.dp if strategy.zero_stage >= 1 else 1)
-    moved = updated * memory.optimizer_step_bytes_per_parameter(strategy)
-    cal = hardware.calibration
-    per_parameter = ADAM_FLOP_PER_PARAMETER if strategy.optimizer == "adam" else SGD_FLOP_PER_PARAMETER
-    compute_s = moved / (_bandwidth(hardware) * cal.memory_bound_efficiency) + cal.kernel_overhead_s
-    return PassCost(compute_s=compute_s, dram_bytes=dram_bytes, tp_collectives=(), segments=segments,
-                    flops=updated * per_parameter)
+        units.setdefault(id(unit), unit)
+        counts[id(unit)] = counts.get(id(unit), 0) + 1
+    return [(unit, counts[key]) for key, unit in units.items()]
 
 
 def dp_collectives(parameters: float, strategy: Strategy) -> tuple[Collective, ...]:
@@ -354,7 +169,7 @@ def dp_collectives(parameters: float, strategy: Strategy) -> tuple[Collective, .
             Collective(kind="all_gather", size_bytes=size))
 
 
-def _sram_plan(groups: list[tuple[_Unit, int]], hardware: Hardware,
+def _sram_plan(groups: list[Group], hardware: Hardware,
                strategy: Strategy) -> sram.SramPlan | None:
     """PALM Algorithm 1 over the stage (mesh only)."""
     if not hardware.network.plans_sram:
@@ -363,17 +178,21 @@ def _sram_plan(groups: list[tuple[_Unit, int]], hardware: Hardware,
                            [(unit.recomputed, count) for unit, count in groups if unit.recomputed])
 
 
-def _stage_cost(entries: Sequence[tuple[str, _Unit]], hardware: Hardware, strategy: Strategy) -> StageCost:
-    """Cost of one virtual stage made of ``entries`` (name, unit)."""
-    groups, segments = _groups(entries), len(entries)
-    plan = _sram_plan(groups, hardware, strategy)
-    parameters = sum(unit.parameters * count for unit, count in groups)
-    forward = PassCost(
+def _forward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int) -> PassCost:
+    """Forward pass of a stage per microbatch: its units' sums."""
+    return PassCost(
         compute_s=sum(unit.forward_s * count for unit, count in groups),
         dram_bytes=plan.forward_dram_bytes if plan else 0.0,
         tp_collectives=_merge([(unit.forward_collectives, count) for unit, count in groups]),
         segments=segments, flops=sum(unit.forward_flops * count for unit, count in groups))
-    backward = _idle_pass(segments) if strategy.mode == "inference" else PassCost(
+
+
+def _backward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int,
+              strategy: Strategy) -> PassCost:
+    """Backward pass of a stage per microbatch (recompute included; idle for inference)."""
+    if strategy.mode == "inference":
+        return idle_pass(segments)
+    return PassCost(
         compute_s=sum(unit.backward_s * count for unit, count in groups),
         dram_bytes=plan.backward_dram_bytes if plan else 0.0,
         tp_collectives=_merge([(unit.backward_collectives, count) for unit, count in groups]),
@@ -381,12 +200,20 @@ def _stage_cost(entries: Sequence[tuple[str, _Unit]], hardware: Hardware, strate
         recompute_s=sum(unit.recompute_s * count for unit, count in groups),
         overlapped_collectives=_merge([(unit.overlapped_collectives, count) for unit, count in groups]),
         overlap_s=sum(unit.overlap_s * count for unit, count in groups))
+
+
+def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy) -> StageCost:
+    """Cost of one virtual stage made of ``entries`` (name, unit)."""
+    groups, segments = _groups(entries), len(entries)
+    plan = _sram_plan(groups, hardware, strategy)
+    parameters = sum(unit.parameters * count for unit, count in groups)
     states = memory.sharded_state_bytes(parameters, strategy)
     gemm_flops = sum(unit.gemm_flops * count for unit, count in groups)
     return StageCost(
-        units=tuple(name for name, _ in entries), forward=forward, backward=backward,
-        optimizer_step=_optimizer_step(parameters, plan.update_dram_bytes if plan else 0.0, segments,
-                                       hardware, strategy),
+        units=tuple(name for name, _ in entries), forward=_forward(groups, plan, segments),
+        backward=_backward(groups, plan, segments, strategy),
+        optimizer_step=optimizer_step(parameters, plan.update_dram_bytes if plan else 0.0, segments,
+                                      hardware, strategy),
         activation_send_bytes=entries[-1][1].send_bytes,
         gradient_send_bytes=entries[0][1].send_bytes if strategy.mode == "training" else 0.0,
         dp_collectives=dp_collectives(parameters, strategy), parameters=parameters,
@@ -420,7 +247,9 @@ def build_stage_costs(model: ModelSpec, hardware: Hardware, strategy: Strategy) 
     check_workload(model, hardware, strategy)
     items, first, last = _units_per_item(model, hardware, strategy)
     counts = _partition(items, first, last, strategy)
-    stages, start, cache = [], 0, {}
+    stages: list[StageCost] = []
+    start = 0
+    cache: dict[tuple[tuple[int, int], ...], StageCost] = {}
     for index, count in enumerate(counts):
         entries = list(items[start:start + count])
         start += count

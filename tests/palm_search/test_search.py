@@ -47,8 +47,8 @@ def test_exhaustive_search_finds_the_optimum_of_evaluating_every_point(tmp_path)
     assert len(search.study.trials) == len(points) + 1
     direct = []
     for params in points:
-        strategy = search.build(ScriptedTrialFor(params))
-        result = simulate(search.model, search.hardware, strategy)
+        candidate = search.build(ScriptedTrialFor(params))
+        result = simulate(search.model, candidate.hardware, candidate.strategy)
         direct.append(result.samples_per_s if result.feasible else 0.0)
     assert _throughput(search) == pytest.approx(max(direct), rel=1e-12)
 
@@ -122,10 +122,11 @@ def test_cli_optimize_writes_the_run_directory(tmp_path):
     assert doc["trials"] == 12 and doc["best"]["samples_per_s"] > 0
     assert "optuna-dashboard" in doc["dashboard"]
     best = json.loads((tmp_path / "r" / "best.json").read_text())
-    replay = runner.invoke(app, ["simulate", "--model", "T-1.7B", "--hw", str(DATA / "mini-mesh.toml"),
-                                 "--strategy", str(tmp_path / "r" / "best.json"), "--json"])
-    assert replay.exit_code == 0, replay.output
-    assert json.loads(replay.stdout)["samples_per_s"] == pytest.approx(best["result"]["samples_per_s"])
+    assert best["hardware"] == "mini-mesh" and best["machine"]["kind"] == "mesh"
+    for flags in (["--model", "T-1.7B", "--hw", str(DATA / "mini-mesh.toml")], []):
+        replay = runner.invoke(app, ["simulate", *flags, "--strategy", str(tmp_path / "r" / "best.json"), "--json"])
+        assert replay.exit_code == 0, replay.output
+        assert json.loads(replay.stdout)["samples_per_s"] == best["result"]["samples_per_s"]
     assert (tmp_path / "r" / "trials.csv").read_text().count("\n") == 13
 
 
@@ -164,3 +165,22 @@ def test_rdb_storage_url_holds_the_study(tmp_path):
 
     assert len(optuna.load_study(study_name="small", storage=url).trials) == 6
     assert not (tmp_path / "s" / "study.journal").exists()
+
+
+def test_a_trial_on_a_hardware_variant_keeps_its_machine(tmp_path):
+    from dataclasses import replace
+
+    from palm_search.driver import candidate_of, key_of, load_cache, tell
+    from simulator import Strategy
+    from spaces import Candidate
+
+    search = open_search(_spec(), run_dir=tmp_path / "r")
+    variant = replace(search.hardware, name="bigger-sram", sram_bytes=2 * search.hardware.sram_bytes)
+    candidate = Candidate(hardware=variant, strategy=Strategy(tp=2, pp=2, global_batch_size=8))
+    record = palm_search.evaluate.evaluate(search.model, variant, candidate.strategy, "contention")
+    tell(search, search.study.ask(), candidate, record, cached=False)
+    told = search.study.trials[-1]
+    assert candidate_of(search, told) == candidate
+    search.cache.clear()
+    load_cache(search)
+    assert search.cache[key_of(search, candidate)]["samples_per_s"] == record["samples_per_s"]

@@ -23,11 +23,17 @@ def _check_pictures(directory: Path) -> None:
         assert root.tag.endswith("svg")
 
 
-def test_simulate_writes_trace_and_plots(tmp_path):
+def test_simulate_writes_trace_and_plots_in_three_engine_runs(tmp_path, monkeypatch):
+    from simulator.engine import Engine
+
+    runs: list[int] = []
+    real_run = Engine.run
+    monkeypatch.setattr(Engine, "run", lambda self, m: runs.append(m) or real_run(self, m))
     result = CliRunner().invoke(app, ["simulate", "--model", "T-1.7B", "--hw", MINI, "--tp", "2", "--pp", "4",
                                       "--global-batch-size", "16", "--trace", str(tmp_path / "t.json"),
                                       "--plots", str(tmp_path / "plots")])
     assert result.exit_code == 0, result.output
+    assert runs == [4, 8, 8]  # two runs for the steady-state extrapolation, one recorded window
     assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     _check_pictures(tmp_path / "plots")
 

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simulator
-from simulator.workload.stages import build_stage_costs, uniform_partition
+from simulator.workload.partition import uniform_partition
+from simulator.workload.stages import build_stage_costs
 from spaces import partition
 
 times_st = st.lists(st.floats(min_value=0.0, max_value=100.0, allow_nan=False), min_size=1, max_size=14)

@@ -11,12 +11,8 @@ from workload_fixtures import a100_cluster, gpt, resnet50, wafer
 
 from simulator.errors import InputError
 from simulator.strategy import Strategy
-from simulator.workload.stages import (
-    balanced_partition,
-    build_stage_costs,
-    model_flops_per_iteration,
-    uniform_partition,
-)
+from simulator.workload.partition import balanced_partition, uniform_partition
+from simulator.workload.stages import build_stage_costs, model_flops_per_iteration
 
 T145 = gpt()
 

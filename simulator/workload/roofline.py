@@ -1,0 +1,178 @@
+"""Time of operators on one device: a roofline with the hardware's calibration.
+
+Operator time is a roofline (Williams et al., CACM 2009):
+``max(flops / (peak * gemm_efficiency), bytes / (bandwidth * memory_bound_efficiency))
++ kernel_overhead_s``, where ``bytes = input + weight + output`` and the bandwidth is the SRAM's
+on a mesh (DRAM traffic goes separately to the engine, from PALM Algorithm 1 in
+:mod:`simulator.workload.sram`) and the HBM's on a cluster. The backward of an operator is ``2x``
+its forward flops and bytes (data and weight gradients; Narayanan et al. SC'21 §5.1) and two
+kernels for a GEMM; with ``tp_overlap`` a layer's backward TP collectives run under its
+weight-gradient GEMMs (Korthikanti et al., MLSys'23, §6.2). Recompute adds a forward (full) or
+the attention core (selective) to the backward (same source).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from simulator.costs import Collective, PassCost
+from simulator.errors import InputError
+from simulator.hardware.spec import Hardware
+from simulator.strategy import Strategy
+from simulator.workload import memory
+from simulator.workload.operators import Operator
+
+ADAM_FLOP_PER_PARAMETER = 10.0
+"""Adam update arithmetic per parameter: moments 3 + 4, step 3 (Kingma & Ba 2015, Alg. 1)."""
+
+SGD_FLOP_PER_PARAMETER = 2.0
+"""SGD update arithmetic per parameter: scale and subtract."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnitCollectives:
+    """Tensor-parallel collectives of one unit per microbatch: its forward, its backward, and
+    the forward's again when the backward recomputes it."""
+
+    forward: tuple[Collective, ...] = ()
+    backward: tuple[Collective, ...] = ()
+    recompute: tuple[Collective, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnitCost:
+    """One unit's (a layer, the embedding, a ResNet block) operators and per-microbatch costs on
+    one device: times in s, flops in flop, bytes in bytes, parameters in elements."""
+
+    ops: tuple[Operator, ...]
+    recomputed: tuple[Operator, ...]
+    forward_collectives: tuple[Collective, ...]
+    backward_collectives: tuple[Collective, ...]
+    overlapped_collectives: tuple[Collective, ...]
+    overlap_s: float
+    forward_s: float
+    backward_s: float
+    recompute_s: float
+    forward_flops: float
+    backward_flops: float
+    gemm_flops: float
+    parameters: float
+    activation_bytes: float
+    send_bytes: float
+
+    @property
+    def training_s(self) -> float:
+        """Forward + backward compute time (s), the balanced partition's measure."""
+        return self.forward_s + self.backward_s
+
+
+def peak_flop_per_s(hardware: Hardware, strategy: Strategy) -> float:
+    """The device's peak at the strategy's precision (flop/s).
+
+    Raises:
+        InputError: the hardware states no peak for that precision.
+    """
+    try:
+        return hardware.peak_flop_per_s[strategy.precision]
+    except KeyError:
+        raise InputError(
+            f"hardware {hardware.name!r} has no peak for precision {strategy.precision!r}"
+            f" (has {sorted(hardware.peak_flop_per_s)})"
+        ) from None
+
+
+def operator_s(op: Operator, factor: float, kernels: int, hardware: Hardware, peak: float) -> float:
+    """Roofline time of ``factor`` x the operator's flops and bytes, plus ``kernels`` launches (s).
+
+    On a GPU a GEMM also loses its tile and wave quantization
+    (:meth:`~simulator.network.cluster.Cluster.gemm_efficiency`); its backward GEMMs are
+    charged the forward's quantization (their shapes are the forward's transposed pairs).
+    """
+    cal = hardware.calibration
+    moved = factor * (op.input_bytes + op.weight_bytes + op.output_bytes)
+    efficiency = cal.gemm_efficiency
+    if op.kind == "gemm":
+        efficiency *= hardware.network.gemm_efficiency(op.rows, op.columns)
+    compute = factor * op.flops / (peak * efficiency)
+    memory_s = moved / (hardware.operand_bandwidth_bytes_per_s * cal.memory_bound_efficiency)
+    return max(compute, memory_s) + kernels * cal.kernel_overhead_s
+
+
+def _pass_times(ops: Sequence[Operator], hardware: Hardware, peak: float) -> tuple[float, float]:
+    """(forward, backward without recompute) time of ``ops`` (s)."""
+    forward = sum(operator_s(op, 1.0, 1, hardware, peak) for op in ops)
+    backward = sum(operator_s(op, 2.0, 2 if op.kind == "gemm" else 1, hardware, peak) for op in ops)
+    return forward, backward
+
+
+def _weight_gradient_s(ops: Sequence[Operator], hardware: Hardware, peak: float) -> float:
+    """Time of the weight-gradient GEMMs of ``ops`` (one per weighted GEMM, its forward's
+    flops), the compute Megatron-LM runs under the input-gradient all-reduce (s)."""
+    return sum(operator_s(op, 1.0, 1, hardware, peak) for op in ops if op.kind == "gemm" and op.weight_bytes)
+
+
+def cost_unit(ops: tuple[Operator, ...], *, recomputed: tuple[Operator, ...], collectives: UnitCollectives,
+              activation_bytes: float, send_bytes: float, hardware: Hardware, strategy: Strategy,
+              parameters: float | None = None, overlap: bool = False) -> UnitCost:
+    """Cost one unit per microbatch on one device.
+
+    Args:
+        ops: the unit's forward operators (already split by tensor parallelism).
+        recomputed: operators re-run in the backward.
+        collectives: its TP collectives; with ``overlap`` the backward ones run under the
+            weight-gradient GEMMs (``tp_overlap``).
+        activation_bytes: activations stashed per microbatch until the backward (bytes).
+        send_bytes: activation sent to the next stage if the unit ends one (bytes).
+        parameters: its parameters (elements); by default the operators' parameter bytes over
+            the working precision.
+
+    Raises:
+        InputError: no peak for the strategy's precision.
+    """
+    peak = peak_flop_per_s(hardware, strategy)
+    forward_s, backward_s = _pass_times(ops, hardware, peak)
+    recompute_s = _pass_times(recomputed, hardware, peak)[0]
+    training = strategy.mode == "training"
+    flops = sum(op.flops for op in ops)
+    overlapped = collectives.backward if overlap and training else ()
+    backward = () if overlapped else collectives.backward
+    if parameters is None:
+        parameters = sum(op.parameter_bytes for op in ops) / strategy.bytes_per_element
+    return UnitCost(
+        ops=ops, recomputed=recomputed if training else (),
+        forward_collectives=collectives.forward,
+        backward_collectives=(*backward, *collectives.recompute) if training else (),
+        overlapped_collectives=overlapped,
+        overlap_s=_weight_gradient_s(ops, hardware, peak) if overlapped else 0.0,
+        forward_s=forward_s, backward_s=backward_s + recompute_s if training else 0.0,
+        recompute_s=recompute_s if training else 0.0,
+        forward_flops=flops,
+        backward_flops=2.0 * flops + sum(op.flops for op in recomputed) if training else 0.0,
+        gemm_flops=sum(op.flops for op in ops if op.kind == "gemm"),
+        parameters=parameters, activation_bytes=activation_bytes, send_bytes=send_bytes,
+    )
+
+
+def idle_pass(segments: int) -> PassCost:
+    """A pass that does nothing (backward and update of inference)."""
+    return PassCost(compute_s=0.0, dram_bytes=0.0, tp_collectives=(), segments=segments, flops=0.0)
+
+
+def optimizer_step(parameters: float, dram_bytes: float, segments: int, hardware: Hardware,
+                   strategy: Strategy) -> PassCost:
+    """Element-wise update of the device's (ZeRO-sharded) parameters as one fused kernel.
+
+    Moves :func:`~simulator.workload.memory.optimizer_step_bytes_per_parameter` bytes per
+    parameter (Adam fp16: 28) at the memory-bound efficiency; ZeRO >= 1 updates ``1/dp``.
+    """
+    if strategy.mode == "inference":
+        return idle_pass(segments)
+    updated = parameters / (strategy.dp if strategy.zero_stage >= 1 else 1)
+    moved = updated * memory.optimizer_step_bytes_per_parameter(strategy)
+    cal = hardware.calibration
+    per_parameter = ADAM_FLOP_PER_PARAMETER if strategy.optimizer == "adam" else SGD_FLOP_PER_PARAMETER
+    compute_s = (moved / (hardware.operand_bandwidth_bytes_per_s * cal.memory_bound_efficiency)
+                 + cal.kernel_overhead_s)
+    return PassCost(compute_s=compute_s, dram_bytes=dram_bytes, tp_collectives=(), segments=segments,
+                    flops=updated * per_parameter)
