@@ -23,6 +23,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy simulator
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,3 +1,3 @@
-from palm_search.cli import main
+from palm_search.commands.cli import main
 
 main()

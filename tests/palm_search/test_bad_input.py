@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from palm_search.cli import STRATEGY_FLAGS, app
+from palm_search.commands.cli import STRATEGY_FLAGS, app
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).resolve().parents[2]

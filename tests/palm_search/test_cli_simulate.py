@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from palm_search.cli import app
+from palm_search.commands.cli import app
 
 runner = CliRunner()
 SMALL = ["simulate", "--model", "T-1.7B", "--hw", "a100-cluster", "--tp", "1", "--pp", "2", "--dp", "4",

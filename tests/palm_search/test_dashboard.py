@@ -12,7 +12,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from palm_search.cli import app
+from palm_search.commands.cli import app
 
 DATA = Path(__file__).parent / "data"
 

@@ -25,8 +25,8 @@ import pytest
 from optuna.trial import TrialState
 from typer.testing import CliRunner
 
-from palm_search.cli import app
-from palm_search.storage import journal_storage
+from palm_search.commands.cli import app
+from palm_search.search.storage import journal_storage
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"

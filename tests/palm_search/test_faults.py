@@ -14,11 +14,11 @@ import pytest
 from optuna.trial import TrialState
 from typer.testing import CliRunner
 
-from palm_search.baseline import choose_baseline
-from palm_search.cli import app
-from palm_search.driver import open_search, optimize, run_baseline
-from palm_search.evaluate import evaluate
-from palm_search.study import load_study
+from palm_search.commands.cli import app
+from palm_search.search.baseline import choose_baseline
+from palm_search.search.driver import open_search, optimize, run_baseline
+from palm_search.search.evaluate import evaluate
+from palm_search.search.study import load_study
 
 DATA = Path(__file__).parent / "data"
 STUDY = DATA / "small-study.toml"
@@ -56,7 +56,7 @@ def _optimize_args(run_dir: Path) -> list[str]:
 
 
 def _study(run_dir: Path) -> optuna.Study:
-    from palm_search.storage import journal_storage
+    from palm_search.search.storage import journal_storage
 
     storage = journal_storage(run_dir)
     [name] = optuna.get_all_study_names(storage)

@@ -9,12 +9,12 @@ import pytest
 from optuna.trial import TrialState
 from typer.testing import CliRunner
 
-import palm_search.evaluate
-from palm_search.baseline import choose_baseline
-from palm_search.cli import app
-from palm_search.driver import open_search, optimize, run_baseline
-from palm_search.space import ScriptedTrial, enumerate_points
-from palm_search.study import load_study
+import palm_search.search.evaluate
+from palm_search.commands.cli import app
+from palm_search.search.baseline import choose_baseline
+from palm_search.search.driver import open_search, optimize, run_baseline
+from palm_search.search.space import ScriptedTrial, enumerate_points
+from palm_search.search.study import load_study
 from simulator import simulate
 
 DATA = Path(__file__).parent / "data"
@@ -88,14 +88,14 @@ def test_an_interrupted_study_resumes_without_losing_a_trial(tmp_path):
 
 
 def test_a_worker_exception_fails_one_trial_not_the_study(tmp_path, monkeypatch):
-    real = palm_search.evaluate.simulate
+    real = palm_search.search.evaluate.simulate
 
     def flaky(model, hardware, strategy, **kwargs):
         if strategy.tp == 2:
             raise RuntimeError("simulated crash")
         return real(model, hardware, strategy, **kwargs)
 
-    monkeypatch.setattr(palm_search.evaluate, "simulate", flaky)
+    monkeypatch.setattr(palm_search.search.evaluate, "simulate", flaky)
     search = _run(tmp_path, sampler="random", trials=30)
     states = [t.state for t in search.study.trials]
     failed = [t for t in search.study.trials if t.state == TrialState.FAIL]
@@ -170,14 +170,14 @@ def test_rdb_storage_url_holds_the_study(tmp_path):
 def test_a_trial_on_a_hardware_variant_keeps_its_machine(tmp_path):
     from dataclasses import replace
 
-    from palm_search.driver import candidate_of, key_of, load_cache, tell
+    from palm_search.search.driver import candidate_of, key_of, load_cache, tell
     from simulator import Strategy
     from spaces import Candidate
 
     search = open_search(_spec(), run_dir=tmp_path / "r")
     variant = replace(search.hardware, name="bigger-sram", sram_bytes=2 * search.hardware.sram_bytes)
     candidate = Candidate(hardware=variant, strategy=Strategy(tp=2, pp=2, global_batch_size=8))
-    record = palm_search.evaluate.evaluate(search.model, variant, candidate.strategy, "contention")
+    record = palm_search.search.evaluate.evaluate(search.model, variant, candidate.strategy, "contention")
     tell(search, search.study.ask(), candidate, record, cached=False)
     told = search.study.trials[-1]
     assert candidate_of(search, told) == candidate

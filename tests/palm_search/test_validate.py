@@ -13,8 +13,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from palm_search.cli import app
-from palm_search.validate import run_suites, summary
+from palm_search.commands.cli import app
+from palm_search.commands.validate import run_suites, summary
 
 runner = CliRunner()
 

@@ -9,7 +9,7 @@ from xml.etree import ElementTree
 import pytest
 from typer.testing import CliRunner
 
-from palm_search.cli import app
+from palm_search.commands.cli import app
 
 DATA = Path(__file__).parent / "data"
 MINI = str(DATA / "mini-mesh.toml")
@@ -39,7 +39,7 @@ def test_simulate_writes_trace_and_plots_in_three_engine_runs(tmp_path, monkeypa
 
 
 def test_cluster_pictures(tmp_path):
-    from palm_search.plots import write_plots
+    from palm_search.views.plots import write_plots
     from simulator import Strategy, load_hardware, load_model, simulate_timeline
 
     strategy = Strategy(tp=8, pp=2, dp=2, global_batch_size=16)
@@ -66,9 +66,9 @@ def run_dir(tmp_path_factory):
 
 
 def test_top_trials_get_artifacts(run_dir):
-    from palm_search.artifacts import trial_artifacts
-    from palm_search.outputs import top_mappings, trials_frame
-    from palm_search.report import load_run
+    from palm_search.views.artifacts import trial_artifacts
+    from palm_search.views.outputs import top_mappings, trials_frame
+    from palm_search.views.report import load_run
 
     study = load_run(run_dir)
     attached = trial_artifacts(study)

@@ -1,7 +1,7 @@
 """``palm-search worker``: one more process working on a study kept in an RDB (PostgreSQL).
 
 Start the study once (``palm-search optimize --storage URL ...`` stores the whole
-:class:`~palm_search.study.StudySpec` in ``study.user_attrs["spec"]`` and evaluates the
+:class:`~palm_search.search.study.StudySpec` in ``study.user_attrs["spec"]`` and evaluates the
 baseline), then run any number of workers, on one host or many, each with its own ask / evaluate /
 tell loop on the same study::
 
@@ -9,12 +9,12 @@ tell loop on the same study::
 
 What several workers guarantee together:
 
-* Budget: the study ends with ``trials`` counted trials (:func:`palm_search.driver.counted`:
+* Budget: the study ends with ``trials`` counted trials (:func:`palm_search.search.driver.counted`:
   COMPLETE, or FAIL from an evaluation error). Before asking, a worker looks at the counted and
   RUNNING trials; after asking, a trial whose rank among them (by trial number) is past the budget
   lost a race with another worker and is told PRUNED with ``user_attrs["over_budget"]``: it is
   neither evaluated nor counted.
-* Dead workers: each worker beats a heartbeat for its RUNNING trial (:mod:`palm_search.storage`);
+* Dead workers: each worker beats a heartbeat for its RUNNING trial (:mod:`palm_search.search.storage`);
   every worker fails the stale trials of dead ones before it asks, and Optuna queues a WAITING
   copy that the next ask returns. A worker waits (rather than leaving) while the budget is only
   reached by trials still RUNNING, so a trial of a worker that dies late is still retried.
@@ -35,10 +35,17 @@ from collections.abc import Callable
 import optuna
 from optuna.trial import TrialState
 
-from palm_search.driver import Progress, Search, counted, decode, finish, load_cache, make_sampler, run_here
-from palm_search.space import candidate_builder
-from palm_search.storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S, Heartbeat, beat_now, fail_stale, rdb_storage
-from palm_search.study import spec_from_attrs
+from palm_search.search.driver import Progress, Search, counted, decode, finish, load_cache, make_sampler, run_here
+from palm_search.search.space import candidate_builder
+from palm_search.search.storage import (
+    GRACE_PERIOD_S,
+    HEARTBEAT_INTERVAL_S,
+    Heartbeat,
+    beat_now,
+    fail_stale,
+    rdb_storage,
+)
+from palm_search.search.study import spec_from_attrs
 from simulator import InputError, load_hardware, load_model
 
 

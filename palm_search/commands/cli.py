@@ -8,10 +8,10 @@ from typing import Annotated
 
 import typer
 
-from palm_search.optimize_cmd import dashboard_cmd, optimize_command
-from palm_search.outputs import read_best
-from palm_search.render import print_result
-from palm_search.worker_cmd import worker_cmd
+from palm_search.commands.optimize import dashboard_cmd, optimize_command
+from palm_search.commands.worker import worker_cmd
+from palm_search.views.outputs import read_best
+from palm_search.views.render import print_result
 from simulator import (
     Hardware,
     InputError,
@@ -147,7 +147,7 @@ def _simulate_and_draw(model: ModelSpec, hardware: Hardware, strategy: Strategy,
     """One simulation; with a trace or plots asked, the recorded one (three engine runs in all)."""
     if not (trace or plots):
         return simulate(model, hardware, strategy, network=network, steady_state=steady_state)
-    from palm_search.report import write_visuals
+    from palm_search.views.report import write_visuals
 
     timeline = simulate_timeline(model, hardware, strategy, network=network, steady_state=steady_state)
     for path in write_visuals(timeline, trace, plots):
@@ -160,7 +160,7 @@ def report(
     run_dir: Annotated[Path, typer.Argument(help="A run directory of palm-search optimize.")],
 ) -> None:
     """Write RUN_DIR/report.html: one self-contained page explaining the search and its best mapping."""
-    from palm_search.report import write_report
+    from palm_search.views.report import write_report
 
     try:
         path = write_report(run_dir, on_progress=lambda text: typer.echo(text, err=True))
@@ -215,8 +215,8 @@ def validate(
     """Compare the simulator with published measurements (studies/validation)."""
     import json
 
-    from palm_search.render import print_validation
-    from palm_search.validate import SUITES, run_suites, summary, to_frame
+    from palm_search.commands.validate import SUITES, run_suites, summary, to_frame
+    from palm_search.views.render import print_validation
 
     try:
         rows = run_suites(suite or list(SUITES), jobs=jobs)

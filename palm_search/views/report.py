@@ -18,9 +18,9 @@ from pathlib import Path
 import optuna
 import pandas as pd
 
-from palm_search.artifacts import mapping_dir, render_mapping
-from palm_search.outputs import baseline_row, top_mappings, trials_frame
-from palm_search.plots import PICTURES, write_plots
+from palm_search.views.artifacts import mapping_dir, render_mapping
+from palm_search.views.outputs import baseline_row, top_mappings, trials_frame
+from palm_search.views.plots import PICTURES, write_plots
 from simulator import InputError, Strategy, load_hardware, load_model
 from simulator.trace import Timeline, write_chrome_trace
 
@@ -49,8 +49,8 @@ def load_run(run_dir: Path) -> optuna.Study:
     Raises:
         InputError: no study journal in ``run_dir``.
     """
-    from palm_search.driver import storage_for
-    from palm_search.storage import JOURNAL
+    from palm_search.search.driver import storage_for
+    from palm_search.search.storage import JOURNAL
 
     if not (run_dir / JOURNAL).is_file():
         raise InputError(f"report: {run_dir / JOURNAL} does not exist (run palm-search optimize first)")

@@ -9,8 +9,8 @@ import optuna
 import pandas as pd
 from optuna.trial import TrialState
 
-from palm_search.driver import Search, candidate_of
-from palm_search.storage import JOURNAL
+from palm_search.search.driver import Search, candidate_of
+from palm_search.search.storage import JOURNAL
 from simulator import Hardware, InputError, hardware_from_tables, hardware_tables
 
 COLUMNS = ("number", "tp", "pp", "dp", "microbatch_size", "schedule", "num_chunks", "recompute",

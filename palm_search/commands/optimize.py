@@ -11,12 +11,12 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from palm_search.baseline import choose_baseline
-from palm_search.driver import open_search, optimize, run_baseline
-from palm_search.outputs import dashboard_command, write_outputs
-from palm_search.render import print_search_summary
-from palm_search.run_control import INTERRUPTED_EXIT_CODE, Executor, check_executor, stop_on_sigint
-from palm_search.study import StudySpec, load_study
+from palm_search.search.baseline import choose_baseline
+from palm_search.search.driver import open_search, optimize, run_baseline
+from palm_search.search.run_control import INTERRUPTED_EXIT_CODE, Executor, check_executor, stop_on_sigint
+from palm_search.search.study import StudySpec, load_study
+from palm_search.views.outputs import dashboard_command, write_outputs
+from palm_search.views.render import print_search_summary
 
 Opt = typer.Option
 
@@ -98,7 +98,7 @@ def _check_jobs(jobs: int) -> None:
 
 def _attach(search, directory: Path) -> list[int]:
     """Trace and pictures of the top trials and the baseline, as Optuna artifacts."""
-    from palm_search.artifacts import attach_artifacts
+    from palm_search.views.artifacts import attach_artifacts
 
     if not search.spec.artifacts_top:
         return []
@@ -140,14 +140,14 @@ def dashboard_cmd(
     from optuna.storages.journal import JournalFileBackend
     from optuna_dashboard import run_server
 
-    from palm_search.storage import JOURNAL
+    from palm_search.search.storage import JOURNAL
     from simulator import InputError
 
     journal = run_dir / JOURNAL
     if not journal.is_file():
         raise InputError(f"dashboard: {journal} does not exist (run palm-search optimize first)")
     typer.echo(f"optuna-dashboard on http://{host}:{port}/ (Ctrl-C stops)", err=True)
-    from palm_search.artifacts import artifact_store
+    from palm_search.views.artifacts import artifact_store
 
     run_server(JournalStorage(JournalFileBackend(str(journal))), host=host, port=port,
                artifact_store=artifact_store(run_dir))

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 
-from palm_search.study import StudySpec
+from palm_search.search.study import StudySpec
 from simulator import Hardware, InputError, ModelSpec
 from spaces import Candidate, ParallelDegrees, SearchedSpace, custom_placements, suggest_candidate
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, get_all_artifact_meta, upload_artifact
 
-from palm_search.outputs import baseline_row, top_mappings, trials_frame
-from palm_search.plots import write_plots
+from palm_search.views.outputs import baseline_row, top_mappings, trials_frame
+from palm_search.views.plots import write_plots
 from simulator import Hardware, ModelSpec, Strategy, simulate_timeline
 from simulator.trace import write_chrome_trace
 

@@ -10,7 +10,7 @@ and the note says so.
 
 from __future__ import annotations
 
-from palm_search.study import StudySpec
+from palm_search.search.study import StudySpec
 from simulator import Hardware, ModelSpec, Strategy, simulate
 from spaces import enumerate_degrees
 

@@ -1,4 +1,4 @@
-"""``palm-search worker``: join a study kept in an RDB and evaluate its trials (see palm_search.worker)."""
+"""``palm-search worker``: join a study kept in an RDB and evaluate its trials (see palm_search.search.worker)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from palm_search.run_control import INTERRUPTED_EXIT_CODE, stop_on_sigint
-from palm_search.storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
+from palm_search.search.run_control import INTERRUPTED_EXIT_CODE, stop_on_sigint
+from palm_search.search.storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
 
 Opt = typer.Option
 
@@ -23,7 +23,7 @@ def worker_cmd(
 ) -> None:
     """Evaluate trials of STUDY in this process until the study holds its budget (several workers,
     on one host or many, share one study)."""
-    from palm_search.worker import open_worker, run_worker
+    from palm_search.search.worker import open_worker, run_worker
     from simulator import InputError
 
     if trials is not None and trials < 1:

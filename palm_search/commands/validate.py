@@ -10,18 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from importlib.resources import files
 from pathlib import Path
 
 import pandas as pd
 from joblib import Parallel, delayed
 
-from palm_search.baseline import lowest_fitting_zero
+from palm_search.search.baseline import lowest_fitting_zero
 from simulator import Hardware, ModelSpec, Strategy, load_hardware, load_model, simulate, simulate_with_records
 from simulator.legality import interleaving_legal, megatron_interleaving
 from simulator.workload.stages import model_flops_per_iteration
 from spaces import enumerate_degrees
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "studies" / "validation"
+DATA_DIR = Path(str(files("palm_search.validation_data")))
+"""The suites' data: ``studies/validation`` of the repository, installed as package data."""
 MICROBATCH_SIZES = (1, 2, 4, 8)
 INFERENCE_MICROBATCH_SIZES = (1, 2, 4, 8, 16, 32)
 HIGHLY_DIVISIBLE_BATCH = 720720

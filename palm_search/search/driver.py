@@ -6,7 +6,7 @@
 * Trials: a strategy over memory COMPLETEs with its value and a violated constraint
   (``trial.set_constraint``, value > 0 is infeasible; Optuna 5) plus its reason in the user
   attributes; an exception in a worker FAILs that trial with its message. Identical strategies
-  are simulated once (:func:`palm_search.evaluate.cache_key`).
+  are simulated once (:func:`palm_search.search.evaluate.cache_key`).
 * Order: the baseline is trial 0. With ``deterministic`` the driver asks a fixed-size batch,
   evaluates it, and tells it in order, so results do not depend on the number of workers;
   otherwise it keeps every worker busy and tells results as they come.
@@ -26,9 +26,9 @@ from joblib import Parallel, delayed
 from joblib.externals.loky.process_executor import TerminatedWorkerError
 from optuna.trial import TrialState
 
-from palm_search.evaluate import RECORD_KEYS, cache_key, evaluate
-from palm_search.space import Builder, candidate_builder, enumerate_points
-from palm_search.storage import (
+from palm_search.search.evaluate import RECORD_KEYS, cache_key, evaluate
+from palm_search.search.space import Builder, candidate_builder, enumerate_points
+from palm_search.search.storage import (
     Heartbeat,
     beat_now,
     fail_stale,
@@ -36,7 +36,7 @@ from palm_search.storage import (
     journal_storage,
     rdb_storage,
 )
-from palm_search.study import StudySpec, spec_to_attrs
+from palm_search.search.study import StudySpec, spec_to_attrs
 from simulator import (
     Hardware,
     InputError,
@@ -336,7 +336,7 @@ def _isolated(search: Search, candidate: Candidate) -> dict:
 
 def _backend(search: Search) -> str | None:
     """The ``Parallel`` backend argument: dask runs inside the ``parallel_config(backend="dask")``
-    the executor entered (:class:`palm_search.run_control.Executor`), so it is left to that."""
+    the executor entered (:class:`palm_search.search.run_control.Executor`), so it is left to that."""
     return None if search.backend == "dask" else search.backend
 
 

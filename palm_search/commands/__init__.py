@@ -1,0 +1,1 @@
+"""The palm-search command line: typer commands, thin adapters over the search and the views."""
