@@ -15,8 +15,6 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from simulator.network.cluster import ClusterTopology
-from simulator.network.mesh import MeshTopology
 from simulator.trace import Timeline, stage_slices
 
 PASS_COLOURS = {"F": "#4C72B0", "B": "#DD8452", "R": "#8172B3", "U": "#C44E52", "bubble": "#E6E6E6"}
@@ -83,24 +81,17 @@ def plot_timeline(timeline: Timeline) -> Figure:
 
 
 class _Grid:
-    """Cell positions of devices and the rectangles of dies (mesh) or nodes (cluster)."""
+    """Cell positions of devices and the frames of dies, nodes or planes, as the machine's
+    topology draws itself (:meth:`simulator.network.topology.Topology.drawing`)."""
 
     def __init__(self, timeline: Timeline) -> None:
-        topo = timeline.topology
-        if isinstance(topo, MeshTopology):
-            mesh = topo.mesh
-            self.width, self.height = mesh.width, mesh.height
-            self.position = lambda d: (topo.coord(d).x, topo.coord(d).y)
-            self.boxes = [(dx * mesh.cores_x, dy * mesh.cores_y, mesh.cores_x, mesh.cores_y)
-                          for dy in range(mesh.dies_y) for dx in range(mesh.dies_x)]
-            self.box_name = "die"
-        else:
-            per_node = topo.cluster.gpus_per_node if isinstance(topo, ClusterTopology) else topo.num_devices
-            used = max(d for p in timeline.placements for d in p.devices) + 1
-            self.width, self.height = per_node, -(-used // per_node)  # the nodes the mapping uses
-            self.position = lambda d: (d % per_node, d // per_node)
-            self.boxes = [(0, n, per_node, 1) for n in range(self.height)]
-            self.box_name = "node"
+        used = max(d for p in timeline.placements for d in p.devices) + 1
+        self.drawing = drawing = timeline.topology.drawing(used)
+        self.width, self.height = drawing.width, drawing.height
+        self.position = lambda d: drawing.positions[d]
+        self.devices = range(len(drawing.positions))
+        self.boxes = drawing.boxes
+        self.box_name = drawing.box_name
 
     def figure(self, extra_width_in: float = 0.0) -> tuple[Figure, object]:
         scale = min(0.62, 14.0 / self.width, 14.0 / self.height)
@@ -145,7 +136,7 @@ def plot_placement(timeline: Timeline) -> Figure:
                 axes.text(x, y, f"s{stage}\nt{group_index}", ha="center", va="center", fontsize=6.5 if small else 8)
             _outline(axes, cells)
     used = {d for p in timeline.placements for d in p.devices}
-    for d in range(grid.width * grid.height):
+    for d in grid.devices:
         if d not in used:
             x, y = grid.position(d)
             axes.add_patch(Rectangle((x - 0.45, y - 0.45), 0.9, 0.9, color="#F2F2F2"))
@@ -172,28 +163,21 @@ def _outline(axes, cells: set[tuple[int, int]]) -> None:
 
 
 def plot_heatmap(timeline: Timeline) -> Figure:
-    """Utilisation over the iteration of every link (a segment between core centres, each
-    direction offset to its right) and DRAM port (a square on the die edge); GPU clusters: the
-    NVSwitch ports as the cell colour and the NIC as a dot."""
+    """Utilisation over the iteration of every resource where the machine draws it: a link as a
+    segment between device centres (each direction offset to its right), a DRAM port as a square
+    on its die's edge, a device's ports as its cell's colour or its dot."""
     grid = _Grid(timeline)
     figure, axes = grid.figure(extra_width_in=1.2)
     norm = LogNorm(1e-3, 1.0, clip=True)
-    for x in range(grid.width):
-        for y in range(grid.height):
-            axes.add_patch(Rectangle((x - 0.3, y - 0.3), 0.6, 0.6, color="#F0F0F0", zorder=0))
-    if isinstance(timeline.topology, MeshTopology):
-        _mesh_heat(axes, timeline, grid, norm)
-    else:
-        _cluster_heat(axes, timeline, grid, norm)
+    for x, y in grid.drawing.positions:
+        axes.add_patch(Rectangle((x - 0.3, y - 0.3), 0.6, 0.6, color="#F0F0F0", zorder=0))
+    _heat(axes, timeline, grid, norm)
     grid.draw_boxes(axes)
     figure.colorbar(_mappable(norm), ax=axes, fraction=0.03, pad=0.02,
                     label="utilisation over the iteration (log scale)")
     hot = sorted(timeline.utilisation.items(), key=lambda kv: -kv[1])[:4]
     hottest = ", ".join(f"{name} {u:.0%}" for name, u in hot if u > 0) or "no traffic"
-    what = ("links (one segment per direction) and DRAM ports (squares on die edges)"
-            if isinstance(timeline.topology, MeshTopology) else "cell: NVSwitch ports, dot: NIC")
-    axes.set_title(f"{_title(timeline)}\n{what}; hottest: {hottest}",
-                   fontsize=9)
+    axes.set_title(f"{_title(timeline)}\n{grid.drawing.legend}; hottest: {hottest}", fontsize=9)
     return figure
 
 
@@ -203,33 +187,36 @@ def _mappable(norm):
     return ScalarMappable(norm=norm, cmap=HEAT)
 
 
-def _mesh_heat(axes, timeline: Timeline, grid: _Grid, norm) -> None:
-    topo: MeshTopology = timeline.topology
+def _heat(axes, timeline: Timeline, grid: _Grid, norm) -> None:
+    """Draw every mark of the machine coloured by its resource's utilisation."""
+    names = timeline.topology.names
+    util = [timeline.utilisation.get(name, 0.0) for name in names]
     segments, values = [], []
-    for name, util in timeline.utilisation.items():
-        if name.startswith("link "):
-            a, b = (int(v) for v in name[5:].split("->"))
-            (x0, y0), (x1, y1) = grid.position(a), grid.position(b)
-            ox, oy = (y1 - y0) * 0.12, (x0 - x1) * 0.12
-            segments.append([(x0 + ox + (x1 - x0) * 0.2, y0 + oy + (y1 - y0) * 0.2),
-                             (x1 + ox - (x1 - x0) * 0.2, y1 + oy - (y1 - y0) * 0.2)])
-            values.append(util)
-    axes.add_collection(LineCollection(segments, cmap=HEAT, norm=norm, array=values, linewidths=2.2, zorder=2))
-    mesh = topo.mesh
-    for name, util in timeline.utilisation.items():
-        if name.startswith("dram die"):
-            die, port = (int(v) for v in name[8:].split(" port"))
-            x0, y0 = (die % mesh.dies_x) * mesh.cores_x, (die // mesh.dies_x) * mesh.cores_y
-            x = x0 - 0.5 if port == 0 else x0 + mesh.cores_x - 0.5
-            axes.scatter([x], [y0 + mesh.cores_y // 2], marker="s", s=70, color=HEAT(norm(util)),
+    cells: dict[int, float] = {}
+    dots: dict[int, float] = {}
+    for mark in grid.drawing.marks:
+        value = util[mark.resource]
+        if mark.shape == "link":
+            segments.append(_segment(grid, *mark.devices))
+            values.append(value)
+        elif mark.shape == "port":
+            axes.scatter([mark.point[0]], [mark.point[1]], marker="s", s=70, color=HEAT(norm(value)),
                          edgecolors="black", linewidths=0.8, zorder=3)
+        else:
+            into = cells if mark.shape == "cell" else dots
+            into[mark.devices[0]] = max(into.get(mark.devices[0], 0.0), value)
+    axes.add_collection(LineCollection(segments, cmap=HEAT, norm=norm, array=values, linewidths=2.2, zorder=2))
+    for device, value in cells.items():
+        x, y = grid.position(device)
+        axes.add_patch(Rectangle((x - 0.45, y - 0.45), 0.9, 0.9, color=HEAT(norm(value)), zorder=1))
+    for device, value in dots.items():
+        x, y = grid.position(device)
+        axes.scatter([x], [y], s=40, color=HEAT(norm(value)), edgecolors="white", linewidths=0.8, zorder=3)
 
 
-def _cluster_heat(axes, timeline: Timeline, grid: _Grid, norm) -> None:
-    util = timeline.utilisation
-    for d in range(grid.width * grid.height):
-        x, y = grid.position(d)
-        switch = max(util.get(f"gpu{d} nvswitch up", 0.0), util.get(f"gpu{d} nvswitch down", 0.0))
-        nic = max(util.get(f"gpu{d} nic up", 0.0), util.get(f"gpu{d} nic down", 0.0))
-        axes.add_patch(Rectangle((x - 0.45, y - 0.45), 0.9, 0.9, color=HEAT(norm(switch)), zorder=1))
-        axes.scatter([x], [y], s=40, color=HEAT(norm(nic)), edgecolors="white", linewidths=0.8, zorder=3)
+def _segment(grid: _Grid, a: int, b: int) -> list[tuple[float, float]]:
+    """A link's segment from ``a`` toward ``b``, shortened and offset to its right."""
+    (x0, y0), (x1, y1) = grid.position(a), grid.position(b)
+    ox, oy = (y1 - y0) * 0.12, (x0 - x1) * 0.12
+    return [(x0 + ox + (x1 - x0) * 0.2, y0 + oy + (y1 - y0) * 0.2),
+            (x1 + ox - (x1 - x0) * 0.2, y1 + oy - (y1 - y0) * 0.2)]

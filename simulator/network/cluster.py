@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from simulator.hardware.spec import Network, network_kind
-from simulator.network.topology import Edge, Topology, topology_for
+from simulator.network.topology import Drawing, Edge, Mark, Topology, topology_for
 
 
 @network_kind("cluster")
@@ -107,6 +107,18 @@ class ClusterTopology(Topology):
     def node_of(self, device: int) -> int:
         """The node holding GPU ``device`` (GPU ids are node-major, as Megatron orders ranks)."""
         return device // self.cluster.gpus_per_node
+
+    def drawing(self, used_devices: int) -> Drawing:
+        """The nodes the first ``used_devices`` GPUs fill, one row of GPUs per node; a GPU's
+        NVSwitch ports colour its cell and its NIC its dot."""
+        per_node = self.cluster.gpus_per_node
+        nodes = -(-max(used_devices, 1) // per_node)
+        shown = range(min(nodes * per_node, self.num_devices))
+        marks = [Mark(r, "cell" if index < 2 else "dot", (g,))
+                 for g in shown for index, r in enumerate(self._ports[g])]
+        return Drawing(width=per_node, height=nodes, positions=tuple((g % per_node, g // per_node) for g in shown),
+                       boxes=tuple((0, n, per_node, 1) for n in range(nodes)), box_name="node",
+                       marks=tuple(marks), legend="cell: NVSwitch ports, dot: NIC")
 
     def channel_edges(self, groups: tuple[tuple[int, ...], ...], edges: list[tuple[int, int]]) -> list[Edge]:
         """Ring edges as NCCL carries them between GPU nodes: one ring per NIC ("channels").

@@ -22,7 +22,7 @@ from typing import ClassVar
 
 from simulator.errors import InputError
 from simulator.hardware.spec import Network, network_kind
-from simulator.network.topology import Topology, topology_for
+from simulator.network.topology import Drawing, Mark, Topology, topology_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +164,25 @@ class MeshTopology(Topology):
             columns = [[r[i] for r in rows] for i in range(len(xs))]
             return _cycle(columns)
         return tuple(d for i, row in enumerate(rows) for d in (row[::-1] if i % 2 else row))
+
+    def drawing(self, used_devices: int) -> Drawing:
+        """The whole mesh: cores at their coordinates, dies framed, a segment per link direction
+        and a square per DRAM port on its die's west or east edge."""
+        mesh = self.mesh
+        links = [Mark(r, "link", pair) for pair, r in self._links.items()]
+        ports = []
+        for index, resource in enumerate(self._ports):
+            die, port = divmod(index, mesh.dram_ports_per_die)
+            x0, y0 = (die % mesh.dies_x) * mesh.cores_x, (die // mesh.dies_x) * mesh.cores_y
+            x = x0 - 0.5 if port == 0 else x0 + mesh.cores_x - 0.5
+            ports.append(Mark(resource, "port", point=(x, y0 + mesh.cores_y // 2)))
+        return Drawing(
+            width=mesh.width, height=mesh.height,
+            positions=tuple((self.coord(d).x, self.coord(d).y) for d in range(self.num_devices)),
+            boxes=tuple((dx * mesh.cores_x, dy * mesh.cores_y, mesh.cores_x, mesh.cores_y)
+                        for dy in range(mesh.dies_y) for dx in range(mesh.dies_x)),
+            box_name="die", marks=(*links, *ports),
+            legend="links (one segment per direction) and DRAM ports (squares on die edges)")
 
     def node_of(self, device: int) -> int:
         c = self.coord(device)

@@ -9,21 +9,60 @@ indexed by that number.
 live in one module each: :mod:`simulator.network.mesh`, :mod:`~simulator.network.cluster`,
 :mod:`~simulator.network.torus`): routes and DRAM routes as resources, the node of a device, the
 named device orders stages are cut from, the ring order of a group, the walk of a stage's devices
-for its groups, and how ring edges are carried (one channel per NIC on a cluster). The defaults
-here suit a machine whose devices have no geometry; kinds override what differs.
+for its groups, how ring edges are carried (one channel per NIC on a cluster), and how the
+machine is drawn (:class:`Drawing`). The defaults here suit a machine whose devices have no
+geometry; kinds override what differs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import cache
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from simulator.errors import InputError
 from simulator.hardware.spec import Hardware, Network
 
 Edge = tuple[int, int] | tuple[int, int, float]
 """A ring edge (source, destination), or (source, destination, share of the edge's bytes)."""
+
+
+MarkShape = Literal["link", "port", "cell", "dot"]
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """Where resource ``resource`` shows on the machine's drawing: ``link`` a segment from device
+    ``devices[0]`` toward ``devices[1]``; ``cell`` / ``dot`` the square / dot of device
+    ``devices[0]`` (several resources of one device show their largest value); ``port`` a square at
+    grid ``point`` (x, y)."""
+
+    resource: int
+    shape: MarkShape
+    devices: tuple[int, ...] = ()
+    point: tuple[float, float] = (0.0, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Drawing:
+    """A machine laid out on a 2-D grid of ``width`` x ``height`` cells.
+
+    Attributes:
+        positions: grid cell (x, y) of each device drawn (devices ``0..len-1``).
+        boxes: (x, y, width, height) in cells of each die, node or plane, drawn as a frame.
+        box_name: what a box is (``die``, ``node``, ``z-plane``).
+        marks: where each resource shows (:class:`Mark`).
+        legend: one line saying what the marks are.
+    """
+
+    width: int
+    height: int
+    positions: tuple[tuple[int, int], ...]
+    boxes: tuple[tuple[int, int, int, int], ...]
+    box_name: str
+    marks: tuple[Mark, ...]
+    legend: str
 
 
 class Topology:
@@ -97,6 +136,21 @@ class Topology:
     def channel_edges(self, groups: tuple[tuple[int, ...], ...], edges: list[tuple[int, int]]) -> list[Edge]:
         """Ring edges as the fabric carries them (unchanged by default)."""
         return list(edges)
+
+    def drawing(self, used_devices: int) -> Drawing:
+        """The machine on a grid for pictures, covering at least devices ``0..used_devices-1``
+        (a large machine may draw only those). By default one row of devices per node."""
+        rows: dict[int, list[int]] = {}
+        for device in range(max(used_devices, 1)):
+            rows.setdefault(self.node_of(device), []).append(device)
+        width = max(len(r) for r in rows.values())
+        positions = [(0, 0)] * max(used_devices, 1)
+        for y, row in enumerate(rows.values()):
+            for x, device in enumerate(row):
+                positions[device] = (x, y)
+        return Drawing(width=width, height=len(rows), positions=tuple(positions),
+                       boxes=tuple((0, y, width, 1) for y in range(len(rows))), box_name="node", marks=(),
+                       legend="devices")
 
 
 def topology_of(hardware: Hardware) -> Topology:

@@ -18,7 +18,7 @@ from functools import cache
 
 from simulator.errors import InputError
 from simulator.hardware.spec import Network, network_kind
-from simulator.network.topology import Topology, topology_for
+from simulator.network.topology import Drawing, Mark, Topology, topology_for
 
 
 @network_kind("torus")
@@ -108,6 +108,26 @@ class TorusTopology(Topology):
         x_size, y_size, _ = self.torus.dimensions
         x, y, z = position
         return x + x_size * (y + y_size * z)
+
+    def drawing(self, used_devices: int) -> Drawing:
+        """The z-planes side by side (one column of cells between them); a link to an adjacent
+        cell of the same plane is a segment, a wrap-around or z link shows as its chip's dot."""
+        x_size, y_size, z_size = self.torus.dimensions
+
+        def cell(device: int) -> tuple[int, int]:
+            x, y, z = self.position(device)
+            return x + z * (x_size + 1), y
+
+        marks = []
+        for (a, b), resource in self._links.items():
+            (xa, ya), (xb, yb) = cell(a), cell(b)
+            adjacent = abs(xa - xb) + abs(ya - yb) == 1
+            marks.append(Mark(resource, "link", (a, b)) if adjacent else Mark(resource, "dot", (a,)))
+        return Drawing(width=z_size * (x_size + 1) - 1, height=y_size,
+                       positions=tuple(cell(d) for d in range(self.num_devices)),
+                       boxes=tuple((z * (x_size + 1), 0, x_size, y_size) for z in range(z_size)),
+                       box_name="z-plane", marks=tuple(marks),
+                       legend="links in a plane (segments), wrap-around and z links (dot: the busiest)")
 
     def node_of(self, device: int) -> int:
         """The x ring holding ``device``."""

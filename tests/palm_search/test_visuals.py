@@ -38,12 +38,18 @@ def test_simulate_writes_trace_and_plots_in_three_engine_runs(tmp_path, monkeypa
     _check_pictures(tmp_path / "plots")
 
 
-def test_cluster_pictures(tmp_path):
+@pytest.mark.parametrize(("hw", "box", "legend"), [("a100-cluster", "node", "NVSwitch"),
+                                                   ("tpu-v4-cube", "z-plane", "wrap-around")])
+def test_cluster_and_torus_pictures(tmp_path, hw, box, legend):
     from palm_search.views.plots import write_plots
     from simulator import Strategy, load_hardware, load_model, simulate_timeline
 
-    strategy = Strategy(tp=8, pp=2, dp=2, global_batch_size=16)
-    timeline = simulate_timeline(load_model("T-1.7B"), load_hardware("a100-cluster"), strategy)
+    torus = hw == "tpu-v4-cube"
+    strategy = Strategy(tp=4 if torus else 8, pp=2, dp=2, global_batch_size=16, precision="bf16" if torus else "fp16")
+    timeline = simulate_timeline(load_model("T-1.7B"), load_hardware(hw), strategy)
+    drawing = timeline.topology.drawing(16)
+    assert drawing.box_name == box and legend in drawing.legend
+    assert {m.resource for m in drawing.marks} <= set(range(timeline.topology.num_resources))
     write_plots(timeline, tmp_path)
     _check_pictures(tmp_path)
 
