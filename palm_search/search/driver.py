@@ -50,7 +50,6 @@ from simulator import (
 from spaces import Candidate
 
 logger = logging.getLogger(__name__)
-UNFINISHED = (TrialState.RUNNING, TrialState.WAITING)
 
 
 @dataclass
