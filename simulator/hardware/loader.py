@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 import simulator.network  # noqa: F401 - registers every network kind in NETWORK_KINDS
 from simulator.config import SOURCE_SUFFIX, Table, parse_toml, read_toml, split_unit
 from simulator.errors import InputError
-from simulator.hardware.spec import NETWORK_KINDS, Calibration, Hardware
+from simulator.hardware.spec import DATAFLOWS, NETWORK_KINDS, Calibration, Hardware
 from simulator.strategy import PRECISIONS
 
 D = TypeVar("D")
@@ -127,8 +127,12 @@ def _read_dataclass(table: Table, cls: type[D], sources: dict[str, str]) -> D:
         raise table.error(str(error).split(": ", 1)[-1]) from None
 
 
+CHOICES: dict[str, tuple[str, ...]] = {"Dataflow": DATAFLOWS}
+"""Annotation of a string field -> the values a file may give it."""
+
+
 def _read_quantities(table: Table, wanted: dict[str, str], sources: dict[str, str], *,
-                     required: bool = True, subtables: tuple[str, ...] = ()) -> dict[str, float]:
+                     required: bool = True, subtables: tuple[str, ...] = ()) -> dict[str, Any]:
     """Read the quantities whose SI names are in ``wanted`` (name -> ``"int"``/``"float"``).
 
     Each key's citation goes into ``sources`` under ``"<table path>.<key>"``.
@@ -136,14 +140,17 @@ def _read_quantities(table: Table, wanted: dict[str, str], sources: dict[str, st
     Raises:
         InputError: unknown, missing (when ``required``) or repeated key, wrong type, range.
     """
-    values: dict[str, float] = {}
+    values: dict[str, Any] = {}
     for key in table.keys():
         stem, si_name, _ = split_unit(key)
         if key.endswith(SOURCE_SUFFIX) or key in subtables or si_name not in wanted:
             continue
         if si_name in values:
             raise table.error(f"key '{key}' repeats quantity '{stem}' given in another unit")
-        values[si_name] = table.take_quantity(key, integer=wanted[si_name] == "int")[1]
+        if wanted[si_name] in CHOICES:
+            values[si_name] = table.take_string(key, CHOICES[wanted[si_name]])
+        else:
+            values[si_name] = table.take_quantity(key, integer=wanted[si_name] == "int")[1]
         sources[f"{table.path}.{key}"] = table.take_source(key)
     missing = [name for name in wanted if name not in values]
     if required and missing:

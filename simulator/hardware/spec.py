@@ -13,8 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar, TypeVar
+from typing import ClassVar, Literal, TypeVar
 
+Dataflow = Literal["palm-algorithm-1", "tiled"]
+"""How a mesh's operators move operands between DRAM and SRAM (:class:`simulator.network.mesh.Mesh`)."""
+
+DATAFLOWS: tuple[str, ...] = ("palm-algorithm-1", "tiled")
+"""The values of :data:`Dataflow`, for file checks."""
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Calibration:
@@ -47,14 +52,16 @@ class Network:
 
     Attributes:
         kind: the name of the kind (``mesh``, ``cluster``, ``torus``...).
-        plans_sram: True if operands stream from off-chip DRAM over the network as PALM
-            Algorithm 1 plans them (meshes); False if device memory is local (HBM) and its
-            traffic is timed inside compute.
     """
 
     __slots__ = ()
     kind: ClassVar[str] = ""
-    plans_sram: ClassVar[bool] = False
+
+    def sram_dataflow(self) -> Dataflow | None:
+        """How operands stream from off-chip DRAM into SRAM over the network (a mesh's
+        :data:`Dataflow`), or None where device memory is local (HBM) and its traffic is timed
+        inside compute."""
+        return None
 
     @property
     def num_devices(self) -> int:
@@ -72,7 +79,7 @@ class Network:
 
     def operand_bandwidth_bytes_per_s(self, sram_bandwidth_bytes_per_s: float) -> float:
         """Bandwidth at which a device's operators read their operands (bytes/s): the SRAM's
-        where DRAM traffic is separate (:attr:`plans_sram`), else the device memory's."""
+        where DRAM traffic is separate (:meth:`Network.sram_dataflow`), else the device memory's."""
         raise NotImplementedError
 
     def gemm_efficiency(self, rows: float, columns: float) -> float:

@@ -18,10 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import ClassVar
 
 from simulator.errors import InputError
-from simulator.hardware.spec import Network, network_kind
+from simulator.hardware.spec import Dataflow, Network, network_kind
 from simulator.network.topology import Drawing, Mark, Topology, topology_for
 
 
@@ -48,6 +47,9 @@ class Mesh(Network):
         dram_bandwidth_bytes_per_s: DRAM bandwidth of one die, shared by its ports.
         dram_latency_s: DRAM response time (PALM Eq. 4).
         dram_capacity_bytes: DRAM capacity of one die.
+        dataflow: how operators move operands between DRAM and SRAM: ``palm-algorithm-1``
+            (PALM Algorithm 1, one-dimensional blocking: :mod:`simulator.workload.sram`) or
+            ``tiled`` (two-dimensional blocking with multicast: :mod:`simulator.workload.tiled_stage`).
 
     Raises:
         InputError: ``dram_ports_per_die`` is not 1 or 2.
@@ -64,7 +66,7 @@ class Mesh(Network):
     dram_bandwidth_bytes_per_s: float
     dram_latency_s: float
     dram_capacity_bytes: float
-    plans_sram: ClassVar[bool] = True
+    dataflow: Dataflow
 
     def __post_init__(self) -> None:
         if self.dram_ports_per_die not in (1, 2):
@@ -93,6 +95,10 @@ class Mesh(Network):
     def device_memory_bytes(self) -> float:
         """A die's DRAM shared equally by its cores (bytes)."""
         return self.dram_capacity_bytes / self.devices_per_node
+
+    def sram_dataflow(self) -> Dataflow:
+        """The mesh's :attr:`dataflow`: DRAM traffic is planned per stage and sent over the mesh."""
+        return self.dataflow
 
     def operand_bandwidth_bytes_per_s(self, sram_bandwidth_bytes_per_s: float) -> float:
         """The core's SRAM: DRAM traffic is planned (PALM Algorithm 1) and sent over the mesh."""

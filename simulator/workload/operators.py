@@ -56,6 +56,9 @@ class Operator:
         table_bytes: parameters held but only partly read per microbatch: an embedding table,
             of which a lookup reads the rows of its tokens (counted in ``weight_bytes``). They
             count in the stage's parameters and states, not in its traffic (bytes).
+        shared_input: the input is the same on every device of the tensor-parallel group (a
+            column-parallel GEMM or channel-split convolution: Megatron splits the weight's
+            output columns), so a tiled chip may read it once per group and multicast it.
     """
 
     name: str
@@ -69,6 +72,7 @@ class Operator:
     rows: float = 0.0
     columns: float = 0.0
     table_bytes: float = 0.0
+    shared_input: bool = False
 
     @property
     def parameter_bytes(self) -> float:
@@ -76,11 +80,14 @@ class Operator:
         return self.table_bytes or self.weight_bytes
 
 
-def _gemm(name: str, m: float, n: float, k: float, weight: float, inputs: float, bpe: int) -> Operator:
-    """A GEMM ``(m, k) x (k, n)``; ``weight`` and ``inputs`` are element counts."""
+def _gemm(name: str, m: float, n: float, k: float, weight: float, inputs: float, bpe: int, *,
+          shared: bool = False) -> Operator:
+    """A GEMM ``(m, k) x (k, n)``; ``weight`` and ``inputs`` are element counts; ``shared``: a
+    column-parallel one (its input is the same on every device of the TP group)."""
     return Operator(
         name=name, kind="gemm", flops=2.0 * m * n * k,
         weight_bytes=weight * bpe, input_bytes=inputs * bpe, output_bytes=m * n * bpe, rows=m, columns=n,
+        shared_input=shared,
     )
 
 
@@ -108,7 +115,7 @@ def _attention(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     heads, head_size = model.num_heads / t, h / model.num_heads
     scores = b * heads * s * s
     return (
-        _gemm("qkv", tokens, 3 * h / t, h, 3 * h * h / t + bias * 3 * h / t, tokens * h, bpe),
+        _gemm("qkv", tokens, 3 * h / t, h, 3 * h * h / t + bias * 3 * h / t, tokens * h, bpe, shared=True),
         _gemm("attention_scores", b * heads * s, s, head_size, 0.0, 2 * tokens * h / t, bpe),
         _elementwise("attention_softmax", scores, 5.0, bpe),
         _elementwise("attention_dropout", scores, 2.0, bpe),
@@ -123,13 +130,13 @@ def _mlp(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     tokens, inner = strategy.microbatch_size * model.sequence_length, model.ffn_hidden_size / strategy.tp
     if model.architecture == "llama":
         return (
-            _gemm("mlp_gate", tokens, inner, h, h * inner, tokens * h, bpe),
-            _gemm("mlp_up", tokens, inner, h, h * inner, tokens * h, bpe),
+            _gemm("mlp_gate", tokens, inner, h, h * inner, tokens * h, bpe, shared=True),
+            _gemm("mlp_up", tokens, inner, h, h * inner, tokens * h, bpe, shared=True),
             _elementwise("silu_multiply", tokens * inner, 6.0, bpe, inputs=2),
             _gemm("mlp_out", tokens, h, inner, inner * h, tokens * inner, bpe),
         )
     return (
-        _gemm("mlp_in", tokens, inner, h, h * inner + inner, tokens * h, bpe),
+        _gemm("mlp_in", tokens, inner, h, h * inner + inner, tokens * h, bpe, shared=True),
         _elementwise("gelu", tokens * inner, 8.0, bpe),
         _gemm("mlp_out", tokens, h, inner, inner * h + h, tokens * inner, bpe),
     )
@@ -202,7 +209,7 @@ def logits(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     norm_weight = h if model.architecture == "llama" else 2 * h
     return (
         _elementwise("final_norm", elementwise_tokens * h, 5.0, bpe, weight=norm_weight),
-        _gemm("logits", tokens, vocab, h, vocab * h, tokens * h, bpe),
+        _gemm("logits", tokens, vocab, h, vocab * h, tokens * h, bpe, shared=True),
         _elementwise("cross_entropy", tokens * vocab, 5.0, bpe),
     )
 
@@ -290,7 +297,7 @@ def _conv(name: str, batch: int, size_in: int, c_in: int, c_out: int, kernel: in
         halo = (kernel - 1) * batch * size_in * c_in * bpe if t > 1 else 0.0
         conv = replace(conv, halo_bytes=halo)
     else:
-        conv = _gemm(name, positions, c_out / t, kernel * kernel * c_in, weights / t, inputs, bpe)
+        conv = _gemm(name, positions, c_out / t, kernel * kernel * c_in, weights / t, inputs, bpe, shared=True)
         conv = replace(conv, gather_bytes=positions * c_out * bpe)
     norm = _elementwise(f"{name}_bn_relu", positions * c_out / t, 5.0, bpe, weight=2 * c_out / t)
     return (conv, norm), size_out
@@ -338,7 +345,7 @@ def resnet50_units(model: ModelSpec, strategy: Strategy) -> list[tuple[str, tupl
     avgpool = Operator(name="avgpool", kind="memory", flops=pooled_inputs / t, weight_bytes=0.0,
                        input_bytes=pooled_inputs * bpe / t, output_bytes=b * c_in * bpe)
     fc = _gemm("fc", b, model.vocab_size / t, c_in, c_in * model.vocab_size / t + model.vocab_size / t,
-               b * c_in, bpe)
+               b * c_in, bpe, shared=True)
     units.append(("head", (avgpool, fc)))
     return units
 

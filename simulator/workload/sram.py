@@ -99,14 +99,20 @@ class SramPlan:
         update_dram_bytes: gradient update (bytes; 0 for inference).
         resident_bytes: bytes kept in SRAM: ``WSG`` or ``Wt`` (activation_stream), ``ACT``
             (weight_stream), the whole SRAM (stationary).
-        strategies: the strategy of each distinct operator, in group order.
+        strategies: the strategy of each distinct operator, in group order (Algorithm 1's
+            names, or the loop orders of :mod:`simulator.workload.tiled_stage`).
+        forward_multicast_bytes, backward_multicast_bytes: bytes of operands a tensor-parallel
+            group reads once from DRAM and multicasts to its devices, per device, in the pass
+            (0 under Algorithm 1).
     """
 
     forward_dram_bytes: float
     backward_dram_bytes: float
     update_dram_bytes: float
     resident_bytes: float
-    strategies: tuple[SramStrategy, ...]
+    strategies: tuple[str, ...]
+    forward_multicast_bytes: float = 0.0
+    backward_multicast_bytes: float = 0.0
 
 
 def stage_totals(groups: Iterable[OperatorGroup], strategy: Strategy) -> StageTotals:
@@ -196,7 +202,7 @@ def operator_access(op: Operator, totals: StageTotals, capacity: float, strategy
                           backward_dram_bytes=backward)
 
 
-def _update_bytes(totals: StageTotals, capacity: float, strategy: Strategy) -> float:
+def update_bytes(totals: StageTotals, capacity: float, strategy: Strategy) -> float:
     """Gradient-update traffic: fp32 states loaded and stored unless all of ``WSG`` is on chip."""
     if strategy.mode == "inference" or totals.wsg_bytes <= capacity:
         return 0.0
@@ -229,7 +235,7 @@ def plan_stage(groups: Sequence[OperatorGroup], capacity: float, strategy: Strat
     """
     totals = stage_totals(groups, strategy)
     forward = backward = 0.0
-    strategies: list[SramStrategy] = []
+    strategies: list[str] = []
     for ops, count in groups:
         for op in ops:
             access = operator_access(op, totals, capacity, strategy)
@@ -241,5 +247,5 @@ def plan_stage(groups: Sequence[OperatorGroup], capacity: float, strategy: Strat
             backward += count * sum(operator_access(op, totals, capacity, strategy).forward_dram_bytes
                                     for op in ops)
     return SramPlan(forward_dram_bytes=forward, backward_dram_bytes=backward,
-                    update_dram_bytes=_update_bytes(totals, capacity, strategy),
+                    update_dram_bytes=update_bytes(totals, capacity, strategy),
                     resident_bytes=_resident(totals, capacity), strategies=tuple(strategies))

@@ -24,6 +24,7 @@ from simulator.workload.operators import Operator
 from simulator.workload.partition import balanced_partition, uniform_partition
 from simulator.workload.roofline import UnitCollectives, UnitCost, cost_unit, idle_pass, optimizer_step
 from simulator.workload.spec import ModelSpec
+from simulator.workload.tiled_stage import plan_stage_tiled
 
 Item = tuple[str, UnitCost]
 """A named unit of a stage (``layer3``, ``embedding``, ``stem``...)."""
@@ -169,37 +170,56 @@ def dp_collectives(parameters: float, strategy: Strategy) -> tuple[Collective, .
             Collective(kind="all_gather", size_bytes=size))
 
 
+PLANNERS = {"palm-algorithm-1": sram.plan_stage, "tiled": plan_stage_tiled}
+"""A mesh's dataflow -> the planner of a stage's DRAM traffic."""
+
+
 def _sram_plan(groups: list[Group], hardware: Hardware,
                strategy: Strategy) -> sram.SramPlan | None:
-    """PALM Algorithm 1 over the stage (mesh only)."""
-    if not hardware.network.plans_sram:
+    """The stage's DRAM traffic as the mesh's dataflow moves it (None off meshes)."""
+    dataflow = hardware.network.sram_dataflow()
+    if dataflow is None:
         return None
-    return sram.plan_stage([(unit.ops, count) for unit, count in groups], hardware.sram_bytes, strategy,
-                           [(unit.recomputed, count) for unit, count in groups if unit.recomputed])
+    return PLANNERS[dataflow]([(unit.ops, count) for unit, count in groups], hardware.sram_bytes, strategy,
+                              [(unit.recomputed, count) for unit, count in groups if unit.recomputed])
+
+
+def _multicast(size_bytes: float) -> tuple[tuple[Collective, ...], int]:
+    """Operands a TP group multicasts in a pass, as an all-gather of their bytes over the group
+    (:mod:`simulator.workload.tiled_stage`), in :func:`_merge`'s form."""
+    return ((Collective(kind="all_gather", size_bytes=size_bytes),), 1) if size_bytes else ((), 1)
 
 
 def _forward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int) -> PassCost:
-    """Forward pass of a stage per microbatch: its units' sums."""
+    """Forward pass of a stage per microbatch: its units' sums; multicast runs under its compute."""
+    compute_s = sum(unit.forward_s * count for unit, count in groups)
+    multicast = plan.forward_multicast_bytes if plan else 0.0
     return PassCost(
-        compute_s=sum(unit.forward_s * count for unit, count in groups),
+        compute_s=compute_s,
         dram_bytes=plan.forward_dram_bytes if plan else 0.0,
         tp_collectives=_merge([(unit.forward_collectives, count) for unit, count in groups]),
-        segments=segments, flops=sum(unit.forward_flops * count for unit, count in groups))
+        segments=segments, flops=sum(unit.forward_flops * count for unit, count in groups),
+        overlapped_collectives=_merge([_multicast(multicast)]), overlap_s=compute_s if multicast else 0.0)
 
 
 def _backward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int,
               strategy: Strategy) -> PassCost:
-    """Backward pass of a stage per microbatch (recompute included; idle for inference)."""
+    """Backward pass of a stage per microbatch (recompute included; idle for inference). The TP
+    collectives of ``tp_overlap`` run under the weight-gradient GEMMs; with multicast, both run
+    under the whole pass."""
     if strategy.mode == "inference":
         return idle_pass(segments)
+    compute_s = sum(unit.backward_s * count for unit, count in groups)
+    multicast = plan.backward_multicast_bytes if plan else 0.0
+    overlapped = [(unit.overlapped_collectives, count) for unit, count in groups]
     return PassCost(
-        compute_s=sum(unit.backward_s * count for unit, count in groups),
+        compute_s=compute_s,
         dram_bytes=plan.backward_dram_bytes if plan else 0.0,
         tp_collectives=_merge([(unit.backward_collectives, count) for unit, count in groups]),
         segments=segments, flops=sum(unit.backward_flops * count for unit, count in groups),
         recompute_s=sum(unit.recompute_s * count for unit, count in groups),
-        overlapped_collectives=_merge([(unit.overlapped_collectives, count) for unit, count in groups]),
-        overlap_s=sum(unit.overlap_s * count for unit, count in groups))
+        overlapped_collectives=_merge([*overlapped, _multicast(multicast)]),
+        overlap_s=compute_s if multicast else sum(unit.overlap_s * count for unit, count in groups))
 
 
 def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy) -> StageCost:

@@ -57,7 +57,8 @@ class Blocking:
     Attributes:
         order: which operand's block stays in SRAM.
         tile_m, tile_n, tile_k: block sides per core (elements).
-        dram_bytes: bytes read from and written to DRAM for the whole GEMM.
+        a_bytes, b_bytes, c_bytes: DRAM bytes of each operand (``A`` and ``B`` read, ``C``
+            written) for the whole GEMM.
         sram_bytes: SRAM the blocks take on one core.
     """
 
@@ -65,8 +66,15 @@ class Blocking:
     tile_m: int
     tile_n: int
     tile_k: int
-    dram_bytes: float
+    a_bytes: float
+    b_bytes: float
+    c_bytes: float
     sram_bytes: float
+
+    @property
+    def dram_bytes(self) -> float:
+        """Bytes read from and written to DRAM for the whole GEMM."""
+        return self.a_bytes + self.b_bytes + self.c_bytes
 
 
 def io_lower_bound_bytes(shape: GemmShape, sram_bytes: float) -> float:
@@ -102,9 +110,9 @@ def _output_stationary(s: GemmShape, sram: float, tile: int, grid: tuple[int, in
         tn = min(math.ceil(s.n / grid[1]), tn_max // tile * tile if tn_max >= tile else tn_max)
         if tn < 1:
             continue
-        moved = e * (s.m * s.k * math.ceil(s.n / (grid[1] * tn)) + s.k * s.n * math.ceil(s.m / (grid[0] * tm))
-                     + s.m * s.n)
-        found.append(Blocking(order="output-stationary", tile_m=tm, tile_n=tn, tile_k=tk, dram_bytes=moved,
+        found.append(Blocking(order="output-stationary", tile_m=tm, tile_n=tn, tile_k=tk,
+                              a_bytes=e * s.m * s.k * math.ceil(s.n / (grid[1] * tn)),
+                              b_bytes=e * s.k * s.n * math.ceil(s.m / (grid[0] * tm)), c_bytes=e * s.m * s.n,
                               sram_bytes=e * (tm * tn + 2 * tk * (tm + tn))))
     return found
 
@@ -117,15 +125,16 @@ def _panel_stationary(s: GemmShape, sram: float, tile: int, grid: tuple[int, int
         need = e * (tm * s.k + tm * tn + 2 * tk * tn)
         if need > sram:
             break
-        moved = e * (s.m * s.k + s.k * s.n * math.ceil(s.m / (grid[0] * tm)) + s.m * s.n)
-        found.append(Blocking(order="a-stationary", tile_m=tm, tile_n=tn, tile_k=tk, dram_bytes=moved,
+        found.append(Blocking(order="a-stationary", tile_m=tm, tile_n=tn, tile_k=tk, a_bytes=e * s.m * s.k,
+                              b_bytes=e * s.k * s.n * math.ceil(s.m / (grid[0] * tm)), c_bytes=e * s.m * s.n,
                               sram_bytes=need))
     return found
 
 
 def _transposed(blocking: Blocking) -> Blocking:
     return Blocking(order="b-stationary", tile_m=blocking.tile_n, tile_n=blocking.tile_m, tile_k=blocking.tile_k,
-                    dram_bytes=blocking.dram_bytes, sram_bytes=blocking.sram_bytes)
+                    a_bytes=blocking.b_bytes, b_bytes=blocking.a_bytes, c_bytes=blocking.c_bytes,
+                    sram_bytes=blocking.sram_bytes)
 
 
 def gemm_blocking(shape: GemmShape, sram_bytes: float, *, tile: int = 1, grid: tuple[int, int] = (1, 1)) -> Blocking:

@@ -21,7 +21,7 @@ def mesh_hardware(*, dies=(2, 2), cores=(2, 2), intra=100e9, inter=50e9, hop=1e-
         network=Mesh(dies_x=dies[0], dies_y=dies[1], cores_x=cores[0], cores_y=cores[1],
                      intra_die_link_bandwidth_bytes_per_s=intra, inter_die_link_bandwidth_bytes_per_s=inter,
                      hop_latency_s=hop, dram_ports_per_die=2, dram_bandwidth_bytes_per_s=dram,
-                     dram_latency_s=1e-7, dram_capacity_bytes=dram_capacity),
+                     dram_latency_s=1e-7, dram_capacity_bytes=dram_capacity, dataflow="palm-algorithm-1"),
     )
 
 

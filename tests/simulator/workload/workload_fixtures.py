@@ -18,7 +18,8 @@ def wafer() -> Hardware:
         sram_bytes=3.75e6, sram_bandwidth_bytes_per_s=1e12, calibration=CALIBRATION,
         network=Mesh(dies_x=5, dies_y=4, cores_x=4, cores_y=4, intra_die_link_bandwidth_bytes_per_s=1e11,
                      inter_die_link_bandwidth_bytes_per_s=5e10, hop_latency_s=1e-8, dram_ports_per_die=2,
-                     dram_bandwidth_bytes_per_s=1e12, dram_latency_s=1e-7, dram_capacity_bytes=64 * 2**30),
+                     dram_bandwidth_bytes_per_s=1e12, dram_latency_s=1e-7, dram_capacity_bytes=64 * 2**30,
+                     dataflow="palm-algorithm-1"),
     )
 
 

@@ -1,0 +1,152 @@
+"""The tiled dataflow of a stage: each operator's DRAM traffic as a tiled chip's kernels move it.
+
+PALM Algorithm 1 (:mod:`simulator.workload.sram`) re-streams a whole operand once per SRAM-sized
+chunk of the other (one-dimensional blocking). Tiled chips block a GEMM in two dimensions per
+core and share operands across cores by NoC multicast (tt-metal ``matmul_multicore_reuse_mcast``
+and its GEMM_FLOPS tech report); here every product of a GEMM operator is charged the DRAM bytes
+of its best two-dimensional blocking under one core's SRAM (:func:`~simulator.workload.tiled.gemm_blocking`,
+double-buffered streamed blocks, tile sides multiples of the 32 x 32 hardware tile).
+
+An operator ``C (m x n) = A (m x k) B (k x n)`` (``k = flops / 2 m n``) has three products,
+each blocked on its own (Narayanan et al. SC'21 §5.1 count the same three GEMMs):
+
+* forward ``C = A B``, shape ``(m, k, n)``;
+* data gradient ``dA = dC B^T``, shape ``(m, n, k)``;
+* weight gradient ``dB = A^T dC``, shape ``(k, m, n)`` (for a batched GEMM, the gradient of its
+  second activation).
+
+Batched GEMMs (attention scores and values: no weights, both operands activations) are ``batch``
+independent products of ``(m / batch, k, n)``, ``batch = (input - m k) / (k n)`` elements. A
+convolution reads its input feature map from DRAM, not the ``m x k`` im2col matrix (overlapping
+windows are reused in SRAM), so ``A``'s bytes (and the data gradient's output) scale by
+``input / (m k) <= 1``.
+
+A column-parallel operator (:attr:`~simulator.workload.operators.Operator.shared_input`) on a
+tensor-parallel group of ``t > 1`` devices: the group computes ``(m, k, t n)`` on a ``1 x t``
+grid, reads ``A`` once from DRAM and multicasts it along the group; each device is charged
+``1/t`` of the group's DRAM bytes and receives ``A``'s bytes over the NoC, costed as an
+all-gather of them over the group that runs under the pass's compute (the multicast reader
+kernels run beside the math; tt-metal's reuse-mcast matmul). The weight gradient shares ``A^T``
+the same way. Element-wise operators stream their inputs, weights and outputs once forward and
+twice backward (the roofline's ``2x``); recomputed operators add their forward traffic to the
+backward. When the whole stage fits in SRAM (Algorithm 1's resident test) nothing moves, and the
+gradient update moves what Algorithm 1 charges (:func:`simulator.workload.sram.update_bytes`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+
+from simulator.strategy import Strategy
+from simulator.workload.operators import Operator
+from simulator.workload.sram import OperatorGroup, SramPlan, stage_branch, stage_totals, update_bytes
+from simulator.workload.tiled import Blocking, GemmShape, gemm_blocking
+
+TILE_SIDE = 32
+"""Side of the hardware tile in elements (tt-metal ``TILE_HEIGHT = TILE_WIDTH = 32``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Traffic:
+    """DRAM bytes one device moves for an operator's pass, the bytes it receives by multicast,
+    and the loop order of its largest product."""
+
+    dram_bytes: float = 0.0
+    multicast_bytes: float = 0.0
+    order: str = "stream"
+
+    def __add__(self, other: Traffic) -> Traffic:
+        order = self.order if self.dram_bytes >= other.dram_bytes else other.order
+        return Traffic(self.dram_bytes + other.dram_bytes, self.multicast_bytes + other.multicast_bytes, order)
+
+    def scaled(self, factor: float) -> Traffic:
+        return Traffic(self.dram_bytes * factor, self.multicast_bytes * factor, self.order)
+
+
+@cache
+def _blocking(shape: GemmShape, sram_bytes: float, group: int) -> Blocking:
+    return gemm_blocking(shape, sram_bytes, tile=TILE_SIDE, grid=(1, group))
+
+
+def product_traffic(m: float, k: float, n: float, bytes_per_element: float, sram_bytes: float, *,
+                    group: int = 1, a_scale: float = 1.0, c_scale: float = 1.0) -> Traffic:
+    """DRAM traffic of one device for a product ``(m x k) (k x n)`` whose ``A`` is shared by a
+    group of ``group`` devices computing ``(m, k, group n)`` (1: not shared).
+
+    Args:
+        m, k, n: the device's product (elements).
+        bytes_per_element: of every operand.
+        sram_bytes: one device's SRAM for the blocks.
+        group: devices sharing ``A`` by multicast.
+        a_scale, c_scale: bytes of ``A`` and ``C`` actually in DRAM per byte of the matrix
+            (a convolution's feature map against its im2col matrix).
+    """
+    shape = GemmShape(m=max(math.ceil(m), 1), k=max(math.ceil(k), 1), n=max(math.ceil(n * group), 1),
+                      bytes_per_element=bytes_per_element)
+    blocking = _blocking(shape, sram_bytes, group)
+    a_bytes = blocking.a_bytes * a_scale
+    total = a_bytes + blocking.b_bytes + blocking.c_bytes * c_scale
+    return Traffic(total / group, a_bytes if group > 1 else 0.0, blocking.order)
+
+
+def _layout(op: Operator, bytes_per_element: float) -> tuple[float, float, float, int, float]:
+    """``(m, k, n, batch, a_scale)`` of one product of the operator's batch."""
+    m, n = op.rows, op.columns
+    k = op.flops / (2.0 * m * n)
+    if op.weight_bytes:
+        return m, k, n, 1, min(1.0, op.input_bytes / (bytes_per_element * m * k))
+    second = op.input_bytes / bytes_per_element - m * k
+    batch = max(1, round(second / (k * n)))
+    return m / batch, k, n, batch, 1.0
+
+
+def operator_traffic(op: Operator, strategy: Strategy, sram_bytes: float) -> tuple[Traffic, Traffic]:
+    """(forward, backward without recompute) traffic of one device for ``op``."""
+    if op.kind != "gemm":
+        moved = Traffic(op.input_bytes + op.weight_bytes + op.output_bytes)
+        return moved, moved.scaled(2.0)
+    e = strategy.bytes_per_element
+    m, k, n, batch, a_scale = _layout(op, e)
+    group = strategy.tp if op.shared_input and strategy.tp > 1 else 1
+    forward = product_traffic(m, k, n, e, sram_bytes, group=group, a_scale=a_scale)
+    data_gradient = product_traffic(m, n, k, e, sram_bytes, c_scale=a_scale)
+    weight_gradient = product_traffic(k, m, n, e, sram_bytes, group=group, a_scale=a_scale)
+    return forward.scaled(batch), (data_gradient + weight_gradient).scaled(batch)
+
+
+def plan_stage_tiled(groups: Sequence[OperatorGroup], capacity: float, strategy: Strategy,
+                     recomputed: Sequence[OperatorGroup] = ()) -> SramPlan:
+    """The tiled dataflow over a stage: DRAM and multicast bytes of one device per microbatch.
+
+    Args:
+        groups: the stage's operators, each group repeated ``count`` times.
+        capacity: SRAM of one device (bytes).
+        strategy: precision, ``tp``, mode, optimizer, ZeRO and ``dp``.
+        recomputed: operators re-run in the backward.
+
+    Returns:
+        The stage's plan; ``strategies`` holds the loop order of each distinct operator.
+    """
+    totals = stage_totals(groups, strategy)
+    if stage_branch(totals, capacity) == "resident":
+        return SramPlan(forward_dram_bytes=0.0, backward_dram_bytes=0.0, update_dram_bytes=0.0,
+                        resident_bytes=totals.wsg_bytes + totals.activation_bytes, strategies=("resident",))
+    forward = backward = Traffic()
+    orders: list[str] = []
+    for ops, count in groups:
+        for op in ops:
+            f, b = operator_traffic(op, strategy, capacity)
+            forward, backward = forward + f.scaled(count), backward + b.scaled(count)
+            orders.append(f.order)
+    if strategy.mode == "inference":
+        backward = Traffic()
+    for ops, count in recomputed if strategy.mode == "training" else ():
+        for op in ops:
+            backward = backward + operator_traffic(op, strategy, capacity)[0].scaled(count)
+    return SramPlan(forward_dram_bytes=forward.dram_bytes, backward_dram_bytes=backward.dram_bytes,
+                    update_dram_bytes=update_bytes(totals, capacity, strategy), resident_bytes=capacity,
+                    strategies=tuple(orders), forward_multicast_bytes=forward.multicast_bytes,
+                    backward_multicast_bytes=backward.multicast_bytes)
