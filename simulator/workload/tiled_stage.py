@@ -22,15 +22,19 @@ windows are reused in SRAM), so ``A``'s bytes (and the data gradient's output) s
 ``input / (m k) <= 1``.
 
 A column-parallel operator (:attr:`~simulator.workload.operators.Operator.shared_input`) on a
-tensor-parallel group of ``t > 1`` devices: the group computes ``(m, k, t n)`` on a ``1 x t``
-grid, reads ``A`` once from DRAM and multicasts it along the group; each device is charged
-``1/t`` of the group's DRAM bytes and receives ``A``'s bytes over the NoC, costed as an
-all-gather of them over the group that runs under the pass's compute (the multicast reader
-kernels run beside the math; tt-metal's reuse-mcast matmul). The weight gradient shares ``A^T``
-the same way. Element-wise operators stream their inputs, weights and outputs once forward and
-twice backward (the roofline's ``2x``); recomputed operators add their forward traffic to the
-backward. When the whole stage fits in SRAM (Algorithm 1's resident test) nothing moves, and the
-gradient update moves what Algorithm 1 charges (:func:`simulator.workload.sram.update_bytes`).
+tensor-parallel group of ``t > 1`` devices: the group computes ``(m, k, t n)`` on a ``1 x t`` grid,
+reads ``A`` once from DRAM and multicasts it along the group; each device is charged ``1/t`` of the
+group's DRAM bytes and receives ``A``'s bytes over the NoC, costed as an all-gather of them over
+the group that runs under the pass's compute (the multicast reader kernels run beside the math; tt-
+metal's reuse-mcast matmul). The weight gradient shares ``A^T`` the same way. Weights are the same
+on the ``dp`` data-parallel replicas of a stage, which run in lockstep on the same chip: a weighted
+product is computed by a ``dp x t`` grid, ``B`` read once per replica column and multicast to the
+replicas (the data gradient's ``B^T`` too). That multicast's NoC bytes are not charged (the engine
+has no per-pass flows over data-parallel groups yet): an optimistic term, small where links are
+idle. Element-wise operators stream their inputs, weights and outputs once forward and twice
+backward (the roofline's ``2x``); recomputed operators add their forward traffic to the backward.
+When the whole stage fits in SRAM (Algorithm 1's resident test) nothing moves, and the gradient
+update moves what Algorithm 1 charges (:func:`simulator.workload.sram.update_bytes`).
 """
 
 from __future__ import annotations
@@ -67,29 +71,35 @@ class Traffic:
 
 
 @cache
-def _blocking(shape: GemmShape, sram_bytes: float, group: int) -> Blocking:
-    return gemm_blocking(shape, sram_bytes, tile=TILE_SIDE, grid=(1, group))
+def _blocking(shape: GemmShape, sram_bytes: float, grid: tuple[int, int]) -> Blocking:
+    return gemm_blocking(shape, sram_bytes, tile=TILE_SIDE, grid=grid)
 
 
 def product_traffic(m: float, k: float, n: float, bytes_per_element: float, sram_bytes: float, *,
-                    group: int = 1, a_scale: float = 1.0, c_scale: float = 1.0) -> Traffic:
-    """DRAM traffic of one device for a product ``(m x k) (k x n)`` whose ``A`` is shared by a
-    group of ``group`` devices computing ``(m, k, group n)`` (1: not shared).
+                    grid: tuple[int, int] = (1, 1), a_scale: float = 1.0, c_scale: float = 1.0) -> Traffic:
+    """DRAM traffic of one device for a product ``(m x k) (k x n)`` computed by a ``gm x gn``
+    grid of devices as ``(gm m, k, gn n)``: ``A`` shared (multicast) along each row of ``gn``
+    devices, ``B`` along each column of ``gm`` (``(1, 1)``: nothing shared).
 
     Args:
         m, k, n: the device's product (elements).
         bytes_per_element: of every operand.
         sram_bytes: one device's SRAM for the blocks.
-        group: devices sharing ``A`` by multicast.
+        grid: ``(gm, gn)``.
         a_scale, c_scale: bytes of ``A`` and ``C`` actually in DRAM per byte of the matrix
             (a convolution's feature map against its im2col matrix).
+
+    Returns:
+        The device's share of the grid's DRAM bytes; ``multicast_bytes`` the ``A`` bytes one row
+        of the grid reads and multicasts along itself (0 when ``gn == 1``).
     """
-    shape = GemmShape(m=max(math.ceil(m), 1), k=max(math.ceil(k), 1), n=max(math.ceil(n * group), 1),
+    rows, columns = grid
+    shape = GemmShape(m=max(math.ceil(m * rows), 1), k=max(math.ceil(k), 1), n=max(math.ceil(n * columns), 1),
                       bytes_per_element=bytes_per_element)
-    blocking = _blocking(shape, sram_bytes, group)
+    blocking = _blocking(shape, sram_bytes, grid)
     a_bytes = blocking.a_bytes * a_scale
     total = a_bytes + blocking.b_bytes + blocking.c_bytes * c_scale
-    return Traffic(total / group, a_bytes if group > 1 else 0.0, blocking.order)
+    return Traffic(total / (rows * columns), a_bytes / rows if columns > 1 else 0.0, blocking.order)
 
 
 def _layout(op: Operator, bytes_per_element: float) -> tuple[float, float, float, int, float]:
@@ -110,10 +120,11 @@ def operator_traffic(op: Operator, strategy: Strategy, sram_bytes: float) -> tup
         return moved, moved.scaled(2.0)
     e = strategy.bytes_per_element
     m, k, n, batch, a_scale = _layout(op, e)
-    group = strategy.tp if op.shared_input and strategy.tp > 1 else 1
-    forward = product_traffic(m, k, n, e, sram_bytes, group=group, a_scale=a_scale)
-    data_gradient = product_traffic(m, n, k, e, sram_bytes, c_scale=a_scale)
-    weight_gradient = product_traffic(k, m, n, e, sram_bytes, group=group, a_scale=a_scale)
+    tp = strategy.tp if op.shared_input else 1
+    dp = strategy.dp if op.weight_bytes else 1
+    forward = product_traffic(m, k, n, e, sram_bytes, grid=(dp, tp), a_scale=a_scale)
+    data_gradient = product_traffic(m, n, k, e, sram_bytes, grid=(dp, 1), c_scale=a_scale)
+    weight_gradient = product_traffic(k, m, n, e, sram_bytes, grid=(1, tp), a_scale=a_scale)
     return forward.scaled(batch), (data_gradient + weight_gradient).scaled(batch)
 
 
