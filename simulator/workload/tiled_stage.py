@@ -25,8 +25,8 @@ A column-parallel operator (:attr:`~simulator.workload.operators.Operator.shared
 tensor-parallel group of ``t > 1`` devices: the group computes ``(m, k, t n)`` on a ``1 x t`` grid,
 reads ``A`` once from DRAM and multicasts it along the group; each device is charged ``1/t`` of the
 group's DRAM bytes and receives ``A``'s bytes over the NoC, costed as an all-gather of them over
-the group that runs under the pass's compute (the multicast reader kernels run beside the math; tt-
-metal's reuse-mcast matmul). The weight gradient shares ``A^T`` the same way. Weights are the same
+the group that runs under the pass's compute (the multicast reader kernels run beside the math;
+tt-metal's reuse-mcast matmul). The weight gradient shares ``A^T`` the same way. Weights are the same
 on the ``dp`` data-parallel replicas of a stage, which run in lockstep on the same chip: a weighted
 product is computed by a ``dp x t`` grid, ``B`` read once per replica column and multicast to the
 replicas (the data gradient's ``B^T`` too). That multicast's NoC bytes are not charged (the engine
