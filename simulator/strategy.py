@@ -17,7 +17,7 @@ from simulator.errors import InputError
 Schedule = Literal["gpipe", "1f1b", "interleaved-1f1b"]
 Recompute = Literal["none", "selective", "full"]
 Optimizer = Literal["sgd", "adam"]
-Precision = Literal["fp32", "fp16", "bf16", "int8"]
+Precision = Literal["fp32", "fp16", "bf16", "int8", "bfloat8_b", "bfloat4_b"]
 Mode = Literal["training", "inference"]
 PartitionKind = Literal["balanced", "uniform", "explicit"]
 GroupLayout = Literal["compact", "strided"]
@@ -26,7 +26,7 @@ GroupOrder = Literal["tp-major", "dp-major"]
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved-1f1b")
 RECOMPUTES: tuple[str, ...] = ("none", "selective", "full")
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8", "bfloat8_b", "bfloat4_b")
 MODES: tuple[str, ...] = ("training", "inference")
 PARTITIONS: tuple[str, ...] = ("balanced", "uniform", "explicit")
 PLACEMENTS: tuple[str, ...] = ("line", "s-shape", "s-shape-transposed", "s-shape-east", "s-shape-south",
@@ -37,8 +37,12 @@ GROUP_LAYOUTS: tuple[str, ...] = ("compact", "strided")
 GROUP_ORDERS: tuple[str, ...] = ("tp-major", "dp-major")
 TRANSFER_STRATEGIES: tuple[int, ...] = (1, 2)
 
-BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
-"""Bytes per element of each precision (IEEE 754 binary32 / binary16, bfloat16, int8)."""
+BYTES_PER_ELEMENT: dict[str, float] = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1,
+                                       "bfloat8_b": 1 + 1 / 16, "bfloat4_b": 0.5 + 1 / 16}
+"""Bytes per element of each precision: IEEE 754 binary32 / binary16, bfloat16, int8, and
+Tenstorrent's block floats, whose 16 values share one exponent byte (a 32 x 32 tile of
+``bfloat8_b`` is 1024 mantissa bytes and 64 exponent bytes, 1088 B; ``bfloat4_b`` 512 + 64 = 576 B;
+Tenstorrent ttnn documentation, "Tensor: Data Type", and tt-metal ``tile.hpp`` tile sizes)."""
 
 
 def _choice(name: str, value: object, allowed: tuple[object, ...]) -> None:
@@ -78,7 +82,8 @@ class Strategy:
         zero_stage: 0-3; shards optimizer states / + gradients / + weights over DP
             (Rajbhandari et al., SC'20).
         optimizer: ``sgd`` or ``adam`` (PALM Table II).
-        precision: ``fp16``, ``bf16``, ``fp32`` or ``int8`` arithmetic and storage.
+        precision: ``fp16``, ``bf16``, ``fp32``, ``int8`` or a block float (``bfloat8_b``, ``bfloat4_b``)
+            arithmetic and storage.
         mode: ``training`` or ``inference`` (inference has no backward or gradient update).
         partition: ``balanced`` (by compute), ``uniform`` (by layer count) or ``explicit``.
         stage_layers: with ``partition="explicit"``, the number of layers on each of the
@@ -181,7 +186,7 @@ class Strategy:
         return self.tp * self.pp * self.dp
 
     @property
-    def bytes_per_element(self) -> int:
+    def bytes_per_element(self) -> float:
         """Bytes of one element at :attr:`precision`."""
         return BYTES_PER_ELEMENT[self.precision]
 

@@ -80,7 +80,7 @@ class Operator:
         return self.table_bytes or self.weight_bytes
 
 
-def _gemm(name: str, m: float, n: float, k: float, weight: float, inputs: float, bpe: int, *,
+def _gemm(name: str, m: float, n: float, k: float, weight: float, inputs: float, bpe: float, *,
           shared: bool = False) -> Operator:
     """A GEMM ``(m, k) x (k, n)``; ``weight`` and ``inputs`` are element counts; ``shared``: a
     column-parallel one (its input is the same on every device of the TP group)."""
@@ -91,7 +91,7 @@ def _gemm(name: str, m: float, n: float, k: float, weight: float, inputs: float,
     )
 
 
-def _elementwise(name: str, elements: float, flop_per_element: float, bpe: int, *,
+def _elementwise(name: str, elements: float, flop_per_element: float, bpe: float, *,
                  inputs: int = 1, weight: float = 0.0) -> Operator:
     """An element-wise operator over ``elements`` outputs reading ``inputs`` tensors as large."""
     return Operator(
