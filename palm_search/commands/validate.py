@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from joblib import Parallel, delayed
@@ -19,6 +20,7 @@ from joblib import Parallel, delayed
 from palm_search.search.baseline import lowest_fitting_zero
 from simulator import Hardware, ModelSpec, Strategy, load_hardware, load_model, simulate, simulate_with_records
 from simulator.legality import interleaving_legal, megatron_interleaving
+from simulator.workload.grid_gemm import grid_gemm
 from simulator.workload.stages import model_flops_per_iteration
 from spaces import enumerate_degrees
 
@@ -35,7 +37,8 @@ class ValidationRow:
     """One case: the published figure, ours, and the relative error ``predicted/published - 1``.
 
     ``measured`` is False for cross-checks against a non-measurement (PALM Table VII), which do
-    not enter a suite's error statistics.
+    not enter a suite's error statistics. ``group`` splits a suite's statistics (e.g. by card and
+    by where the operands live).
     """
 
     suite: str
@@ -47,6 +50,7 @@ class ValidationRow:
     chosen: str
     measured: bool = True
     note: str = ""
+    group: str = ""
 
 
 def _best(model: ModelSpec, hardware: Hardware, strategies: Iterator[Strategy]) -> tuple[float, Strategy | None]:
@@ -193,6 +197,25 @@ def palm_table7_row(record: dict) -> ValidationRow:
                 _describe(fitting), measured=False, note=f"PALM predicted {palm} (ours/PALM {predicted / palm:.2f})")
 
 
+TENSTORRENT_CARDS = {"n150": "wormhole-n150", "p150": "blackhole-p150"}
+TENSTORRENT_FORMATS = {"BFLOAT16": "bf16", "BFLOAT8_B": "bfloat8_b", "BFLOAT4_B": "bfloat4_b"}
+
+
+def tenstorrent_gemm_row(record: dict) -> ValidationRow:
+    """tt-metal GEMM_FLOPS: one matmul over the card's core grid, measured time (traced runs)."""
+    hardware = load_hardware(TENSTORRENT_CARDS[record["card"]])
+    m, k, n = int(record["m"]), int(record["k"]), int(record["n"])
+    storage = tuple(record[f"{operand}_storage"] for operand in ("in0", "in1", "out"))
+    gemm = grid_gemm(hardware, m, k, n, precision=TENSTORRENT_FORMATS[record["dtype"]],
+                     fidelity=record["math_fidelity"], grid=(int(record["grid_x"]), int(record["grid_y"])),
+                     in_dram=tuple(where == "DRAM" for where in storage))
+    lives, where = "/".join(storage), "L1" if "L1" in storage else "DRAM"
+    return _row("tenstorrent-gemm", f"{record['card']} {record['grid_x']}x{record['grid_y']} {m}x{k}x{n} "
+                f"{record['dtype']} {record['math_fidelity']} {lives}", "s", record["time_ns"] * 1e-9, gemm.time_s,
+                f"compute {gemm.compute_s * 1e6:.0f} us, DRAM {gemm.dram_s * 1e6:.0f} us",
+                group=f"{record['card']} {record['grid_x']}x{record['grid_y']} {where}")
+
+
 SUITES: dict[str, tuple[str, Callable[[dict], ValidationRow]]] = {
     "narayanan-table1": ("narayanan-sc21/table1", narayanan_row),
     "narayanan-table2": ("narayanan-sc21/table2", narayanan_row),
@@ -201,6 +224,7 @@ SUITES: dict[str, tuple[str, Callable[[dict], ValidationRow]]] = {
     "palm-table4": ("palm/table4", palm_table4_row),
     "palm-table5": ("palm/table5", palm_table5_row),
     "palm-table7": ("palm/table7", palm_table7_row),
+    "tenstorrent-gemm": ("tenstorrent/gemm", tenstorrent_gemm_row),
 }
 """Suite name -> (data folder under ``studies/validation``, row function)."""
 
@@ -226,14 +250,21 @@ def run_suites(names: list[str], data_dir: Path = DATA_DIR, jobs: int = -1) -> l
     return Parallel(n_jobs=jobs, backend="loky")(delayed(row)(record) for row, record in tasks)
 
 
-def summary(rows: list[ValidationRow]) -> dict[str, dict]:
-    """Per suite: rows, mean absolute and maximum absolute error (measured rows only)."""
+def _errors(rows: list[ValidationRow]) -> dict[str, Any]:
+    """Rows, mean absolute and maximum absolute error of ``rows`` (measured rows only)."""
+    errors = [abs(r.error) for r in rows if r.measured]
+    return {"rows": len(rows), "mean_abs_error": sum(errors) / len(errors) if errors else None,
+            "max_abs_error": max(errors) if errors else None}
+
+
+def summary(rows: list[ValidationRow]) -> dict[str, dict[str, Any]]:
+    """Per suite: rows, mean absolute and maximum absolute error (measured rows only), and the
+    same per group where the suite's rows have groups."""
     out = {}
     for suite in dict.fromkeys(r.suite for r in rows):
-        errors = [abs(r.error) for r in rows if r.suite == suite and r.measured]
-        out[suite] = {"rows": sum(r.suite == suite for r in rows),
-                      "mean_abs_error": sum(errors) / len(errors) if errors else None,
-                      "max_abs_error": max(errors) if errors else None}
+        mine = [r for r in rows if r.suite == suite]
+        groups = {g: _errors([r for r in mine if r.group == g]) for g in dict.fromkeys(r.group for r in mine) if g}
+        out[suite] = {**_errors(mine), **({"groups": groups} if groups else {})}
     return out
 
 

@@ -110,7 +110,9 @@ def print_validation(rows, stats: dict, console: Console | None = None) -> None:
             error = f"{r.error:+.1%}" + ("" if r.measured else " (cross-check)")
             table.add_row(r.case, r.unit, f"{r.published:.4g}", f"{r.predicted:.4g}", error, r.chosen, r.note)
         if s["mean_abs_error"] is not None:
-            table.caption = f"mean absolute error {s['mean_abs_error']:.1%}, max {s['max_abs_error']:.1%}"
+            table.caption = f"mean absolute error {s['mean_abs_error']:.1%}, max {s['max_abs_error']:.1%}" + "".join(
+                f"\n{group}: mean {g['mean_abs_error']:.1%}, max {g['max_abs_error']:.1%} ({g['rows']} rows)"
+                for group, g in s.get("groups", {}).items())
         else:
             table.caption = "cross-check against a non-measurement: no error statistics"
         console.print(table)

@@ -1,0 +1,83 @@
+"""One GEMM over a tiled chip's grid of cores, from the pieces the stage model uses.
+
+The ``gx x gy`` core grid computes ``C (M x N) = A (M x K) B (K x N)`` in 32 x 32 tiles, each core
+owning a ``ceil(Mt / gy) x ceil(Nt / gx)`` block of output tiles (``Mt = ceil(M / 32)``; tt-metal
+``matmul_multicore_reuse_mcast_2d``: a block row of ``A`` is read once and multicast along its
+grid row, a block column of ``B`` along its grid column). Three times, each a roofline term
+(Williams et al., CACM 2009):
+
+* **compute**: the busiest core's tile products, ``2 x 32^3`` flop each, at one core's peak for
+  the format over the math fidelity's phases, times the hardware's ``gemm_efficiency``. The
+  matrix engine runs 1, 2, 3 or 4 phases per product at LoFi, HiFi2, HiFi3, HiFi4 (tt-metal
+  ``tech_reports/GEMM_FLOPS``: "TFLOPS are calculated by dividing by the MATH_FIDELITY value"),
+  so a preset's peak is the LoFi one.
+* **DRAM**: the bytes of the grid's best blocking (:func:`~simulator.workload.tiled.gemm_blocking`
+  over the pooled grid, one core's SRAM per block) of the operands that live in DRAM, at the
+  chip's DRAM bandwidth times ``memory_bound_efficiency``;
+* the larger of the two plus ``kernel_overhead_s``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.errors import InputError
+from simulator.hardware.spec import Hardware
+from simulator.network.mesh import Mesh
+from simulator.strategy import BYTES_PER_ELEMENT
+from simulator.workload.tiled import GemmShape, gemm_blocking
+from simulator.workload.tiled_stage import TILE_SIDE
+
+FIDELITY_PHASES = {"LoFi": 1, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4}
+"""Matrix-engine phases per product of each math fidelity (tt-metal GEMM_FLOPS tech report)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GridGemm:
+    """The time of one GEMM on a core grid (s) and its DRAM traffic (bytes)."""
+
+    compute_s: float
+    dram_s: float
+    dram_bytes: float
+    overhead_s: float
+
+    @property
+    def time_s(self) -> float:
+        """``max(compute, DRAM) + overhead`` (s)."""
+        return max(self.compute_s, self.dram_s) + self.overhead_s
+
+
+def grid_gemm(hardware: Hardware, m: int, k: int, n: int, *, precision: str, fidelity: str,
+              grid: tuple[int, int], in_dram: tuple[bool, bool, bool]) -> GridGemm:
+    """Time ``(m x k) @ (k x n)`` on a ``grid = (gx, gy)`` of ``hardware``'s cores.
+
+    Args:
+        hardware: a mesh whose device is one core (peak at LoFi per precision).
+        m, k, n: the GEMM (elements).
+        precision: the operands' format (a key of ``hardware.peak_flop_per_s``).
+        fidelity: ``LoFi``, ``HiFi2``, ``HiFi3`` or ``HiFi4``.
+        grid: cores along x (splitting ``N``) and y (splitting ``M``).
+        in_dram: whether ``A``, ``B`` and ``C`` live in DRAM (else in the cores' SRAM).
+
+    Raises:
+        InputError: not a mesh, a grid larger than the mesh, or an unknown format or fidelity.
+    """
+    network = hardware.network
+    gx, gy = grid
+    if not isinstance(network, Mesh) or gx > network.width or gy > network.height:
+        raise InputError(f"grid_gemm: grid {grid} does not fit the cores of hardware {hardware.name!r}")
+    if precision not in hardware.peak_flop_per_s or fidelity not in FIDELITY_PHASES:
+        raise InputError(f"grid_gemm: no peak for {precision!r} at fidelity {fidelity!r} on {hardware.name!r}")
+    cal = hardware.calibration
+    rows, columns = math.ceil(m / TILE_SIDE), math.ceil(n / TILE_SIDE)
+    tiles = math.ceil(rows / gy) * math.ceil(columns / gx) * math.ceil(k / TILE_SIDE)
+    core_peak = hardware.peak_flop_per_s[precision] / FIDELITY_PHASES[fidelity]
+    compute_s = tiles * 2.0 * TILE_SIDE**3 / (core_peak * cal.gemm_efficiency)
+    shape = GemmShape(m=m, k=k, n=n, bytes_per_element=BYTES_PER_ELEMENT[precision])
+    blocking = gemm_blocking(shape, hardware.sram_bytes, tile=TILE_SIDE, grid=(gy, gx))
+    moved = sum(part for part, lives in zip((blocking.a_bytes, blocking.b_bytes, blocking.c_bytes), in_dram,
+                                            strict=True) if lives)
+    bandwidth = network.dram_bandwidth_bytes_per_s * network.dies_x * network.dies_y
+    return GridGemm(compute_s=compute_s, dram_s=moved / (bandwidth * cal.memory_bound_efficiency),
+                    dram_bytes=moved, overhead_s=cal.kernel_overhead_s)
