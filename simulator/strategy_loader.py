@@ -39,6 +39,21 @@ def _read_toml_strategy(path: str | Path) -> dict[str, Any]:
     return table.data
 
 
+def read_json_document(path: str | Path) -> Any:
+    """The parsed JSON of a strategy file or a run's ``best.json``.
+
+    Raises:
+        InputError: unreadable file or invalid JSON (the message starts with the file name).
+    """
+    name = str(path)
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise InputError(f"{name}: cannot read file ({error.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise InputError(f"{name}: invalid JSON: {error}") from None
+
+
 def _read_json(path: str | Path) -> dict[str, Any]:
     """The strategy object of a JSON file (the document, or its ``"strategy"`` member).
 
@@ -46,12 +61,7 @@ def _read_json(path: str | Path) -> dict[str, Any]:
         InputError: unreadable file, invalid JSON, or no JSON object where the strategy should be.
     """
     name = str(path)
-    try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as error:
-        raise InputError(f"{name}: cannot read file ({error.strerror})") from None
-    except json.JSONDecodeError as error:
-        raise InputError(f"{name}: invalid JSON: {error}") from None
+    document = read_json_document(path)
     if isinstance(document, dict) and "strategy" in document:
         document = document["strategy"]
     if not isinstance(document, dict):

@@ -11,7 +11,8 @@ from optuna.trial import TrialState
 
 from palm_search.search.driver import Search, candidate_of
 from palm_search.search.storage import JOURNAL
-from simulator import Hardware, InputError, hardware_from_tables, hardware_tables
+from simulator import Hardware, hardware_from_tables, hardware_tables
+from simulator.strategy_loader import read_json_document
 
 COLUMNS = ("number", "tp", "pp", "dp", "microbatch_size", "schedule", "num_chunks", "recompute",
            "sequence_parallel", "zero_stage", "placement", "group_layout", "group_order", "samples_per_s",
@@ -79,10 +80,7 @@ def read_best(path: Path) -> tuple[str | None, Hardware | None]:
     """
     if path.suffix != ".json":
         return None, None
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise InputError(f"{path}: cannot read JSON ({error})") from None
+    document = read_json_document(path)
     if not isinstance(document, dict):
         return None, None
     machine = document.get("machine")
