@@ -49,7 +49,10 @@ class PassCost:
             recompute; s), for timelines.
         overlapped_collectives: TP collectives that run under ``overlap_s`` of the pass's
             compute (``Strategy.tp_overlap``); only what exceeds it is exposed.
-        overlap_s: compute of the whole pass that hides ``overlapped_collectives`` (s).
+        replica_collectives: collectives over the stage's data-parallel group that run under
+            ``overlap_s`` too (weights multicast to the replicas of a tiled chip).
+        overlap_s: compute of the whole pass that hides ``overlapped_collectives`` and
+            ``replica_collectives`` (s).
     """
 
     compute_s: float
@@ -59,6 +62,7 @@ class PassCost:
     flops: float
     recompute_s: float = 0.0
     overlapped_collectives: tuple[Collective, ...] = ()
+    replica_collectives: tuple[Collective, ...] = ()
     overlap_s: float = 0.0
 
 

@@ -265,6 +265,9 @@ class Engine:
         if cost.overlapped_collectives:
             hidden, hidden_moved = self._collectives_time(i, cost.overlapped_collectives)
             collective, moved = collective + max(hidden - cost.overlap_s, 0.0), moved + hidden_moved
+        if cost.replica_collectives:
+            hidden, hidden_moved = self._collectives_time(i, cost.replica_collectives, dp=True)
+            collective, moved = collective + max(hidden - cost.overlap_s, 0.0), moved + hidden_moved
         collective /= segments
         t = now
         for _ in range(segments):

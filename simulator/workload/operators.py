@@ -100,10 +100,12 @@ def _elementwise(name: str, elements: float, flop_per_element: float, bpe: float
     )
 
 
-def _tokens(model: ModelSpec, strategy: Strategy) -> tuple[int, float]:
-    """``(b*s, tokens of element-wise ops)``: ``b*s``, divided by ``t`` with sequence parallelism."""
+def _tokens(model: ModelSpec, strategy: Strategy, shard_elementwise: bool) -> tuple[int, float]:
+    """``(b*s, tokens of element-wise ops)``: ``b*s``, divided by ``t`` with sequence parallelism
+    or where the tensor-parallel group's cores split element-wise work (``shard_elementwise``)."""
     tokens = strategy.microbatch_size * model.sequence_length
-    return tokens, tokens / strategy.tp if strategy.sequence_parallel else float(tokens)
+    sharded = strategy.sequence_parallel or shard_elementwise
+    return tokens, tokens / strategy.tp if sharded else float(tokens)
 
 
 def _attention(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
@@ -142,7 +144,8 @@ def _mlp(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     )
 
 
-def transformer_layer(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
+def transformer_layer(model: ModelSpec, strategy: Strategy, *,
+                      shard_elementwise: bool = False) -> tuple[Operator, ...]:
     """Operators of one transformer layer, forward, one microbatch, one device.
 
     Pre-norm order (GPT-2/Megatron): layernorm, attention ``(b, s, h) -> (b, s, h)``, dropout +
@@ -156,12 +159,17 @@ def transformer_layer(model: ModelSpec, strategy: Strategy) -> tuple[Operator, .
     Args:
         model: the transformer's shapes.
         strategy: ``tp``, ``microbatch_size``, ``sequence_parallel`` and ``precision`` are used.
+        shard_elementwise: the norms and dropout-residuals are split over the tensor-parallel
+            group without sequence parallelism, as the cores of a tiled chip split every
+            element-wise operator over the grid (tt-metal shards them like its matmuls); their
+            input, which every core of the group holds after the all-reduce, is read ``1/t``
+            per core. Megatron on GPUs replicates them instead (Korthikanti et al. §4.2.2).
 
     Returns:
         The layer's operators in execution order.
     """
     bpe = strategy.bytes_per_element
-    _, tokens = _tokens(model, strategy)
+    _, tokens = _tokens(model, strategy, shard_elementwise)
     h = model.hidden_size
     norm_weight = h if model.architecture == "llama" else 2 * h
     norm = 4.0 if model.architecture == "llama" else 5.0
@@ -175,7 +183,7 @@ def transformer_layer(model: ModelSpec, strategy: Strategy) -> tuple[Operator, .
     )
 
 
-def embedding(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
+def embedding(model: ModelSpec, strategy: Strategy, *, shard_elementwise: bool = False) -> tuple[Operator, ...]:
     """Vocabulary-parallel embedding lookup ``(b, s) -> (b, s, h)`` (+ positions, dropout).
 
     The word table ``(V/t, h)`` is split over ``t`` (Megatron ``VocabParallelEmbedding``); GPT and
@@ -185,7 +193,7 @@ def embedding(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     """
     b, s, h = strategy.microbatch_size, model.sequence_length, model.hidden_size
     bpe = strategy.bytes_per_element
-    tokens, elementwise_tokens = _tokens(model, strategy)
+    tokens, elementwise_tokens = _tokens(model, strategy, shard_elementwise)
     positions = 0 if model.architecture == "llama" else s * h
     return (
         Operator(name="word_embedding", kind="memory", flops=0.0,
@@ -197,14 +205,14 @@ def embedding(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     )
 
 
-def logits(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
+def logits(model: ModelSpec, strategy: Strategy, *, shard_elementwise: bool = False) -> tuple[Operator, ...]:
     """Final norm, logits GEMM ``(b s, h) x (h, V/t)`` (``2 b s h V / t`` flop), softmax/cross-entropy.
 
     The logits weights are the embedding table (tied) for GPT and BERT, a separate table for
     LLaMA; either way ``V h / t`` of them are read on the last stage.
     """
     bpe, h = strategy.bytes_per_element, model.hidden_size
-    tokens, elementwise_tokens = _tokens(model, strategy)
+    tokens, elementwise_tokens = _tokens(model, strategy, shard_elementwise)
     vocab = model.vocab_size / strategy.tp
     norm_weight = h if model.architecture == "llama" else 2 * h
     return (

@@ -104,6 +104,9 @@ class SramPlan:
         forward_multicast_bytes, backward_multicast_bytes: bytes of operands a tensor-parallel
             group reads once from DRAM and multicasts to its devices, per device, in the pass
             (0 under Algorithm 1).
+        forward_replica_bytes, backward_replica_bytes: weight bytes the data-parallel replicas
+            of a stage read once from DRAM and multicast to each other, per device, in the pass
+            (0 under Algorithm 1).
     """
 
     forward_dram_bytes: float
@@ -113,6 +116,8 @@ class SramPlan:
     strategies: tuple[str, ...]
     forward_multicast_bytes: float = 0.0
     backward_multicast_bytes: float = 0.0
+    forward_replica_bytes: float = 0.0
+    backward_replica_bytes: float = 0.0
 
 
 def stage_totals(groups: Iterable[OperatorGroup], strategy: Strategy) -> StageTotals:

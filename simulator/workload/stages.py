@@ -55,7 +55,8 @@ def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy,
                        tied_on_one_stage: bool) -> tuple[UnitCost, UnitCost, UnitCost]:
     """(embedding, layer, logits) units, each costed once."""
     send = _boundary_bytes(model, strategy)
-    layer_ops = operators.transformer_layer(model, strategy)
+    shard = hardware.network.sram_dataflow() == "tiled"
+    layer_ops = operators.transformer_layer(model, strategy, shard_elementwise=shard)
     layer_collectives = operators.transformer_layer_collectives(model, strategy)
     layer = cost_unit(
         layer_ops, recomputed=_recomputed(layer_ops, strategy),
@@ -65,11 +66,11 @@ def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy,
         activation_bytes=memory.layer_activation_bytes(model, strategy), send_bytes=send,
         hardware=hardware, strategy=strategy, overlap=strategy.tp_overlap)
     embed = cost_unit(
-        operators.embedding(model, strategy), recomputed=(),
+        operators.embedding(model, strategy, shard_elementwise=shard), recomputed=(),
         collectives=UnitCollectives(forward=operators.embedding_collectives(model, strategy)),
         activation_bytes=memory.embedding_activation_bytes(model, strategy), send_bytes=send,
         hardware=hardware, strategy=strategy)
-    logits_ops = operators.logits(model, strategy)
+    logits_ops = operators.logits(model, strategy, shard_elementwise=shard)
     logits_parameters = sum(op.weight_bytes for op in logits_ops) / strategy.bytes_per_element
     if tied_on_one_stage:
         logits_parameters -= logits_ops[1].weight_bytes / strategy.bytes_per_element
@@ -185,7 +186,7 @@ def _sram_plan(groups: list[Group], hardware: Hardware,
 
 
 def _multicast(size_bytes: float) -> tuple[tuple[Collective, ...], int]:
-    """Operands a TP group multicasts in a pass, as an all-gather of their bytes over the group
+    """Operands a group multicasts in a pass, as an all-gather of their bytes over the group
     (:mod:`simulator.workload.tiled_stage`), in :func:`_merge`'s form."""
     return ((Collective(kind="all_gather", size_bytes=size_bytes),), 1) if size_bytes else ((), 1)
 
@@ -194,12 +195,14 @@ def _forward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int)
     """Forward pass of a stage per microbatch: its units' sums; multicast runs under its compute."""
     compute_s = sum(unit.forward_s * count for unit, count in groups)
     multicast = plan.forward_multicast_bytes if plan else 0.0
+    replicas = plan.forward_replica_bytes if plan else 0.0
     return PassCost(
         compute_s=compute_s,
         dram_bytes=plan.forward_dram_bytes if plan else 0.0,
         tp_collectives=_merge([(unit.forward_collectives, count) for unit, count in groups]),
         segments=segments, flops=sum(unit.forward_flops * count for unit, count in groups),
-        overlapped_collectives=_merge([_multicast(multicast)]), overlap_s=compute_s if multicast else 0.0)
+        overlapped_collectives=_merge([_multicast(multicast)]), replica_collectives=_merge([_multicast(replicas)]),
+        overlap_s=compute_s if multicast or replicas else 0.0)
 
 
 def _backward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int,
@@ -211,6 +214,7 @@ def _backward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int
         return idle_pass(segments)
     compute_s = sum(unit.backward_s * count for unit, count in groups)
     multicast = plan.backward_multicast_bytes if plan else 0.0
+    replicas = plan.backward_replica_bytes if plan else 0.0
     overlapped = [(unit.overlapped_collectives, count) for unit, count in groups]
     return PassCost(
         compute_s=compute_s,
@@ -219,7 +223,8 @@ def _backward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int
         segments=segments, flops=sum(unit.backward_flops * count for unit, count in groups),
         recompute_s=sum(unit.recompute_s * count for unit, count in groups),
         overlapped_collectives=_merge([*overlapped, _multicast(multicast)]),
-        overlap_s=compute_s if multicast else sum(unit.overlap_s * count for unit, count in groups))
+        replica_collectives=_merge([_multicast(replicas)]),
+        overlap_s=compute_s if multicast or replicas else sum(unit.overlap_s * count for unit, count in groups))
 
 
 def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy) -> StageCost:

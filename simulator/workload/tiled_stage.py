@@ -29,9 +29,8 @@ the group that runs under the pass's compute (the multicast reader kernels run b
 tt-metal's reuse-mcast matmul). The weight gradient shares ``A^T`` the same way. Weights are the same
 on the ``dp`` data-parallel replicas of a stage, which run in lockstep on the same chip: a weighted
 product is computed by a ``dp x t`` grid, ``B`` read once per replica column and multicast to the
-replicas (the data gradient's ``B^T`` too). That multicast's NoC bytes are not charged (the engine
-has no per-pass flows over data-parallel groups yet): an optimistic term, small where links are
-idle. Element-wise operators stream their inputs, weights and outputs once forward and twice
+replicas (the data gradient's ``B^T`` too), costed as an all-gather of those bytes over the stage's
+data-parallel group under the pass's compute. Element-wise operators stream their inputs, weights and outputs once forward and twice
 backward (the roofline's ``2x``); recomputed operators add their forward traffic to the backward.
 When the whole stage fits in SRAM (Algorithm 1's resident test) nothing moves, and the gradient
 update moves what Algorithm 1 charges (:func:`simulator.workload.sram.update_bytes`).
@@ -55,19 +54,23 @@ TILE_SIDE = 32
 
 @dataclass(frozen=True, slots=True)
 class Traffic:
-    """DRAM bytes one device moves for an operator's pass, the bytes it receives by multicast,
-    and the loop order of its largest product."""
+    """DRAM bytes one device moves for an operator's pass, the bytes it receives by multicast
+    along its tensor-parallel group (``multicast_bytes``) and along its data-parallel replicas
+    (``replica_bytes``), and the loop order of its largest product."""
 
     dram_bytes: float = 0.0
     multicast_bytes: float = 0.0
+    replica_bytes: float = 0.0
     order: str = "stream"
 
     def __add__(self, other: Traffic) -> Traffic:
         order = self.order if self.dram_bytes >= other.dram_bytes else other.order
-        return Traffic(self.dram_bytes + other.dram_bytes, self.multicast_bytes + other.multicast_bytes, order)
+        return Traffic(self.dram_bytes + other.dram_bytes, self.multicast_bytes + other.multicast_bytes,
+                       self.replica_bytes + other.replica_bytes, order)
 
     def scaled(self, factor: float) -> Traffic:
-        return Traffic(self.dram_bytes * factor, self.multicast_bytes * factor, self.order)
+        return Traffic(self.dram_bytes * factor, self.multicast_bytes * factor, self.replica_bytes * factor,
+                       self.order)
 
 
 @cache
@@ -91,7 +94,8 @@ def product_traffic(m: float, k: float, n: float, bytes_per_element: float, sram
 
     Returns:
         The device's share of the grid's DRAM bytes; ``multicast_bytes`` the ``A`` bytes one row
-        of the grid reads and multicasts along itself (0 when ``gn == 1``).
+        of the grid reads and multicasts along itself (0 when ``gn == 1``), ``replica_bytes`` the
+        ``B`` bytes one column reads and multicasts along itself (0 when ``gm == 1``).
     """
     rows, columns = grid
     shape = GemmShape(m=max(math.ceil(m * rows), 1), k=max(math.ceil(k), 1), n=max(math.ceil(n * columns), 1),
@@ -99,7 +103,8 @@ def product_traffic(m: float, k: float, n: float, bytes_per_element: float, sram
     blocking = _blocking(shape, sram_bytes, grid)
     a_bytes = blocking.a_bytes * a_scale
     total = a_bytes + blocking.b_bytes + blocking.c_bytes * c_scale
-    return Traffic(total / (rows * columns), a_bytes / rows if columns > 1 else 0.0, blocking.order)
+    return Traffic(total / (rows * columns), a_bytes / rows if columns > 1 else 0.0,
+                   blocking.b_bytes / columns if rows > 1 else 0.0, blocking.order)
 
 
 def _layout(op: Operator, bytes_per_element: float) -> tuple[float, float, float, int, float]:
@@ -160,4 +165,5 @@ def plan_stage_tiled(groups: Sequence[OperatorGroup], capacity: float, strategy:
     return SramPlan(forward_dram_bytes=forward.dram_bytes, backward_dram_bytes=backward.dram_bytes,
                     update_dram_bytes=update_bytes(totals, capacity, strategy), resident_bytes=capacity,
                     strategies=tuple(orders), forward_multicast_bytes=forward.multicast_bytes,
-                    backward_multicast_bytes=backward.multicast_bytes)
+                    backward_multicast_bytes=backward.multicast_bytes,
+                    forward_replica_bytes=forward.replica_bytes, backward_replica_bytes=backward.replica_bytes)

@@ -39,6 +39,17 @@ def test_sequence_parallel_shards_elementwise_tokens():
     assert sharded["qkv"].flops == plain["qkv"].flops
 
 
+def test_tiled_cores_shard_elementwise_without_sequence_parallelism():
+    model = gpt(layers=2, hidden=1024, heads=16, sequence=512)
+    strategy = Strategy(tp=4)
+    plain = operators.transformer_layer(model, strategy)
+    grid = operators.transformer_layer(model, strategy, shard_elementwise=True)
+    sequence_parallel = operators.transformer_layer(model, Strategy(tp=4, sequence_parallel=True))
+    assert grid == sequence_parallel
+    assert sum(op.flops for op in grid) < sum(op.flops for op in plain)
+    assert [op.flops for op in grid if op.kind == "gemm"] == [op.flops for op in plain if op.kind == "gemm"]
+
+
 def test_llama_mlp_is_gated_with_three_gemms():
     model = gpt(layers=2, hidden=512, heads=8, sequence=128, architecture="llama")
     names = [op.name for op in operators.transformer_layer(model, Strategy()) if op.kind == "gemm"]

@@ -70,6 +70,19 @@ def test_a_column_parallel_gemm_is_multicast_only_with_tensor_parallelism():
         assert operator_traffic(projection, strategy, 3.75e6)[0].multicast_bytes == 0
 
 
+def test_weights_are_multicast_to_the_replicas_only_with_data_parallelism():
+    model = gpt()
+    for dp in (1, 4):
+        strategy = Strategy(tp=8, dp=dp)
+        layer = {op.name: op for op in operators.transformer_layer(model, strategy)}
+        forward, backward = operator_traffic(layer["qkv"], strategy, 3.75e6)
+        assert (forward.replica_bytes > 0) == (dp > 1)
+        assert operator_traffic(layer["attention_scores"], strategy, 3.75e6)[0].replica_bytes == 0
+        if dp > 1:
+            # each device receives every weight it multiplies at least once
+            assert forward.replica_bytes >= layer["qkv"].weight_bytes * 0.999
+
+
 def test_a_stage_that_fits_moves_nothing_under_both_dataflows():
     ops = operators.transformer_layer(gpt(hidden=256, heads=4, sequence=64), Strategy(tp=1))
     for planner in (plan_stage, plan_stage_tiled):
