@@ -30,8 +30,9 @@ tt-metal's reuse-mcast matmul). The weight gradient shares ``A^T`` the same way.
 on the ``dp`` data-parallel replicas of a stage, which run in lockstep on the same chip: a weighted
 product is computed by a ``dp x t`` grid, ``B`` read once per replica column and multicast to the
 replicas (the data gradient's ``B^T`` too), costed as an all-gather of those bytes over the stage's
-data-parallel group under the pass's compute. Element-wise operators stream their inputs, weights and outputs once forward and twice
-backward (the roofline's ``2x``); recomputed operators add their forward traffic to the backward.
+data-parallel group under the pass's compute. Element-wise operators stream their inputs, weights
+and outputs once forward and twice backward (the roofline's ``2x``), split over the tensor-parallel
+group's cores (:func:`~simulator.workload.operators.transformer_layer`); recomputed operators add their forward traffic to the backward.
 When the whole stage fits in SRAM (Algorithm 1's resident test) nothing moves, and the gradient
 update moves what Algorithm 1 charges (:func:`simulator.workload.sram.update_bytes`).
 """
