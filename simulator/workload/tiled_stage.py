@@ -32,7 +32,8 @@ product is computed by a ``dp x t`` grid, ``B`` read once per replica column and
 replicas (the data gradient's ``B^T`` too), costed as an all-gather of those bytes over the stage's
 data-parallel group under the pass's compute. Element-wise operators stream their inputs, weights
 and outputs once forward and twice backward (the roofline's ``2x``), split over the tensor-parallel
-group's cores (:func:`~simulator.workload.operators.transformer_layer`); recomputed operators add their forward traffic to the backward.
+group's cores (:func:`~simulator.workload.operators.transformer_layer`); recomputed operators add
+their forward traffic to the backward.
 When the whole stage fits in SRAM (Algorithm 1's resident test) nothing moves, and the gradient
 update moves what Algorithm 1 charges (:func:`simulator.workload.sram.update_bytes`).
 """
