@@ -24,6 +24,13 @@ File layout (every number has a sibling ``<key>_source`` string citing where it 
 
 A key's SI name (``hop_latency_ns`` -> ``hop_latency_s``) selects the dataclass field, so any
 unit of the right dimension may be used.
+
+A file may start from a preset and give only what differs (a variant of a chip)::
+
+    base = "wafer"                     # a preset; its tables are merged under this file's
+    [mesh]
+    dataflow = "tiled"
+    dataflow_source = "..."
 """
 
 from __future__ import annotations
@@ -65,11 +72,38 @@ def load_hardware(name_or_path: str | Path) -> Hardware:
     """
     text = str(name_or_path)
     if isinstance(name_or_path, Path) or "/" in text or text.endswith(".toml"):
-        return _build(read_toml(name_or_path), Path(text).stem)
+        return _build(_with_base(read_toml(name_or_path)), Path(text).stem)
     if text not in hardware_presets():
         raise InputError(f"hardware: unknown preset {text!r} (presets: {hardware_presets()})")
-    resource = resources.files("simulator.hardware").joinpath(_PRESET_DIR, f"{text}.toml")
-    return _build(parse_toml(resource.read_text(encoding="utf-8"), _PRESET_DISPLAY.format(text)), text)
+    return _build(_preset_table(text), text)
+
+
+def _preset_table(name: str) -> Table:
+    """The root table of the bundled preset ``name``."""
+    resource = resources.files("simulator.hardware").joinpath(_PRESET_DIR, f"{name}.toml")
+    return parse_toml(resource.read_text(encoding="utf-8"), _PRESET_DISPLAY.format(name))
+
+
+def _with_base(root: Table) -> Table:
+    """``root`` merged over the preset its ``base`` key names (unchanged without one): each of
+    its tables replaces the preset's keys one by one, so a variant states only what differs.
+
+    Raises:
+        InputError: ``base`` is not a preset name.
+    """
+    if not root.has("base"):
+        return root
+    base = _preset_table(root.take_string("base", tuple(hardware_presets()))).data
+    return Table(file=root.file, path="", data=_merged(base, {k: v for k, v in root.data.items() if k != "base"}))
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over``'s keys over ``base``'s, table by table."""
+    merged = dict(base)
+    for key, value in over.items():
+        both = isinstance(value, dict) and isinstance(merged.get(key), dict)
+        merged[key] = _merged(merged[key], value) if both else value
+    return merged
 
 
 def hardware_from_tables(tables: dict[str, Any], name: str, display: str) -> Hardware:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -111,6 +112,19 @@ def test_hardware_from_path_equals_preset(tmp_path):
     path = write(tmp_path, preset_text("wafer"), "wafer.toml")
     assert load_hardware(path) == load_hardware("wafer")
     assert load_hardware(str(path)) == load_hardware("wafer")
+
+
+def test_a_variant_states_only_what_differs_from_its_base_preset(tmp_path):
+    variant = Path(__file__).parents[2] / "studies" / "hardware" / "wafer-tiled.toml"
+    tiled, wafer = load_hardware(variant), load_hardware("wafer")
+    assert tiled.network == dataclasses.replace(wafer.network, dataflow="tiled")
+    assert (tiled.calibration, tiled.peak_flop_per_s, tiled.sram_bytes) == \
+        (wafer.calibration, wafer.peak_flop_per_s, wafer.sram_bytes)
+    assert "tt-metal" in tiled.sources["mesh.dataflow"]
+    bad = tmp_path / "bad.toml"
+    bad.write_text('base = "wafr"\n')
+    with pytest.raises(InputError, match=r"bad.toml: .*base.*wafr"):
+        load_hardware(bad)
 
 
 def test_unknown_hardware_preset_lists_presets():
