@@ -167,6 +167,20 @@ class Table:
             raise self.error(f"key '{key}' must be a list of strings, got {_show(value)}")
         return value
 
+    def take_points(self, key: str) -> tuple[tuple[int, int], ...]:
+        """The list of ``[x, y]`` pairs of non-negative integers ``key``.
+
+        Raises:
+            InputError: missing, or not a list of such pairs.
+        """
+        value = self._get(key)
+        def point(v: Any) -> bool:
+            return (isinstance(v, list | tuple) and len(v) == 2
+                    and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in v))
+        if not isinstance(value, list | tuple) or not all(point(v) for v in value):
+            raise self.error(f"key '{key}' must be a list of [x, y] pairs of integers >= 0, got {_show(value)}")
+        return tuple((int(x), int(y)) for x, y in value)
+
     def take_number(
         self, key: str, *, integer: bool = False, minimum: float = 0.0, inclusive: bool = False,
         maximum: float = math.inf,

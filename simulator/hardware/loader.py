@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 import simulator.network  # noqa: F401 - registers every network kind in NETWORK_KINDS
 from simulator.config import SOURCE_SUFFIX, Table, parse_toml, read_toml, split_unit
 from simulator.errors import InputError
-from simulator.hardware.spec import DATAFLOWS, NETWORK_KINDS, Calibration, Hardware
+from simulator.hardware.spec import DATAFLOWS, DRAM_ACCESSES, NETWORK_KINDS, Calibration, Hardware
 from simulator.strategy import PRECISIONS
 
 D = TypeVar("D")
@@ -154,25 +154,33 @@ def _read_dataclass(table: Table, cls: type[D], sources: dict[str, str]) -> D:
     Raises:
         InputError: unknown, missing or repeated key, wrong type, or value out of range.
     """
-    values = _read_quantities(table, _field_types(cls), sources)
+    optional = {f.name for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+                if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
+    values = _read_quantities(table, _field_types(cls), sources, optional=optional)
     try:
         return cls(**values)
     except InputError as error:
         raise table.error(str(error).split(": ", 1)[-1]) from None
 
 
-CHOICES: dict[str, tuple[str, ...]] = {"Dataflow": DATAFLOWS}
+CHOICES: dict[str, tuple[str, ...]] = {"Dataflow": DATAFLOWS, "DramAccess": DRAM_ACCESSES}
 """Annotation of a string field -> the values a file may give it."""
+
+POINTS = "tuple[tuple[int, int], ...]"
+"""Annotation of a field holding grid positions (``[[x, y], ...]`` in a file)."""
 
 
 def _read_quantities(table: Table, wanted: dict[str, str], sources: dict[str, str], *,
-                     required: bool = True, subtables: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Read the quantities whose SI names are in ``wanted`` (name -> ``"int"``/``"float"``).
+                     required: bool = True, subtables: tuple[str, ...] = (),
+                     optional: set[str] | None = None) -> dict[str, Any]:
+    """Read the quantities whose SI names are in ``wanted`` (name -> ``"int"``/``"float"``, a
+    :data:`CHOICES` annotation or :data:`POINTS`).
 
     Each key's citation goes into ``sources`` under ``"<table path>.<key>"``.
 
     Raises:
-        InputError: unknown, missing (when ``required``) or repeated key, wrong type, range.
+        InputError: unknown, missing (when ``required``, unless ``optional``) or repeated key,
+            wrong type, range.
     """
     values: dict[str, Any] = {}
     for key in table.keys():
@@ -183,10 +191,12 @@ def _read_quantities(table: Table, wanted: dict[str, str], sources: dict[str, st
             raise table.error(f"key '{key}' repeats quantity '{stem}' given in another unit")
         if wanted[si_name] in CHOICES:
             values[si_name] = table.take_string(key, CHOICES[wanted[si_name]])
+        elif wanted[si_name] == POINTS:
+            values[si_name] = table.take_points(key)
         else:
             values[si_name] = table.take_quantity(key, integer=wanted[si_name] == "int")[1]
         sources[f"{table.path}.{key}"] = table.take_source(key)
-    missing = [name for name in wanted if name not in values]
+    missing = [name for name in wanted if name not in values and name not in (optional or set())]
     if required and missing:
         raise table.error(f"missing key '{_hint(missing[0])}'")
     table.finish()

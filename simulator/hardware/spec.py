@@ -21,6 +21,12 @@ Dataflow = Literal["palm-algorithm-1", "tiled"]
 DATAFLOWS: tuple[str, ...] = ("palm-algorithm-1", "tiled")
 """The values of :data:`Dataflow`, for file checks."""
 
+DramAccess = Literal["nearest", "interleaved"]
+"""Which of a die's DRAM ports a core's traffic goes to (:class:`simulator.network.mesh.Mesh`)."""
+
+DRAM_ACCESSES: tuple[str, ...] = ("nearest", "interleaved")
+"""The values of :data:`DramAccess`, for file checks."""
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Calibration:
     """Achieved fractions of peak, one set per hardware, each with its source in the file.

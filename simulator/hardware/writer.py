@@ -39,8 +39,9 @@ def _quantities(values: dict[str, Any], table: str, sources: dict[str, str]) -> 
 
 
 def _fields(record: object) -> dict[str, Any]:
+    """The record's fields but ``sources`` and optional ones left at their default."""
     return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)  # type: ignore[arg-type]
-            if f.name != "sources"}
+            if f.name != "sources" and getattr(record, f.name) != f.default}
 
 
 def hardware_tables(hardware: Hardware) -> dict[str, Any]:

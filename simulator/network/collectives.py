@@ -105,10 +105,12 @@ def make_flow(
     latency = edges = 0.0
     for route in routes:
         src, dst, share = route if len(route) == 3 else (*route, 1.0)
-        resources, route_latency = topology.dram_route(src) if dst < 0 else topology.route(src, dst)
-        for r in resources:
-            loads[r] = loads.get(r, 0.0) + share
-        latency, edges = max(latency, route_latency), edges + share
+        parts = topology.dram_routes(src) if dst < 0 else [(*topology.route(src, dst), 1.0)]
+        for resources, route_latency, part in parts:
+            for r in resources:
+                loads[r] = loads.get(r, 0.0) + share * part
+            latency = max(latency, route_latency)
+        edges += share
     bandwidth, own = topology.bandwidth_bytes_per_s, topology.efficiencies
     worst = max((load / (bandwidth[r] * (own[r] or efficiency)) for r, load in loads.items()), default=0.0)
     return Flow(name=name, kind=kind, group_size=group_size, loads=dict(loads), latency_s=latency,

@@ -1,7 +1,12 @@
-"""A tiled accelerator: a 2D mesh of dies of cores, XY routing, DRAM ports on die edges.
+"""A tiled accelerator: a 2D mesh of dies of cores, XY routing, DRAM ports on the grid.
 
-Mesh routing is dimension-ordered XY (PALM §IV-C; the authors' code routes X first); each die has
-one or two DRAM ports on its west and east edges (PALM Fig. 1(c), Table VI).
+Mesh routing is dimension-ordered XY (PALM §IV-C; the authors' code routes X first). Each die has
+one or two DRAM ports on its west and east edges (PALM Fig. 1(c), Table VI), or ports beside the
+cores a hardware file names (a real chip's DRAM banks: Wormhole's sit in two columns of its NoC
+grid). A core's traffic goes to its nearest port (PALM, the authors' ``nearest_dram_of``) or is
+spread evenly over all its die's ports, as tt-metal's interleaved buffers place pages round-robin
+over the DRAM banks (tenstorrent/tt-metal ``tech_reports/tensor_layouts/tensor_layouts.md``
+@0570a01b, §4.1).
 
 Named device orders (pipeline stages are cut from them, PALM §V-B, Fig. 8): ``line`` walks dies row
 by row, always west to east (row-major), and the cores inside each die the same way; ``s-shape``
@@ -20,7 +25,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from simulator.errors import InputError
-from simulator.hardware.spec import Dataflow, Network, network_kind
+from simulator.hardware.spec import Dataflow, DramAccess, Network, network_kind
 from simulator.network.topology import Drawing, Mark, Topology, topology_for
 
 
@@ -43,7 +48,11 @@ class Mesh(Network):
         intra_die_link_bandwidth_bytes_per_s: one direction of a link between two cores of a die.
         inter_die_link_bandwidth_bytes_per_s: one direction of a link crossing a die boundary.
         hop_latency_s: latency of one link hop.
-        dram_ports_per_die: DRAM controllers per die, on its west and east edges (1 or 2).
+        dram_ports_per_die: DRAM ports (controllers or banks) per die, sharing its bandwidth equally.
+        dram_port_cores: die-local ``(x, y)`` of the core each port hangs on, one per port; empty:
+            PALM's one or two ports on the die's west and east edges, middle row.
+        dram_access: ``nearest`` (a core uses the port closest to it, ties to the first) or
+            ``interleaved`` (a core's traffic spread evenly over its die's ports).
         dram_bandwidth_bytes_per_s: DRAM bandwidth of one die, shared by its ports.
         dram_latency_s: DRAM response time (PALM Eq. 4).
         dram_capacity_bytes: DRAM capacity of one die.
@@ -52,7 +61,8 @@ class Mesh(Network):
             ``tiled`` (two-dimensional blocking with multicast: :mod:`simulator.workload.tiled_stage`).
 
     Raises:
-        InputError: ``dram_ports_per_die`` is not 1 or 2.
+        InputError: without ``dram_port_cores``, ``dram_ports_per_die`` is not 1 or 2; with them,
+            not one per port, or a core outside the die.
     """
 
     dies_x: int
@@ -63,14 +73,33 @@ class Mesh(Network):
     inter_die_link_bandwidth_bytes_per_s: float
     hop_latency_s: float
     dram_ports_per_die: int
+    dram_port_cores: tuple[tuple[int, int], ...] = ()
+    dram_access: DramAccess = "nearest"
     dram_bandwidth_bytes_per_s: float
     dram_latency_s: float
     dram_capacity_bytes: float
     dataflow: Dataflow
 
     def __post_init__(self) -> None:
-        if self.dram_ports_per_die not in (1, 2):
-            raise InputError(f"mesh: `dram_ports_per_die` must be 1 or 2, got {self.dram_ports_per_die}")
+        cores = self.dram_port_cores
+        if not cores and self.dram_ports_per_die not in (1, 2):
+            raise InputError(f"mesh: `dram_ports_per_die` must be 1 or 2 without `dram_port_cores`,"
+                             f" got {self.dram_ports_per_die}")
+        if cores and len(cores) != self.dram_ports_per_die:
+            raise InputError(f"mesh: `dram_port_cores` must name {self.dram_ports_per_die} cores"
+                             f" (`dram_ports_per_die`), got {len(cores)}")
+        outside = [c for c in cores if not (0 <= c[0] < self.cores_x and 0 <= c[1] < self.cores_y)]
+        if outside:
+            raise InputError(f"mesh: `dram_port_cores` has {list(outside[0])} outside the"
+                             f" {self.cores_x} x {self.cores_y} cores of a die")
+
+    @property
+    def port_cores(self) -> tuple[tuple[int, int], ...]:
+        """Die-local ``(x, y)`` of the core each DRAM port hangs on (PALM's edge ports by default)."""
+        if self.dram_port_cores:
+            return self.dram_port_cores
+        middle = self.cores_y // 2
+        return ((0, middle), (self.cores_x - 1, middle))[:self.dram_ports_per_die]
 
     @property
     def width(self) -> int:
@@ -107,11 +136,11 @@ class Mesh(Network):
 
 @topology_for(Mesh)
 class MeshTopology(Topology):
-    """A 2D mesh of dies of cores with XY routing and DRAM ports on die edges (PALM Fig. 1(c)).
+    """A 2D mesh of dies of cores with XY routing and DRAM ports on the grid (PALM Fig. 1(c)).
 
     Device ``d`` sits at ``Coord(d % width, d // width)``. Each die has ``dram_ports_per_die``
-    ports: one on its west edge (middle row) and, with two, one on its east edge; a core uses the
-    port on its half of the die, as the authors' released code does (``nearest_dram_of``).
+    ports beside the cores :attr:`Mesh.port_cores` names; a DRAM stream runs from its core to the
+    port's core over the mesh, then through the port (:meth:`dram_routes`).
     """
 
     def __init__(self, mesh: Mesh) -> None:
@@ -173,22 +202,23 @@ class MeshTopology(Topology):
 
     def drawing(self, used_devices: int) -> Drawing:
         """The whole mesh: cores at their coordinates, dies framed, a segment per link direction
-        and a square per DRAM port on its die's west or east edge."""
+        and a square per DRAM port beside its core (west of it; east of it on a die's east edge)."""
         mesh = self.mesh
         links = [Mark(r, "link", pair) for pair, r in self._links.items()]
         ports = []
         for index, resource in enumerate(self._ports):
             die, port = divmod(index, mesh.dram_ports_per_die)
+            x, y = mesh.port_cores[port]
             x0, y0 = (die % mesh.dies_x) * mesh.cores_x, (die // mesh.dies_x) * mesh.cores_y
-            x = x0 - 0.5 if port == 0 else x0 + mesh.cores_x - 0.5
-            ports.append(Mark(resource, "port", point=(x, y0 + mesh.cores_y // 2)))
+            side = 0.5 if x == mesh.cores_x - 1 and not mesh.dram_port_cores else -0.5
+            ports.append(Mark(resource, "port", point=(x0 + x + side, y0 + y)))
         return Drawing(
             width=mesh.width, height=mesh.height,
             positions=tuple((self.coord(d).x, self.coord(d).y) for d in range(self.num_devices)),
             boxes=tuple((dx * mesh.cores_x, dy * mesh.cores_y, mesh.cores_x, mesh.cores_y)
                         for dy in range(mesh.dies_y) for dx in range(mesh.dies_x)),
             box_name="die", marks=(*links, *ports),
-            legend="links (one segment per direction) and DRAM ports (squares on die edges)")
+            legend="links (one segment per direction) and DRAM ports (squares beside their cores)")
 
     def node_of(self, device: int) -> int:
         c = self.coord(device)
@@ -223,21 +253,33 @@ class MeshTopology(Topology):
         links = tuple(self._links[(u, v)] for u, v in zip(path, path[1:], strict=False))
         return links, len(links) * self.mesh.hop_latency_s
 
-    def _port_core(self, device: int) -> tuple[int, int]:
-        """(port resource, core the port hangs on) serving ``device``."""
+    def _die_ports(self, device: int) -> list[tuple[int, int]]:
+        """(port resource, core the port hangs on) of every port of ``device``'s die."""
         mesh, c = self.mesh, self.coord(device)
         die = self.node_of(device)
-        die_x0 = (c.x // mesh.cores_x) * mesh.cores_x
-        die_y0 = (c.y // mesh.cores_y) * mesh.cores_y
-        east = mesh.dram_ports_per_die == 2 and (c.x - die_x0) >= mesh.cores_x / 2
-        edge_x = die_x0 + mesh.cores_x - 1 if east else die_x0
-        port = self._ports[die * mesh.dram_ports_per_die + int(east)]
-        return port, self.device_at(edge_x, die_y0 + mesh.cores_y // 2)
+        x0, y0 = (c.x // mesh.cores_x) * mesh.cores_x, (c.y // mesh.cores_y) * mesh.cores_y
+        return [(self._ports[die * mesh.dram_ports_per_die + p], self.device_at(x0 + x, y0 + y))
+                for p, (x, y) in enumerate(mesh.port_cores)]
+
+    def _port_route(self, device: int, port: int, core: int) -> tuple[tuple[int, ...], float]:
+        links, latency = self._route(device, core)
+        return links + (port,), latency + self.mesh.dram_latency_s
 
     def _dram_route(self, device: int) -> tuple[tuple[int, ...], float]:
-        port, edge_core = self._port_core(device)
-        links, latency = self._route(device, edge_core)
-        return links + (port,), latency + self.mesh.dram_latency_s
+        """The route to the nearest port (mesh hops; ties to the first port)."""
+        c = self.coord(device)
+        def hops(entry: tuple[int, int]) -> int:
+            p = self.coord(entry[1])
+            return abs(p.x - c.x) + abs(p.y - c.y)
+        return self._port_route(device, *min(self._die_ports(device), key=hops))
+
+    def dram_routes(self, device: int) -> list[tuple[tuple[int, ...], float, float]]:
+        """(resources, latency, share) of ``device``'s DRAM traffic: all of it to the nearest
+        port, or an equal share to every port of its die (``interleaved``)."""
+        if self.mesh.dram_access == "nearest":
+            return [(*self.dram_route(device), 1.0)]
+        ports = self._die_ports(device)
+        return [(*self._port_route(device, port, core), 1.0 / len(ports)) for port, core in ports]
 
 
 def _cycle(rows: list[list[int]]) -> tuple[int, ...]:

@@ -104,6 +104,11 @@ class Topology:
         """Resources crossed by ``device``'s off-chip DRAM traffic (port last) and latency (s)."""
         raise NotImplementedError
 
+    def dram_routes(self, device: int) -> list[tuple[tuple[int, ...], float, float]]:
+        """``(resources, latency, share)`` of each part of ``device``'s DRAM traffic (shares sum
+        to 1): the one :meth:`dram_route` unless the machine spreads it over several ports."""
+        return [(*self.dram_route(device), 1.0)]
+
     def node_of(self, device: int) -> int:
         """The die (mesh), node (cluster) or chip holding ``device``."""
         return device

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from fixtures import cluster_hardware, mesh_hardware, uniform_cost
 
 from simulator.engine import Engine
+from simulator.errors import InputError
 from simulator.network.backends import AnalyticalNetwork, ContentionNetwork
 from simulator.network.collectives import make_flow, ring_edges
 from simulator.network.topology import topology_of
@@ -142,3 +145,36 @@ def test_a_ring_across_nodes_uses_every_nic_of_the_node():
     expected_step = 5e-6 + size / 16 * max(0.125 / 25e9, 1 / 300e9)
     assert flow.collective_time_s("all_reduce", size)[0] == pytest.approx(30 * expected_step)
     assert flow.num_edges == 16
+
+
+def _ports(hw, **mesh):
+    return dataclasses.replace(hw, network=dataclasses.replace(hw.network, **mesh))
+
+
+def test_a_core_streams_from_its_nearest_named_port_at_its_share_of_the_bandwidth():
+    hw = _ports(mesh_hardware(dies=(1, 1), cores=(4, 4), dram=300e9, hop=1e-9),
+                dram_ports_per_die=3, dram_port_cores=((0, 0), (3, 0), (1, 3)))
+    topo = topology_of(hw)
+    for device, hops in ((0, 0), (7, 1), (13, 0), (10, 2)):  # (0,0) (3,1) (1,3) (2,2)
+        flow = make_flow(topo, "dram", "dram", [(device, -1)], efficiency=1.0)
+        assert flow.step_time_s(1e6) == pytest.approx(hops * 1e-9 + 1e-7 + 1e6 / 100e9, rel=1e-12)
+
+
+def test_interleaved_traffic_spreads_evenly_over_every_port_of_the_die():
+    hw = _ports(mesh_hardware(dies=(1, 1), cores=(4, 4), dram=300e9), dram_ports_per_die=3,
+                dram_port_cores=((0, 0), (3, 0), (1, 3)), dram_access="interleaved")
+    topo = topology_of(hw)
+    flow = make_flow(topo, "dram", "dram", [(d, -1) for d in range(16)], efficiency=1.0)
+    ports = {r: load for r, load in flow.loads.items() if topo.kinds[r] == "dram"}
+    assert sorted(ports.values()) == pytest.approx([16 / 3] * 3)
+    assert flow.num_edges == 16
+
+
+@pytest.mark.parametrize(("mesh", "message"), [
+    ({"dram_ports_per_die": 3}, "must be 1 or 2"),
+    ({"dram_ports_per_die": 2, "dram_port_cores": ((0, 0),)}, "must name 2 cores"),
+    ({"dram_ports_per_die": 1, "dram_port_cores": ((4, 0),)}, r"\[4, 0\] outside"),
+])
+def test_bad_port_layouts_are_one_line_errors(mesh, message):
+    with pytest.raises(InputError, match=message):
+        _ports(mesh_hardware(dies=(1, 1), cores=(4, 4)), **mesh)
