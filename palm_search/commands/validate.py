@@ -8,8 +8,10 @@ the fastest feasible one is kept, as the authors tuned theirs; the report says w
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from functools import partial
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -178,22 +180,32 @@ def _inference_candidates(model: ModelSpec, hardware: Hardware, precision: str) 
                            schedule="gpipe", mode="inference", precision=precision)
 
 
-def palm_table5_row(record: dict) -> ValidationRow:
-    """PALM Table V: Grayskull inference samples/s, fastest legal mapping."""
-    model, hardware = load_model(record["model"]), load_hardware("grayskull")
+def _under(hardware: Hardware, dataflow: str | None) -> Hardware:
+    """``hardware`` with its mesh's dataflow replaced (unchanged for ``None``): one suite run
+    under both models, side by side."""
+    if dataflow is None:
+        return hardware
+    return dataclasses.replace(hardware, network=dataclasses.replace(hardware.network, dataflow=dataflow))
+
+
+def palm_table5_row(record: dict, dataflow: str | None = None) -> ValidationRow:
+    """PALM Table V: Grayskull inference samples/s, fastest legal mapping (under ``dataflow``
+    instead of the preset's, if given)."""
+    model, hardware = load_model(record["model"]), _under(load_hardware("grayskull"), dataflow)
     samples_per_s, chosen = _best(model, hardware, _inference_candidates(model, hardware, record["precision"]))
-    return _row("palm-table5", record["model"], "samples/s", record["published_samples_per_s"], samples_per_s,
+    return _row(record["suite"], record["model"], "samples/s", record["published_samples_per_s"], samples_per_s,
                 _describe(chosen), note=f"PALM predicted {record['palm_samples_per_s']}")
 
 
-def palm_table7_row(record: dict) -> ValidationRow:
-    """PALM Table VII: the wafer baseline against Megatron scaled by compute (a cross-check)."""
-    model, hardware = load_model(record["model"]), load_hardware("wafer")
+def palm_table7_row(record: dict, dataflow: str | None = None) -> ValidationRow:
+    """PALM Table VII: the wafer baseline against Megatron scaled by compute (a cross-check),
+    under ``dataflow`` instead of the preset's, if given."""
+    model, hardware = load_model(record["model"]), _under(load_hardware("wafer"), dataflow)
     base = {"tp": record["tp"], "dp": record["dp"], "pp": record["pp"], "recompute": "full", "schedule": "1f1b"}
     fitting = lowest_fitting_zero(base, model, hardware)
     predicted = simulate(model, hardware, fitting).samples_per_s if fitting else 0.0
     palm = record["palm_samples_per_s"]
-    return _row("palm-table7", record["model"], "samples/s", record["scaled_megatron_samples_per_s"], predicted,
+    return _row(record["suite"], record["model"], "samples/s", record["scaled_megatron_samples_per_s"], predicted,
                 _describe(fitting), measured=False, note=f"PALM predicted {palm} (ours/PALM {predicted / palm:.2f})")
 
 
@@ -223,10 +235,13 @@ SUITES: dict[str, tuple[str, Callable[[dict], ValidationRow]]] = {
     "korthikanti-table5": ("korthikanti-mlsys23/table5", korthikanti_row),
     "palm-table4": ("palm/table4", palm_table4_row),
     "palm-table5": ("palm/table5", palm_table5_row),
+    "palm-table5-algorithm-1": ("palm/table5", partial(palm_table5_row, dataflow="palm-algorithm-1")),
     "palm-table7": ("palm/table7", palm_table7_row),
+    "palm-table7-tiled": ("palm/table7", partial(palm_table7_row, dataflow="tiled")),
     "tenstorrent-gemm": ("tenstorrent/gemm", tenstorrent_gemm_row),
 }
-"""Suite name -> (data folder under ``studies/validation``, row function)."""
+"""Suite name -> (data folder under ``studies/validation``, row function). The ``-algorithm-1`` and
+``-tiled`` suites rerun a PALM table under the other mesh dataflow than its preset's."""
 
 
 def run_suites(names: list[str], data_dir: Path = DATA_DIR, jobs: int = -1) -> list[ValidationRow]:

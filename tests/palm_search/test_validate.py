@@ -72,6 +72,13 @@ def test_cross_checks_do_not_count_as_error():
     assert summary(rows)["palm-table7"]["mean_abs_error"] is None
 
 
+def test_the_wafer_cross_check_runs_under_both_dataflows_and_tiling_moves_fewer_bytes():
+    rows = run_suites(["palm-table7", "palm-table7-tiled"], jobs=2)
+    by = {(r.suite, r.case): r.predicted for r in rows}
+    for model in ("T-18B", "T-76B", "T-145B"):
+        assert by[("palm-table7-tiled", model)] > by[("palm-table7", model)] > 0
+
+
 def test_cli_json_and_csv():
     result = runner.invoke(app, ["validate", "--suite", "palm-table7", "--json", "--jobs", "1"])
     assert result.exit_code == 0, result.output
