@@ -253,7 +253,8 @@ class Engine:
 
     def _pass_end(self, i: int, cost: PassCost, now: float, microbatch: int = -1) -> float:
         """Finish time of a pass started at ``now``: per segment, compute overlapped with the
-        DRAM stream, then the segment's share of the TP collectives."""
+        DRAM stream, then the segment's share of the TP collectives and of what compute does not
+        hide of the overlapped ones (TP multicasts and overlap, the replicas' weight multicast)."""
         flows, stats, net, record = self.stage_flows[i], self.stats[i], self.network, self.record
         segments = cost.segments
         compute = cost.compute_s / segments
