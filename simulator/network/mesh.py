@@ -202,7 +202,7 @@ class MeshTopology(Topology):
 
     def drawing(self, used_devices: int) -> Drawing:
         """The whole mesh: cores at their coordinates, dies framed, a segment per link direction
-        and a square per DRAM port beside its core (west of it; east of it on a die's east edge)."""
+        and a square per DRAM port west of its core (PALM's second port east of the die)."""
         mesh = self.mesh
         links = [Mark(r, "link", pair) for pair, r in self._links.items()]
         ports = []
@@ -210,7 +210,7 @@ class MeshTopology(Topology):
             die, port = divmod(index, mesh.dram_ports_per_die)
             x, y = mesh.port_cores[port]
             x0, y0 = (die % mesh.dies_x) * mesh.cores_x, (die // mesh.dies_x) * mesh.cores_y
-            side = 0.5 if x == mesh.cores_x - 1 and not mesh.dram_port_cores else -0.5
+            side = 0.5 if port == 1 and not mesh.dram_port_cores else -0.5  # PALM's east-edge port
             ports.append(Mark(resource, "port", point=(x0 + x + side, y0 + y)))
         return Drawing(
             width=mesh.width, height=mesh.height,
@@ -277,7 +277,7 @@ class MeshTopology(Topology):
         """(resources, latency, share) of ``device``'s DRAM traffic: all of it to the nearest
         port, or an equal share to every port of its die (``interleaved``)."""
         if self.mesh.dram_access == "nearest":
-            return [(*self.dram_route(device), 1.0)]
+            return super().dram_routes(device)
         ports = self._die_ports(device)
         return [(*self._port_route(device, port, core), 1.0 / len(ports)) for port, core in ports]
 
