@@ -137,15 +137,21 @@ def _check_precision(hardware: Hardware, strategy: Strategy) -> None:
             f"strategy: precision {strategy.precision!r} has no peak on hardware {hardware.name!r}"
             f" (has {sorted(hardware.peak_flop_per_s)})"
         )
+    if strategy.math_fidelity is not None and strategy.math_fidelity not in hardware.math_fidelity_phases:
+        raise InputError(
+            f"strategy: math_fidelity {strategy.math_fidelity!r} is not offered by hardware {hardware.name!r}"
+            f" (offers {sorted(hardware.math_fidelity_phases) or 'none'})"
+        )
 
 
 def check_workload(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> None:
     """The rules the model's split into stages needs (what :func:`build_stage_costs` costs).
 
     Raises:
-        InputError: precision without a peak, tp not dividing the model (or the sequence, with
-            sequence parallelism), more virtual stages than units, explicit ``stage_layers`` not
-            summing to the units, or a microbatch larger than the global batch.
+        InputError: precision without a peak, a math fidelity the hardware does not offer, tp
+            not dividing the model (or the sequence, with sequence parallelism), more virtual
+            stages than units, explicit ``stage_layers`` not summing to the units, or a
+            microbatch larger than the global batch.
     """
     _check_precision(hardware, strategy)
     _check_tensor_parallel(model, strategy)

@@ -36,6 +36,9 @@ PLACEMENTS: tuple[str, ...] = ("line", "s-shape", "s-shape-transposed", "s-shape
 GROUP_LAYOUTS: tuple[str, ...] = ("compact", "strided")
 GROUP_ORDERS: tuple[str, ...] = ("tp-major", "dp-major")
 TRANSFER_STRATEGIES: tuple[int, ...] = (1, 2)
+MATH_FIDELITIES: tuple[str, ...] = ("LoFi", "HiFi2", "HiFi3", "HiFi4")
+"""Math fidelities of Tenstorrent's matrix engine, fewest passes first (tt-metal
+``tech_reports/matrix_engine``: each pass multiplies 5 bits of ``SrcA`` by 7 of ``SrcB``)."""
 
 BYTES_PER_ELEMENT: dict[str, float] = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1,
                                        "bfloat8_b": 1 + 1 / 16, "bfloat4_b": 0.5 + 1 / 16}
@@ -98,6 +101,10 @@ class Strategy:
             (PALM Fig. 8, comm1 vs comm2).
         group_order: ``tp-major`` (TP ranks vary fastest, as Megatron) or ``dp-major``.
         transfer_strategy: inter-group p2p strategy 1 or 2 (PALM §V-C, Fig. 11, Eqs. 7-8).
+        math_fidelity: ``LoFi``, ``HiFi2``, ``HiFi3`` or ``HiFi4``: the matrix engine runs the
+            hardware's ``math_fidelity_phases`` passes per product, dividing its peak; ``None``
+            runs at the stated peak (one pass: ttnn's default ``WormholeComputeKernelConfig``
+            is ``LoFi``). Only on hardware that lists fidelities.
 
     Raises:
         InputError: a field is out of its domain (message names the field and value).
@@ -125,6 +132,7 @@ class Strategy:
     group_layout: GroupLayout = "compact"
     group_order: GroupOrder = "tp-major"
     transfer_strategy: int = 1
+    math_fidelity: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "microbatch_size", "num_chunks"):
@@ -142,6 +150,7 @@ class Strategy:
         _choice("group_order", self.group_order, GROUP_ORDERS)
         _choice("transfer_strategy", self.transfer_strategy, TRANSFER_STRATEGIES)
         _choice("zero_stage", self.zero_stage, (0, 1, 2, 3))
+        _choice("math_fidelity", self.math_fidelity, (None, *MATH_FIDELITIES))
         for name in ("sequence_parallel", "tp_overlap", "p2p_blocking"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"strategy: `{name}` must be true or false, got {getattr(self, name)!r}")

@@ -25,7 +25,7 @@ from simulator import (
     simulate,
     simulate_timeline,
 )
-from simulator.strategy import PLACEMENTS
+from simulator.strategy import PLACEMENTS, PRECISIONS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Simulate and search parallel mappings of large-model training.")
@@ -38,7 +38,8 @@ def palm_search() -> None:
 
 STRATEGY_FLAGS = ("tp", "pp", "dp", "microbatch_size", "global_batch_size", "schedule", "num_chunks",
                   "recompute", "sequence_parallel", "tp_overlap", "p2p_blocking", "zero_stage", "optimizer",
-                  "precision", "mode", "partition", "placement", "group_layout", "group_order", "transfer_strategy")
+                  "precision", "mode", "partition", "placement", "group_layout", "group_order", "transfer_strategy",
+                  "math_fidelity")
 
 
 def fail(message: str) -> None:
@@ -97,7 +98,7 @@ def simulate_command(
                                              help="Stages wait for their pipeline sends (Megatron-LM).")] = None,
     zero_stage: Annotated[int | None, Opt(help="ZeRO stage 0-3.")] = None,
     optimizer: Annotated[str | None, Opt(help="sgd or adam.")] = None,
-    precision: Annotated[str | None, Opt(help="fp16, bf16, fp32 or int8.")] = None,
+    precision: Annotated[str | None, Opt(help=f"{', '.join(PRECISIONS)}.")] = None,
     mode: Annotated[str | None, Opt(help="training or inference.")] = None,
     partition: Annotated[str | None, Opt(help="balanced or uniform (see --stage-layers).")] = None,
     stage_layers: Annotated[str | None, Opt(help="Explicit layers per virtual stage, e.g. 4,4,3.")] = None,
@@ -107,6 +108,8 @@ def simulate_command(
     group_layout: Annotated[str | None, Opt(help="TP groups compact or strided.")] = None,
     group_order: Annotated[str | None, Opt(help="tp-major or dp-major walk inside a stage.")] = None,
     transfer_strategy: Annotated[int | None, Opt(help="Inter-stage transfer, PALM Fig. 11: 1 or 2.")] = None,
+    math_fidelity: Annotated[str | None, Opt(help="Matrix-engine passes on hardware that has them: LoFi, HiFi2, "
+                                             "HiFi3 or HiFi4 (default: the stated peak).")] = None,
     network: Annotated[str, Opt(help="contention or analytical.")] = "contention",
     steady_state: Annotated[bool, Opt("--steady-state/--full", help="Extrapolate from steady state.")] = True,
     json_output: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False,

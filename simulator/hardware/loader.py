@@ -14,6 +14,10 @@ File layout (every number has a sibling ``<key>_source`` string citing where it 
     fp16_TFLOP_per_s = 16
     fp16_TFLOP_per_s_source = "..."
 
+    [device.math_fidelity]             # optional: matrix-engine passes per math fidelity
+    HiFi4 = 4                          # (any of LoFi, HiFi2, HiFi3, HiFi4)
+    HiFi4_source = "..."
+
     [mesh]                             # the fields of Mesh, or [cluster] those of Cluster,
     hop_latency_ns = 1                 # each with a unit suffix from simulator.config.UNITS
     hop_latency_ns_source = "..."
@@ -44,7 +48,7 @@ import simulator.network  # noqa: F401 - registers every network kind in NETWORK
 from simulator.config import SOURCE_SUFFIX, Table, parse_toml, read_toml, split_unit
 from simulator.errors import InputError
 from simulator.hardware.spec import DATAFLOWS, DRAM_ACCESSES, NETWORK_KINDS, Calibration, Hardware
-from simulator.strategy import PRECISIONS
+from simulator.strategy import MATH_FIDELITIES, PRECISIONS
 
 D = TypeVar("D")
 
@@ -129,8 +133,10 @@ def _build(root: Table, name: str) -> Hardware:
     peak = _read_quantities(device.take_table("peak"), precisions, sources, required=False)
     if not peak:
         raise device.error("table 'peak' needs one of fp32/fp16/bf16_TFLOP_per_s, int8_TOP_per_s")
+    fidelity = (_read_quantities(device.take_table("math_fidelity"), dict.fromkeys(MATH_FIDELITIES, "int"),
+                                 sources, required=False) if device.has("math_fidelity") else {})
     device_fields = _field_types(Hardware, {"sram_bytes", "sram_bandwidth_bytes_per_s"})
-    device_values = _read_quantities(device, device_fields, sources, subtables=("peak",))
+    device_values = _read_quantities(device, device_fields, sources, subtables=("peak", "math_fidelity"))
     network = _read_dataclass(root.take_table(kind), NETWORK_KINDS[kind], sources)
     calibration = _read_dataclass(root.take_table("calibration"), Calibration, sources)
     calibration = dataclasses.replace(calibration, sources={
@@ -139,7 +145,7 @@ def _build(root: Table, name: str) -> Hardware:
     root.finish()
     return Hardware(name=name, network=network, calibration=calibration, sources=sources,
                     peak_flop_per_s={key.removesuffix("_flop_per_s"): v for key, v in peak.items()},
-                    **device_values)
+                    math_fidelity_phases={key: int(v) for key, v in fidelity.items()}, **device_values)
 
 
 def _field_types(cls: type, names: set[str] | None = None) -> dict[str, str]:

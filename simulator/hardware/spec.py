@@ -123,6 +123,10 @@ class Hardware:
             whose operands stay on chip.
         network: the :class:`Network` record (a mesh, a cluster, a torus...).
         calibration: the achieved fractions of peak.
+        math_fidelity_phases: matrix-engine passes per product of each math fidelity the device
+            offers (Tenstorrent: ``LoFi`` 1, ``HiFi2`` 2, ``HiFi3`` 3, ``HiFi4`` 4; tt-metal
+            ``tech_reports/matrix_engine``); empty where the device has no such setting. The
+            peak is the one-pass rate.
         sources: the ``source`` string of each quantity, by key path.
     """
 
@@ -132,6 +136,7 @@ class Hardware:
     sram_bandwidth_bytes_per_s: float
     network: Network
     calibration: Calibration
+    math_fidelity_phases: dict[str, int] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property

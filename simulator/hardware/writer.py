@@ -49,10 +49,12 @@ def hardware_tables(hardware: Hardware) -> dict[str, Any]:
     calibration_sources = {f"calibration.{k}": v for k, v in hardware.calibration.sources.items()}
     device = {"sram_bytes": hardware.sram_bytes, "sram_bandwidth_bytes_per_s": hardware.sram_bandwidth_bytes_per_s}
     peak = {f"{p}_flop_per_s": v for p, v in hardware.peak_flop_per_s.items()}
+    fidelity = ({"math_fidelity": _quantities(hardware.math_fidelity_phases, "device.math_fidelity", hardware.sources)}
+                if hardware.math_fidelity_phases else {})
     return {
         "kind": hardware.kind,
         "device": {**_quantities(device, "device", hardware.sources),
-                   "peak": _quantities(peak, "device.peak", hardware.sources)},
+                   "peak": _quantities(peak, "device.peak", hardware.sources), **fidelity},
         hardware.kind: _quantities(_fields(hardware.network), hardware.kind, hardware.sources),
         "calibration": _quantities(_fields(hardware.calibration), "calibration", calibration_sources),
     }

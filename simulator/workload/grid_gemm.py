@@ -7,10 +7,10 @@ grid row, a block column of ``B`` along its grid column). Three times, each a ro
 (Williams et al., CACM 2009):
 
 * **compute**: the busiest core's tile products, ``2 x 32^3`` flop each, at one core's peak for
-  the format over the math fidelity's phases, times the hardware's ``gemm_efficiency``. The
-  matrix engine runs 1, 2, 3 or 4 phases per product at LoFi, HiFi2, HiFi3, HiFi4 (tt-metal
-  ``tech_reports/GEMM_FLOPS``: "TFLOPS are calculated by dividing by the MATH_FIDELITY value"),
-  so a preset's peak is the LoFi one.
+  the format over the math fidelity's passes (the hardware's ``math_fidelity_phases``: 1, 2, 3
+  or 4 at LoFi, HiFi2, HiFi3, HiFi4; tt-metal ``tech_reports/GEMM_FLOPS``: "TFLOPS are
+  calculated by dividing by the MATH_FIDELITY value"), times the hardware's ``gemm_efficiency``;
+  a preset's peak is the LoFi one.
 * **DRAM**: the bytes of the grid's best blocking (:func:`~simulator.workload.tiled.gemm_blocking`
   over the pooled grid, one core's SRAM per block) of the operands that live in DRAM, at the
   chip's DRAM bandwidth times ``memory_bound_efficiency``;
@@ -28,9 +28,6 @@ from simulator.network.mesh import Mesh
 from simulator.strategy import BYTES_PER_ELEMENT
 from simulator.workload.tiled import GemmShape, gemm_blocking
 from simulator.workload.tiled_stage import TILE_SIDE
-
-FIDELITY_PHASES = {"LoFi": 1, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4}
-"""Matrix-engine phases per product of each math fidelity (tt-metal GEMM_FLOPS tech report)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,7 +53,7 @@ def grid_gemm(hardware: Hardware, m: int, k: int, n: int, *, precision: str, fid
         hardware: a mesh whose device is one core (peak at LoFi per precision).
         m, k, n: the GEMM (elements).
         precision: the operands' format (a key of ``hardware.peak_flop_per_s``).
-        fidelity: ``LoFi``, ``HiFi2``, ``HiFi3`` or ``HiFi4``.
+        fidelity: a math fidelity the hardware offers (``LoFi``, ``HiFi2``, ``HiFi3``, ``HiFi4``).
         grid: cores along x (splitting ``N``) and y (splitting ``M``).
         in_dram: whether ``A``, ``B`` and ``C`` live in DRAM (else in the cores' SRAM).
 
@@ -67,12 +64,12 @@ def grid_gemm(hardware: Hardware, m: int, k: int, n: int, *, precision: str, fid
     gx, gy = grid
     if not isinstance(network, Mesh) or gx > network.width or gy > network.height:
         raise InputError(f"grid_gemm: grid {grid} does not fit the cores of hardware {hardware.name!r}")
-    if precision not in hardware.peak_flop_per_s or fidelity not in FIDELITY_PHASES:
+    if precision not in hardware.peak_flop_per_s or fidelity not in hardware.math_fidelity_phases:
         raise InputError(f"grid_gemm: no peak for {precision!r} at fidelity {fidelity!r} on {hardware.name!r}")
     cal = hardware.calibration
     rows, columns = math.ceil(m / TILE_SIDE), math.ceil(n / TILE_SIDE)
     tiles = math.ceil(rows / gy) * math.ceil(columns / gx) * math.ceil(k / TILE_SIDE)
-    core_peak = hardware.peak_flop_per_s[precision] / FIDELITY_PHASES[fidelity]
+    core_peak = hardware.peak_flop_per_s[precision] / hardware.math_fidelity_phases[fidelity]
     compute_s = tiles * 2.0 * TILE_SIDE**3 / (core_peak * cal.gemm_efficiency)
     shape = GemmShape(m=m, k=k, n=n, bytes_per_element=BYTES_PER_ELEMENT[precision])
     blocking = gemm_blocking(shape, hardware.sram_bytes, tile=TILE_SIDE, grid=(gy, gx))

@@ -68,13 +68,16 @@ class UnitCost:
 
 
 def peak_flop_per_s(hardware: Hardware, strategy: Strategy) -> float:
-    """The device's peak at the strategy's precision (flop/s).
+    """The device's peak at the strategy's precision over the passes of its math fidelity
+    (flop/s; Tenstorrent's matrix engine: "TFLOPS are calculated by dividing by the
+    MATH_FIDELITY value", tt-metal ``tech_reports/matrix_engine``).
 
     Raises:
         InputError: the hardware states no peak for that precision.
     """
+    passes = hardware.math_fidelity_phases[strategy.math_fidelity] if strategy.math_fidelity else 1
     try:
-        return hardware.peak_flop_per_s[strategy.precision]
+        return hardware.peak_flop_per_s[strategy.precision] / passes
     except KeyError:
         raise InputError(
             f"hardware {hardware.name!r} has no peak for precision {strategy.precision!r}"
