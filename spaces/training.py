@@ -78,6 +78,9 @@ class SearchedSpace:
         custom_placements: validated named placements (:func:`spaces.placement.custom_placements`).
         microbatch_choices: allowed microbatch sizes (default: every divisor of ``B / dp``).
         max_tp: largest tensor-parallel degree when ``degrees`` is searched.
+        device_counts: devices a mapping may use (``tp * pp * dp``), e.g. 128 of a 13 x 10 grid
+            whose 130 cores factor badly; empty: all of the machine's. Stages are cut from the
+            start of the placement's device order, so a mapping uses part of the grid.
     """
 
     model: ModelSpec
@@ -85,15 +88,21 @@ class SearchedSpace:
     custom_placements: Mapping[str, tuple[tuple[int, ...], ...]] | None = None
     microbatch_choices: Sequence[int] | None = None
     max_tp: int | None = None
+    device_counts: Sequence[int] = ()
 
 
 def candidate_degrees(model: ModelSpec, hardware: Hardware, fixed: Mapping[str, object], *,
-                      microbatch_choices: Sequence[int] | None = None,
-                      max_tp: int | None = None) -> list[ParallelDegrees]:
-    """The fixed list behind categorical ``degrees``: legal triples matching fixed tp/pp/dp and
-    having at least one microbatch size."""
+                      microbatch_choices: Sequence[int] | None = None, max_tp: int | None = None,
+                      device_counts: Sequence[int] = ()) -> list[ParallelDegrees]:
+    """The fixed list behind categorical ``degrees``: legal triples on each of ``device_counts``
+    devices (default: all), matching fixed tp/pp/dp and having at least one microbatch size.
+
+    Raises:
+        InputError: a device count outside 1..the machine's devices.
+    """
     batch = fixed.get("global_batch_size")
-    found = parallelism.enumerate_degrees(model, hardware, max_tp=max_tp, global_batch_size=batch)
+    found = [d for n in sorted(set(device_counts or [hardware.num_devices]))
+             for d in parallelism.enumerate_degrees(model, hardware, devices=n, max_tp=max_tp, global_batch_size=batch)]
     return [d for d in found
             if all(fixed.get(k, v) == v for k, v in d._asdict().items())
             and parallelism.enumerate_microbatch_sizes(model, d, global_batch_size=batch,
@@ -110,7 +119,7 @@ def _suggest_degrees(trial: optuna.trial.Trial, space: SearchedSpace, candidate:
     model, strategy = space.model, candidate.strategy
     if "degrees" in space.searched:
         choices = candidate_degrees(model, candidate.hardware, fixed, microbatch_choices=space.microbatch_choices,
-                                    max_tp=space.max_tp)
+                                    max_tp=space.max_tp, device_counts=space.device_counts)
         candidate = candidate.with_fields(**parallelism.suggest_degrees(trial, choices)._asdict())
     degrees, batch = _degrees_of(candidate), strategy.global_batch_size
     if "microbatch_size" in space.searched:

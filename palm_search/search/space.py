@@ -24,11 +24,15 @@ def candidate_builder(spec: StudySpec, model: ModelSpec, hardware: Hardware) -> 
     """``trial -> Candidate`` over the study's searched dimensions.
 
     Raises:
-        InputError: invalid custom placements or dimensions.
+        InputError: invalid custom placements or dimensions, or a device count the machine lacks.
     """
+    over = [n for n in spec.device_counts if n > hardware.num_devices]
+    if over:
+        raise InputError(f"study: [search] `devices` has {over[0]}, more than the {hardware.num_devices}"
+                         f" devices of hardware {hardware.name!r}")
     custom = custom_placements(spec.placements, hardware, _fixed_degrees(spec)) if spec.placements else None
     space = SearchedSpace(model=model, searched=frozenset(spec.searched), custom_placements=custom,
-                          microbatch_choices=spec.microbatch_sizes)
+                          microbatch_choices=spec.microbatch_sizes, device_counts=spec.device_counts)
     return partial(suggest_candidate, space=space, hardware=hardware, fixed=dict(spec.fixed))
 
 

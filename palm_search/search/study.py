@@ -19,6 +19,7 @@ Study files are TOML (see ``studies/t145b-wafer.toml``)::
     [search]
     dimensions = ["degrees", "microbatch_size", "schedule", ...]   # spaces.training.DIMENSIONS
     microbatch_sizes = [1, 2, 4, 8]  # optional cap of the microbatch choices
+    devices = [128, 130]     # optional: devices a mapping may use (default: all; part of a grid)
 
     [fixed]                  # Strategy fields not searched
     optimizer = "adam"
@@ -67,6 +68,7 @@ class StudySpec:
     artifacts_top: int = 3
     searched: tuple[str, ...] = DEFAULT_SEARCHED
     microbatch_sizes: tuple[int, ...] = DEFAULT_MICROBATCH_SIZES
+    device_counts: tuple[int, ...] = ()
     fixed: dict = field(default_factory=dict)
     baseline: dict | None = None
     placements: dict = field(default_factory=dict)
@@ -153,14 +155,24 @@ def _search_values(search: Table) -> dict:
     values = {}
     if search.has("dimensions"):
         values["searched"] = tuple(search.take_strings("dimensions"))
-    if search.has("microbatch_sizes"):
-        sizes = search.data.get("microbatch_sizes")
-        if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 1 for s in sizes) or not sizes:
-            raise search.error(f"key 'microbatch_sizes' must be a list of integers >= 1, got {sizes!r}")
-        search.data.pop("microbatch_sizes")
-        values["microbatch_sizes"] = tuple(sizes)
+    for key, field_name in (("microbatch_sizes", "microbatch_sizes"), ("devices", "device_counts")):
+        if search.has(key):
+            values[field_name] = _positive_integers(search, key)
     search.finish()
     return values
+
+
+def _positive_integers(table: Table, key: str) -> tuple[int, ...]:
+    """A non-empty list of integers >= 1 under ``key`` (taken from the table).
+
+    Raises:
+        InputError: naming the file, table, key and value.
+    """
+    values = table.data.pop(key)
+    if not isinstance(values, list) or not values or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
+        raise table.error(f"key '{key}' must be a list of integers >= 1, got {values!r}")
+    return tuple(values)
 
 
 def _strategy_fields(table: Table) -> dict:
@@ -194,6 +206,6 @@ def spec_from_attrs(data: dict) -> StudySpec:
         raise InputError(f"study: stored spec lacks {sorted(missing)} (created by an older palm-search; "
                          "re-create it with palm-search optimize)")
     known = {f.name for f in dataclasses.fields(StudySpec)}
-    values = {k: tuple(v) if isinstance(v, list) and k in ("objectives", "searched", "microbatch_sizes") else v
-              for k, v in data.items() if k in known}
+    tuples = ("objectives", "searched", "microbatch_sizes", "device_counts")
+    values = {k: tuple(v) if isinstance(v, list) and k in tuples else v for k, v in data.items() if k in known}
     return StudySpec(**values)

@@ -184,3 +184,20 @@ def test_a_trial_on_a_hardware_variant_keeps_its_machine(tmp_path):
     search.cache.clear()
     load_cache(search)
     assert search.cache[key_of(search, candidate)]["samples_per_s"] == record["samples_per_s"]
+
+
+@pytest.mark.parametrize(("devices", "needle"), [("[0]", "integers >= 1"), ("[4, 9]", "more than the 8 devices")])
+def test_a_device_count_the_machine_cannot_hold_is_one_line_and_exit_code_2(tmp_path, devices, needle):
+    study = tmp_path / "study.toml"
+    text = STUDY.read_text().replace("microbatch_sizes = [1, 2]", f"microbatch_sizes = [1, 2]\ndevices = {devices}")
+    study.write_text(text.replace("tests/palm_search/data/mini-mesh.toml", str(DATA / "mini-mesh.toml")))
+    result = runner.invoke(app, ["optimize", "--study", str(study), "--run-dir", str(tmp_path / "x")])
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and needle in lines[0] and "devices" in lines[0]
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_search_on_part_of_the_machine_uses_only_the_devices_it_is_given(tmp_path):
+    search = _run(tmp_path, device_counts=(4,), trials=20)
+    strategies = [t.user_attrs["strategy"] for t in search.study.trials if not t.user_attrs.get("baseline")]
+    assert strategies and all(s["tp"] * s["pp"] * s["dp"] == 4 for s in strategies)

@@ -51,6 +51,27 @@ def test_suggested_strategies_are_valid(model_name, hardware_name, options, samp
     assert len({t.params["degrees"] for t in study.trials}) > 1
 
 
+def test_device_counts_map_onto_part_of_the_grid():
+    # 130 = 2 x 5 x 13 cores on the p150: no BERT-base mapping (12 heads, 12 layers, batch 256) uses
+    # them all; 128 of them take TP 1-4 x PP 1-8
+    model, hardware = simulator.load_model("BERT-base"), simulator.load_hardware("blackhole-p150")
+    fixed = {"precision": "bfloat8_b", "mode": "inference", "schedule": "gpipe"}
+    assert spaces.candidate_degrees(model, hardware, fixed) == []
+    both = spaces.candidate_degrees(model, hardware, fixed, device_counts=[128, 130])
+    assert {d.tp for d in both} == {1, 2, 4} and {d.tp * d.pp * d.dp for d in both} == {128}
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    space = spaces.SearchedSpace(model=model, searched=frozenset({"degrees", "microbatch_size", "placement"}),
+                                 device_counts=(128,))
+    for _ in range(20):
+        trial = study.ask()
+        strategy = spaces.suggest_candidate(trial, space, hardware, fixed=fixed).strategy
+        assert strategy.num_devices == 128
+        check_plan(model, hardware, strategy)
+        devices = [d for stage in place(topology_of(hardware), strategy) for d in stage.devices]
+        assert len(set(devices)) == len(devices) == 128
+        study.tell(trial, 0.0)
+
+
 def test_fixed_values_restrict_and_fill():
     model, hardware = simulator.load_model("T-18B"), simulator.load_hardware("wafer")
     fixed = {"tp": 4, "precision": "bf16", "schedule": "gpipe", "global_batch_size": 640}
