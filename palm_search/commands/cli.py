@@ -10,7 +10,6 @@ import typer
 
 from palm_search.commands.optimize import dashboard_cmd, optimize_command
 from palm_search.commands.worker import worker_cmd
-from palm_search.views.outputs import read_best
 from palm_search.views.render import print_result
 from simulator import (
     Hardware,
@@ -137,6 +136,8 @@ def _model_and_machine(model: str | None, hw: str | None, strategy_file: Path | 
     Raises:
         InputError: neither the flag nor the strategy file names one; bad files.
     """
+    from palm_search.views.outputs import read_best  # with optuna and pandas: only for a best.json
+
     named_model, machine = read_best(strategy_file) if strategy_file else (None, None)
     if not (model or named_model):
         raise InputError("--model: required (or a --strategy best.json that names the model)")

@@ -11,12 +11,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from palm_search.search.baseline import choose_baseline
-from palm_search.search.driver import open_search, optimize, run_baseline
 from palm_search.search.run_control import INTERRUPTED_EXIT_CODE, Executor, check_executor, stop_on_sigint
 from palm_search.search.study import StudySpec, load_study
-from palm_search.views.outputs import dashboard_command, write_outputs
-from palm_search.views.render import print_search_summary
 
 Opt = typer.Option
 
@@ -58,6 +54,11 @@ def optimize_command(
     scheduler: Annotated[str | None, Opt(help="Dask scheduler tcp://HOST:PORT (default: a local cluster).")] = None,
 ) -> None:
     """Search the fastest mapping of MODEL on HW; re-running the same command resumes."""
+    from palm_search.search.baseline import choose_baseline  # optuna and pandas: only for the search
+    from palm_search.search.driver import open_search, optimize, run_baseline
+    from palm_search.views.outputs import dashboard_command, write_outputs
+    from palm_search.views.render import print_search_summary
+
     spec = resolve_spec(study_file, model, hw, trials=trials, sampler=sampler, seed=seed,
                         objectives=tuple(objective) if objective else None, network=network, top=top,
                         artifacts_top=artifacts_top)

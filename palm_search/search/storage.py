@@ -20,11 +20,13 @@ from __future__ import annotations
 import threading
 import warnings
 from pathlib import Path
-
-import optuna
-from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from typing import TYPE_CHECKING
 
 from simulator import InputError
+
+if TYPE_CHECKING:  # optuna is imported where used: `palm-search simulate` starts without it
+    import optuna
+    from optuna.storages import RDBStorage
 
 JOURNAL = "study.journal"
 HEARTBEAT_INTERVAL_S = 5
@@ -46,6 +48,9 @@ def rdb_storage(url: str, heartbeat_interval: int = HEARTBEAT_INTERVAL_S,
     Raises:
         InputError: a URL SQLAlchemy cannot parse, a missing driver, or an unreachable server.
     """
+    import optuna
+    from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -131,6 +136,8 @@ def _hide_password(url: str) -> str:
 
 def fail_stale(study: optuna.Study) -> None:
     """FAIL (and queue again) the RUNNING trials whose heartbeat is older than the grace period."""
+    import optuna
+
     if heartbeat_enabled(study._storage):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

@@ -49,3 +49,13 @@ def test_bad_strategy_file_names_the_file(tmp_path):
     result = runner.invoke(app, ["simulate", "--model", "T-18B", "--hw", "wafer", "--strategy", str(path)])
     assert result.exit_code == 2
     assert "s.toml" in result.stderr and "bogus" in result.stderr
+
+
+def test_the_command_line_starts_without_the_search_libraries():
+    # `palm-search simulate` needs neither optuna nor pandas (issue: 0.74 s of 0.91 s went to them)
+    import subprocess
+    import sys
+
+    code = "import sys, palm_search.commands.cli; print(sorted({'optuna', 'pandas'} & set(sys.modules)))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
