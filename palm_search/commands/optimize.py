@@ -46,7 +46,9 @@ def optimize_command(
     top: Annotated[int | None, Opt(help="Mappings shown at the end.")] = None,
     artifacts_top: Annotated[int | None, Opt(help="Top trials given a trace and pictures (0: none).")] = None,
     jobs: Annotated[int, Opt(help="Simulator worker processes (default: all cores).")] = 0,
-    deterministic: Annotated[bool, Opt(help="Synchronous batches: same trials for any --jobs.")] = False,
+    deterministic: Annotated[bool, Opt("--deterministic/--asynchronous", help=(
+        "Synchronous batches (default): the same command and seed give the same trials for any --jobs."
+        " --asynchronous keeps every worker busy and tells results as they come; not reproducible."))] = True,
     storage: Annotated[str | None, Opt(help="RDB URL instead of the run directory's journal.")] = None,
     run_dir: Annotated[Path | None, Opt(help="Run directory (default runs/<study name>).")] = None,
     json_output: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False,

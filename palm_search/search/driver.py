@@ -7,9 +7,10 @@
   (``trial.set_constraint``, value > 0 is infeasible; Optuna 5) plus its reason in the user
   attributes; an exception in a worker FAILs that trial with its message. Identical strategies
   are simulated once (:func:`palm_search.search.evaluate.cache_key`).
-* Order: the baseline is trial 0. With ``deterministic`` the driver asks a fixed-size batch,
-  evaluates it, and tells it in order, so results do not depend on the number of workers;
-  otherwise it keeps every worker busy and tells results as they come.
+* Order: the baseline is trial 0. By default (``deterministic``) the driver asks a fixed-size
+  batch, evaluates it, and tells it in order, so results do not depend on the number of workers
+  and the sampler never sees more than one batch pending; asynchronously it keeps every worker
+  busy and tells results as they come.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class Search:
     study: optuna.Study
     build: Builder
     jobs: int = 1
-    deterministic: bool = False
+    deterministic: bool = True
     cache: dict[str, dict] = field(default_factory=dict)
     progress: Progress = field(default_factory=Progress)
     backend: str = "loky"
@@ -85,6 +86,8 @@ class Search:
     """Set (e.g. by SIGINT) to stop asking: in-flight trials are told, then the run ends."""
     running: set[int] = field(default_factory=set)
     """Ids of the trials this process holds RUNNING (a :class:`Heartbeat` beats them)."""
+    points: list[dict] | None = None
+    """The exhaustive walk's parameter sets (None when a sampler proposes the points)."""
 
 
 def storage_for(run_dir: Path, url: str | None):
@@ -109,7 +112,7 @@ def make_sampler(spec: StudySpec, exhaustive: bool) -> optuna.samplers.BaseSampl
 
 
 def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, jobs: int = 1,
-                deterministic: bool = False) -> Search:
+                deterministic: bool = True) -> Search:
     """Load the model and machine, open (or resume) the study, enqueue the exhaustive walk.
 
     With sampler ``exhaustive`` (or ``auto`` when the space has at most ``trials`` points) every
@@ -131,13 +134,22 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
                                 directions=spec.directions, load_if_exists=True)
     search = Search(spec=spec, model=model, hardware=hardware, study=study, build=build, jobs=jobs,
                     deterministic=deterministic)
+    search.points = points
     if not study.trials:
         study.set_user_attr("spec", spec_to_attrs(spec))
         study.set_user_attr("sampler", "exhaustive" if points is not None else spec.sampler)
-        for params in points or []:
-            study.enqueue_trial(params)
     load_cache(search)
     return search
+
+
+def enqueue_points(search: Search) -> None:
+    """Queue the exhaustive walk's points once per study, after the baseline trial (whose
+    ``ask`` would otherwise take the first of them)."""
+    if search.points is None or search.study.user_attrs.get("enqueued"):
+        return
+    for params in search.points:
+        search.study.enqueue_trial(params)
+    search.study.set_user_attr("enqueued", True)
 
 
 def candidate_of(search: Search, trial: optuna.trial.FrozenTrial) -> Candidate:
@@ -218,6 +230,7 @@ def run_baseline(search: Search, baseline: Strategy) -> None:
     trial = search.study.ask(fixed_distributions={})
     search.cache[key_of(search, candidate)] = record
     tell(search, trial, candidate, record, cached=False, baseline=True)
+    enqueue_points(search)
 
 
 def _stale(search: Search) -> list[optuna.Trial]:
@@ -235,6 +248,7 @@ def _stale(search: Search) -> list[optuna.Trial]:
 
 def optimize(search: Search, on_progress: Callable[[Progress], None] = lambda p: None) -> None:
     """Ask, evaluate and tell until the study holds ``spec.trials`` finished trials."""
+    enqueue_points(search)
     search.progress.total = search.spec.trials
     search.progress.done = _finished(search.study)
     pending = _stale(search)

@@ -45,6 +45,8 @@ def test_exhaustive_search_finds_the_optimum_of_evaluating_every_point(tmp_path)
     assert search.study.user_attrs["sampler"] == "exhaustive"
     points = enumerate_points(search.build, 10_000)
     assert len(search.study.trials) == len(points) + 1
+    searched = [t.params for t in search.study.trials if not t.user_attrs.get("baseline")]
+    assert sorted(map(str, searched)) == sorted(map(str, points))  # every point, none twice
     direct = []
     for params in points:
         candidate = search.build(ScriptedTrialFor(params))
