@@ -13,6 +13,8 @@ A point of the space is a :class:`spaces.candidate.Candidate`: a machine and a
 * :mod:`spaces.groups`: TP/DP group layout inside a stage (PALM Fig. 8, comm1 vs comm2).
 * :mod:`spaces.partition`: layers per stage: balanced, uniform, or the min-max partition under
   the device memory (Piper, Tarnawski et al. NeurIPS'21).
+* :mod:`spaces.feasible`: the plans (degrees, microbatch, schedule, recompute, sequence
+  parallelism, ZeRO) that fit the devices' memory, found before the search proposes any.
 * :mod:`spaces.training`: all of them drawn from one Optuna trial into a candidate.
 
 Each module has ``enumerate_*`` (every legal point, deterministic order) and ``suggest_*(trial, ...)``.
@@ -24,6 +26,7 @@ Imports flow ``palm_search -> spaces -> simulator``: this package imports optuna
 """
 
 from spaces.candidate import Candidate
+from spaces.feasible import FeasiblePlans, feasible_plans, plan_of
 from spaces.groups import GroupChoice, enumerate_group_layouts, suggest_group_layout
 from spaces.parallelism import (
     ParallelDegrees,
@@ -56,7 +59,8 @@ from spaces.placement import (
 from spaces.training import DIMENSIONS, SearchedSpace, candidate_degrees, suggest_candidate
 
 __all__ = [
-    "DIMENSIONS", "Candidate", "GroupChoice", "ParallelDegrees", "ScheduleChoice", "candidate_degrees",
+    "DIMENSIONS", "Candidate", "FeasiblePlans", "GroupChoice", "feasible_plans", "plan_of",
+    "ParallelDegrees", "ScheduleChoice", "candidate_degrees",
     "custom_placements", "enumerate_degrees", "enumerate_group_layouts", "enumerate_microbatch_sizes",
     "enumerate_partitions", "enumerate_placements", "enumerate_recompute", "enumerate_schedules",
     "enumerate_sequence_parallel", "enumerate_zero_stages", "min_max_partition", "min_max_stage_layers",

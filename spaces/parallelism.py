@@ -15,7 +15,7 @@ is suggested only when ``tp > 1``, ZeRO only when ``dp > 1``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
 import optuna
@@ -185,9 +185,10 @@ def suggest_degrees(trial: optuna.trial.Trial, choices: Sequence[ParallelDegrees
 
 
 def suggest_microbatch_size(trial: optuna.trial.Trial, model: ModelSpec, degrees: ParallelDegrees, *,
-                            global_batch_size: int | None = None,
-                            choices: Sequence[int] | None = None) -> int:
-    """A microbatch size under ``microbatch_size|dp=<dp>`` (its choices depend on ``dp`` only).
+                            global_batch_size: int | None = None, choices: Sequence[int] | None = None,
+                            allowed: Collection[object] | None = None) -> int:
+    """A microbatch size under ``microbatch_size|dp=<dp>`` (its choices depend on ``dp`` only),
+    among ``allowed`` if given (then named by the subset, :func:`spaces._choices.subset_name`).
 
     Raises:
         InputError: no size is legal (``dp`` does not divide ``B``, or ``choices`` excludes all).
@@ -195,33 +196,46 @@ def suggest_microbatch_size(trial: optuna.trial.Trial, model: ModelSpec, degrees
     sizes = enumerate_microbatch_sizes(model, degrees, global_batch_size=global_batch_size, choices=choices)
     if not sizes:
         raise InputError(f"microbatch_size: none of {choices} divides B/dp for dp = {degrees.dp}")
-    return trial.suggest_categorical(conditional_name("microbatch_size", dp=degrees.dp), sizes)
+    name = conditional_name("microbatch_size", dp=degrees.dp)
+    return int(suggest_among(trial, name, sizes, sizes if allowed is None else allowed))  # type: ignore[arg-type]
 
 
 def suggest_schedule(trial: optuna.trial.Trial, model: ModelSpec, degrees: ParallelDegrees,
                      microbatch_size: int, *, global_batch_size: int | None = None,
-                     chunk_choices: Sequence[int] = CHUNK_CHOICES) -> ScheduleChoice:
-    """A legal schedule under ``schedule`` or ``schedule|only=<valid subset>``."""
+                     chunk_choices: Sequence[int] = CHUNK_CHOICES,
+                     allowed: Collection[object] | None = None) -> ScheduleChoice:
+    """A legal schedule (among the labels ``allowed``, if given) under ``schedule`` or
+    ``schedule|only=<valid subset>``."""
     universe = [c.label for c in schedule_choices(chunk_choices)]
     valid = [c.label for c in enumerate_schedules(model, degrees, microbatch_size,
                                                   global_batch_size=global_batch_size,
-                                                  chunk_choices=chunk_choices)]
-    return ScheduleChoice.parse(suggest_among(trial, "schedule", universe, valid))
+                                                  chunk_choices=chunk_choices)
+             if allowed is None or c.label in allowed]
+    return ScheduleChoice.parse(str(suggest_among(trial, "schedule", universe, valid)))
 
 
-def suggest_recompute(trial: optuna.trial.Trial) -> str:
-    """Categorical ``recompute`` over none, selective, full."""
-    return trial.suggest_categorical("recompute", list(enumerate_recompute()))
+def _suggest_some(trial: optuna.trial.Trial, name: str, options: Sequence[object],
+                  allowed: Collection[object] | None) -> object:
+    """One of ``options`` (those ``allowed``, if given) under :func:`spaces._choices.subset_name`;
+    a single option is returned without suggesting."""
+    valid = [o for o in options if allowed is None or o in allowed]
+    return valid[0] if len(valid) == 1 else suggest_among(trial, name, options, valid)  # type: ignore[arg-type]
 
 
-def suggest_sequence_parallel(trial: optuna.trial.Trial, model: ModelSpec, degrees: ParallelDegrees) -> bool:
-    """Categorical ``sequence_parallel`` when meaningful (see :func:`enumerate_sequence_parallel`);
-    False without suggesting otherwise."""
-    options = enumerate_sequence_parallel(model, degrees)
-    return trial.suggest_categorical("sequence_parallel", list(options)) if len(options) > 1 else False
+def suggest_recompute(trial: optuna.trial.Trial, allowed: Collection[object] | None = None) -> str:
+    """Categorical ``recompute`` over none, selective, full (those ``allowed``, if given)."""
+    return str(_suggest_some(trial, "recompute", enumerate_recompute(), allowed))
 
 
-def suggest_zero_stage(trial: optuna.trial.Trial, degrees: ParallelDegrees) -> int:
-    """Categorical ``zero_stage`` (0-3) when ``dp > 1``; 0 without suggesting otherwise."""
-    options = enumerate_zero_stages(degrees)
-    return trial.suggest_categorical("zero_stage", list(options)) if len(options) > 1 else 0
+def suggest_sequence_parallel(trial: optuna.trial.Trial, model: ModelSpec, degrees: ParallelDegrees,
+                              allowed: Collection[object] | None = None) -> bool:
+    """Categorical ``sequence_parallel`` when meaningful (see :func:`enumerate_sequence_parallel`)
+    and not decided by ``allowed``; the one option without suggesting otherwise."""
+    return bool(_suggest_some(trial, "sequence_parallel", enumerate_sequence_parallel(model, degrees), allowed))
+
+
+def suggest_zero_stage(trial: optuna.trial.Trial, degrees: ParallelDegrees,
+                       allowed: Collection[object] | None = None) -> int:
+    """Categorical ``zero_stage`` (0-3) when ``dp > 1`` and not decided by ``allowed``; the one
+    option without suggesting otherwise."""
+    return int(_suggest_some(trial, "zero_stage", enumerate_zero_stages(degrees), allowed))  # type: ignore[call-overload]

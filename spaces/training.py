@@ -33,6 +33,7 @@ from simulator.strategy import TRANSFER_STRATEGIES, Strategy
 from simulator.workload.spec import ModelSpec
 from spaces import groups, parallelism, partition, placement
 from spaces.candidate import Candidate
+from spaces.feasible import FeasiblePlans, plan_of
 from spaces.parallelism import ParallelDegrees
 
 DIMENSIONS: dict[str, tuple[str, ...]] = {
@@ -81,6 +82,8 @@ class SearchedSpace:
         device_counts: devices a mapping may use (``tp * pp * dp``), e.g. 128 of a 13 x 10 grid
             whose 130 cores factor badly; empty: all of the machine's. Stages are cut from the
             start of the placement's device order, so a mapping uses part of the grid.
+        plans: the plans that fit memory (:func:`spaces.feasible.feasible_plans`); each memory
+            dimension then offers only values leading to one. None: every legal value.
     """
 
     model: ModelSpec
@@ -89,6 +92,7 @@ class SearchedSpace:
     microbatch_choices: Sequence[int] | None = None
     max_tp: int | None = None
     device_counts: Sequence[int] = ()
+    plans: FeasiblePlans | None = None
 
 
 def candidate_degrees(model: ModelSpec, hardware: Hardware, fixed: Mapping[str, object], *,
@@ -113,6 +117,12 @@ def _degrees_of(candidate: Candidate) -> ParallelDegrees:
     return ParallelDegrees(candidate.strategy.tp, candidate.strategy.pp, candidate.strategy.dp)
 
 
+def _allowed(space: SearchedSpace, candidate: Candidate, fields: int) -> tuple[object, ...] | None:
+    """The values of the next plan field that lead to a plan fitting memory, after the first
+    ``fields`` of the candidate's plan; None when the space does not pre-screen memory."""
+    return None if space.plans is None else space.plans.allowed(*plan_of(candidate.strategy)[:fields])
+
+
 def _suggest_degrees(trial: optuna.trial.Trial, space: SearchedSpace, candidate: Candidate,
                      fixed: Mapping[str, object]) -> Candidate:
     """Degrees, microbatch size and schedule."""
@@ -120,14 +130,17 @@ def _suggest_degrees(trial: optuna.trial.Trial, space: SearchedSpace, candidate:
     if "degrees" in space.searched:
         choices = candidate_degrees(model, candidate.hardware, fixed, microbatch_choices=space.microbatch_choices,
                                     max_tp=space.max_tp, device_counts=space.device_counts)
+        if space.plans is not None:
+            choices = [d for d in choices if d.label in space.plans.allowed()]
         candidate = candidate.with_fields(**parallelism.suggest_degrees(trial, choices)._asdict())
     degrees, batch = _degrees_of(candidate), strategy.global_batch_size
     if "microbatch_size" in space.searched:
         candidate = candidate.with_fields(microbatch_size=parallelism.suggest_microbatch_size(
-            trial, model, degrees, global_batch_size=batch, choices=space.microbatch_choices))
+            trial, model, degrees, global_batch_size=batch, choices=space.microbatch_choices,
+            allowed=_allowed(space, candidate, 1)))
     if "schedule" in space.searched:
         choice = parallelism.suggest_schedule(trial, model, degrees, candidate.strategy.microbatch_size,
-                                              global_batch_size=batch)
+                                              global_batch_size=batch, allowed=_allowed(space, candidate, 2))
         candidate = candidate.with_fields(schedule=choice.schedule, num_chunks=choice.num_chunks)
     return candidate
 
@@ -136,12 +149,14 @@ def _suggest_memory(trial: optuna.trial.Trial, space: SearchedSpace, candidate: 
     """Recompute, sequence parallelism and ZeRO."""
     degrees, searched = _degrees_of(candidate), space.searched
     if "recompute" in searched:
-        candidate = candidate.with_fields(recompute=parallelism.suggest_recompute(trial))
+        candidate = candidate.with_fields(recompute=parallelism.suggest_recompute(
+            trial, _allowed(space, candidate, 3)))
     if "sequence_parallel" in searched:
-        candidate = candidate.with_fields(
-            sequence_parallel=parallelism.suggest_sequence_parallel(trial, space.model, degrees))
+        candidate = candidate.with_fields(sequence_parallel=parallelism.suggest_sequence_parallel(
+            trial, space.model, degrees, _allowed(space, candidate, 4)))
     if "zero_stage" in searched:
-        candidate = candidate.with_fields(zero_stage=parallelism.suggest_zero_stage(trial, degrees))
+        candidate = candidate.with_fields(zero_stage=parallelism.suggest_zero_stage(
+            trial, degrees, _allowed(space, candidate, 5)))
     return candidate
 
 

@@ -28,7 +28,7 @@ from joblib.externals.loky.process_executor import TerminatedWorkerError
 from optuna.trial import TrialState
 
 from palm_search.search.evaluate import RECORD_KEYS, cache_key, evaluate
-from palm_search.search.space import Builder, candidate_builder, enumerate_points
+from palm_search.search.space import SpaceBuilder, candidate_builder, enumerate_points
 from palm_search.search.storage import (
     Heartbeat,
     beat_now,
@@ -73,7 +73,7 @@ class Search:
     model: ModelSpec
     hardware: Hardware
     study: optuna.Study
-    build: Builder
+    build: SpaceBuilder
     jobs: int = 1
     deterministic: bool = True
     cache: dict[str, dict] = field(default_factory=dict)
@@ -138,6 +138,10 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
     if not study.trials:
         study.set_user_attr("spec", spec_to_attrs(spec))
         study.set_user_attr("sampler", "exhaustive" if points is not None else spec.sampler)
+        plans = build.space.plans
+        if plans is not None:
+            study.set_user_attr("memory_prescreen", {"plans": plans.plans, "checked": plans.checked,
+                                                     "fitting": plans.fitting})
     load_cache(search)
     return search
 

@@ -106,6 +106,7 @@ def _summary(search: Search, frame: pd.DataFrame, top: pd.DataFrame, run_dir: Pa
     return {
         "study": search.spec.name, "model": search.spec.model, "hardware": search.spec.hardware,
         "objectives": list(search.spec.objectives), "sampler": search.study.user_attrs.get("sampler"),
+        "memory_prescreen": search.study.user_attrs.get("memory_prescreen"),
         "trials": len(frame), "failed": failed,
         "feasible": int((frame.get("feasible") == True).sum()) if len(frame) else 0,  # noqa: E712
         "baseline": baseline_row(frame), "best": best,

@@ -71,6 +71,10 @@ def print_search_summary(summary: dict, console: Console | None = None) -> None:
     base = summary.get("baseline") or {}
     console.print(f"[bold]{summary['study']}[/]: {summary['trials']} trials ({summary['feasible']} feasible, "
                   f"{summary['failed']} failed), sampler {summary['sampler']}")
+    screen = summary.get("memory_prescreen")
+    if screen:
+        console.print(f"memory pre-screen: {screen['fitting']} of {screen['plans']} plans fit the devices"
+                      f" ({screen['checked']} checked); the search proposed only those")
     if base:
         state = f"{base.get('samples_per_s', 0):.4g} samples/s" if base.get("feasible") else \
             f"infeasible: {base.get('reason')}"

@@ -203,3 +203,11 @@ def test_a_search_on_part_of_the_machine_uses_only_the_devices_it_is_given(tmp_p
     search = _run(tmp_path, device_counts=(4,), trials=20)
     strategies = [t.user_attrs["strategy"] for t in search.study.trials if not t.user_attrs.get("baseline")]
     assert strategies and all(s["tp"] * s["pp"] * s["dp"] == 4 for s in strategies)
+
+
+def test_a_study_where_nothing_fits_memory_is_one_line_and_exit_code_2(tmp_path):
+    result = runner.invoke(app, ["optimize", "--study", str(STUDY), "--hw", "wafer", "--model", "T-1T",
+                                 "--run-dir", str(tmp_path / "x")])
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and "fits the memory" in lines[0]
+    assert not (tmp_path / "x").exists()

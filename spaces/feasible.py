@@ -1,0 +1,156 @@
+"""Plans that fit the devices' memory, found before the search proposes any (feasible first).
+
+A *plan* is the part of a strategy device memory depends on: degrees, microbatch size, schedule,
+recompute, sequence parallelism and ZeRO stage (activations: Korthikanti et al., MLSys'23, §4;
+model states: Rajbhandari et al., SC'20, §3; microbatches in flight per schedule: Narayanan et
+al., SC'21, §2.2). Placement, comm groups and the transfer strategy do not change it.
+:func:`feasible_plans` checks plans with :func:`simulator.check_memory` (the simulator's own test,
+no engine run) and keeps those that fit as a tree that the ``suggest_*`` steps of
+:mod:`spaces.training` walk: each step offers only values that lead to a fitting plan, so the
+search spends no simulation (and no sampler step) on a mapping over memory.
+
+Pruning keeps the checks to a few hundred on T-145B / wafer (of 4,320 plans): memory grows with
+the microbatch size (activations are proportional to it, model states do not depend on it) and
+is least with full recompute, sequence parallelism and the highest ZeRO stage offered. So for
+each (degrees, schedule) the sizes are tried in increasing order under that most-saving choice,
+and the first size that does not fit ends the sizes of that pair; under a size that fits, a
+choice that saves no more in any of the three than one that did not fit is not checked. A test
+checks the pruned tree equals the brute-force one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import product
+
+from simulator.api import check_memory
+from simulator.errors import InputError
+from simulator.hardware.spec import Hardware
+from simulator.strategy import RECOMPUTES, Strategy
+from simulator.workload.spec import ModelSpec
+from spaces import parallelism
+from spaces.parallelism import ParallelDegrees, ScheduleChoice
+
+Plan = tuple[str, int, str, str, bool, int]
+"""``(degrees label, microbatch size, schedule label, recompute, sequence parallel, ZeRO stage)``."""
+
+_SAVING = {"recompute": RECOMPUTES[::-1], "sequence_parallel": (True, False), "zero_stage": (3, 2, 1, 0)}
+"""Choices from most to least memory saved."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FeasiblePlans:
+    """The plans that fit, as a tree, and what finding them took.
+
+    Attributes:
+        options: a prefix of a :data:`Plan` -> the values that extend it toward a fitting plan.
+        plans: plans in the space.
+        checked: plans checked against memory (the rest were pruned).
+        fitting: plans that fit.
+    """
+
+    options: Mapping[tuple[object, ...], tuple[object, ...]]
+    plans: int
+    checked: int
+    fitting: int
+
+    def allowed(self, *prefix: object) -> tuple[object, ...]:
+        """Values of the next plan field after ``prefix`` that lead to a fitting plan."""
+        return self.options.get(tuple(prefix), ())
+
+
+def plan_of(strategy: Strategy) -> Plan:
+    """The plan of ``strategy``."""
+    return (ParallelDegrees(strategy.tp, strategy.pp, strategy.dp).label, strategy.microbatch_size,
+            ScheduleChoice(strategy.schedule, strategy.num_chunks).label, strategy.recompute,
+            strategy.sequence_parallel, strategy.zero_stage)
+
+
+@dataclass(frozen=True, slots=True)
+class _Choices:
+    """Per plan field, the values the space offers (one when the field is fixed)."""
+
+    model: ModelSpec
+    searched: frozenset[str]
+    base: Strategy
+    microbatch_choices: Sequence[int] | None
+
+    def microbatch_sizes(self, degrees: ParallelDegrees) -> list[int]:
+        if "microbatch_size" not in self.searched:
+            return [self.base.microbatch_size]
+        return parallelism.enumerate_microbatch_sizes(
+            self.model, degrees, global_batch_size=self.base.global_batch_size, choices=self.microbatch_choices)
+
+    def schedules(self, degrees: ParallelDegrees, size: int) -> list[ScheduleChoice]:
+        if "schedule" not in self.searched:
+            return [ScheduleChoice(self.base.schedule, self.base.num_chunks)]
+        return parallelism.enumerate_schedules(self.model, degrees, size, global_batch_size=self.base.global_batch_size)
+
+    def memory_choices(self, degrees: ParallelDegrees) -> tuple[tuple[object, ...], ...]:
+        """(recompute, sequence parallel, ZeRO) values, each most saving first."""
+        offered = {"recompute": parallelism.enumerate_recompute(),
+                   "sequence_parallel": parallelism.enumerate_sequence_parallel(self.model, degrees),
+                   "zero_stage": parallelism.enumerate_zero_stages(degrees)}
+        return tuple(tuple(v for v in _SAVING[name] if v in offered[name]) if name in self.searched
+                     else (getattr(self.base, name),) for name in _SAVING)
+
+
+def feasible_plans(model: ModelSpec, hardware: Hardware, degrees: Sequence[ParallelDegrees], *,
+                   searched: frozenset[str], fixed: Mapping[str, object],
+                   microbatch_choices: Sequence[int] | None = None, prune: bool = True) -> FeasiblePlans:
+    """The plans over ``degrees`` (and the searched plan fields; fixed ones from ``fixed``) that
+    fit the devices' memory; see the module docstring.
+
+    Args:
+        model, hardware: what is mapped, and onto what.
+        degrees: the degrees the search may take (the fixed ones when ``degrees`` is not searched).
+        searched: the searched dimensions (:data:`spaces.training.DIMENSIONS` names).
+        fixed: ``Strategy`` fields not searched.
+        microbatch_choices: allowed microbatch sizes (default: every divisor of ``B / dp``).
+        prune: skip what the monotonicity of memory decides (False: check every plan).
+
+    Raises:
+        InputError: ``fixed`` does not make a valid ``Strategy``.
+    """
+    choices = _Choices(model, searched, Strategy.from_dict(dict(fixed)), microbatch_choices)
+    fitting: list[Plan] = []
+    plans = checked = 0
+    for d in degrees:
+        memory = choices.memory_choices(d)
+        pairs = [(schedule, size) for size in choices.microbatch_sizes(d) for schedule in choices.schedules(d, size)]
+        plans += len(pairs) * len(list(product(*memory)))
+        for schedule in dict.fromkeys(schedule for schedule, _ in pairs):
+            for size in (size for s, size in pairs if s == schedule):
+                fields = {**fixed, **d._asdict(), "microbatch_size": size, "schedule": schedule.schedule,
+                          "num_chunks": schedule.num_chunks}
+                failed: list[tuple[int, ...]] = []
+                for index in product(*(range(len(values)) for values in memory)):  # most saving first
+                    if prune and any(all(i >= f for i, f in zip(index, fail, strict=True)) for fail in failed):
+                        continue  # saves no more memory than a choice that did not fit
+                    recompute, sp, zero = (values[i] for values, i in zip(memory, index, strict=True))
+                    checked += 1
+                    if _fits(model, hardware, {**fields, "recompute": recompute, "sequence_parallel": sp,
+                                               "zero_stage": zero}):
+                        fitting.append((d.label, size, schedule.label, recompute, sp, zero))
+                    else:
+                        failed.append(index)
+                if prune and failed[:1] == [(0, 0, 0)]:
+                    break  # the most saving choice does not fit: no larger microbatch will
+    return FeasiblePlans(options=_tree(fitting), plans=plans, checked=checked, fitting=len(fitting))
+
+
+def _fits(model: ModelSpec, hardware: Hardware, fields: dict[str, object]) -> bool:
+    try:
+        return not check_memory(model, hardware, Strategy.from_dict(fields))
+    except InputError:
+        return False
+
+
+def _tree(fitting: list[Plan]) -> dict[tuple[object, ...], tuple[object, ...]]:
+    """Each prefix of a fitting plan -> its next values (first-seen order)."""
+    tree: dict[tuple[object, ...], dict[object, None]] = {}
+    for plan in sorted(fitting, key=str):
+        for k in range(len(plan)):
+            tree.setdefault(plan[:k], {})[plan[k]] = None
+    return {prefix: tuple(values) for prefix, values in tree.items()}

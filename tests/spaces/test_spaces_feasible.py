@@ -1,0 +1,57 @@
+"""Feasible first: the plans that fit memory, found before the search proposes any."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+import simulator
+import spaces
+from spaces.feasible import feasible_plans, plan_of
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+MEMORY = frozenset({"degrees", "microbatch_size", "schedule", "recompute", "sequence_parallel", "zero_stage"})
+
+
+@pytest.mark.parametrize(("model_name", "hardware_name", "sizes"), [("T-145B", "wafer", [1, 2]),
+                                                                      ("T-18B", "wafer", [1, 2, 4])])
+def test_pruning_keeps_exactly_the_plans_that_fit(model_name, hardware_name, sizes):
+    model, hardware = simulator.load_model(model_name), simulator.load_hardware(hardware_name)
+    degrees = spaces.candidate_degrees(model, hardware, {}, microbatch_choices=sizes)
+    pruned, every = (feasible_plans(model, hardware, degrees, searched=MEMORY, fixed={}, microbatch_choices=sizes,
+                                    prune=prune) for prune in (True, False))
+    assert pruned.options == every.options and pruned.fitting == every.fitting > 0
+    assert pruned.checked < every.checked == every.plans
+
+
+def test_every_proposal_fits_memory_and_the_fitting_plans_are_all_reachable():
+    model, hardware = simulator.load_model("T-145B"), simulator.load_hardware("wafer")
+    sizes = [1, 2]
+    degrees = spaces.candidate_degrees(model, hardware, {}, microbatch_choices=sizes)
+    plans = feasible_plans(model, hardware, degrees, searched=MEMORY, fixed={}, microbatch_choices=sizes)
+    space = spaces.SearchedSpace(model=model, searched=MEMORY | {"placement"}, microbatch_choices=sizes, plans=plans)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = set()
+    for _ in range(60):
+        trial = study.ask()
+        strategy = spaces.suggest_candidate(trial, space, hardware, fixed={}).strategy
+        assert simulator.check_memory(model, hardware, strategy) == ""
+        seen.add(plan_of(strategy))
+        study.tell(trial, 0.0)
+    assert len(seen) > 10
+
+
+def test_fixed_fields_are_part_of_every_plan():
+    model, hardware = simulator.load_model("T-145B"), simulator.load_hardware("wafer")
+    fixed = {"recompute": "full", "zero_stage": 1}
+    degrees = spaces.candidate_degrees(model, hardware, fixed, microbatch_choices=[1])
+    searched = frozenset({"degrees", "microbatch_size", "sequence_parallel"})
+    plans = feasible_plans(model, hardware, degrees, searched=searched, fixed=fixed, microbatch_choices=[1])
+    assert plans.allowed("8x20x2", 1, "1f1b") == ("full",)  # PALM's baseline fits with these
+    assert all(plan[3:] in {("full", sp, 1) for sp in (False, True)} for plan in _plans(plans))
+
+
+def _plans(plans):
+    """The whole plans (six fields) of the tree."""
+    return [(*prefix, value) for prefix, values in plans.options.items() if len(prefix) == 5 for value in values]
