@@ -91,6 +91,11 @@ class ContentionNetwork:
             return earliest_s
         calendars = self._flow_calendars(flow)
         start, moved = earliest_s, True
+        if all(not ends or ends[-1] <= start for _, ends in calendars):
+            for starts, ends in calendars:  # after everything booked (most bookings): what insort does
+                starts.append(start)
+                ends.append(start + duration_s)
+            return self._booked(start, now_s)
         while moved:
             moved = False
             for starts, ends in calendars:
@@ -101,6 +106,10 @@ class ContentionNetwork:
         for starts, ends in calendars:
             insort(starts, start)
             insort(ends, start + duration_s)
+        return self._booked(start, now_s)
+
+    def _booked(self, start: float, now_s: float) -> float:
+        """Count a booking starting at ``start``, prune now and then, and return ``start``."""
         self._bookings += 1
         if self._bookings % _PRUNE_EVERY == 0:
             self._prune(now_s)
