@@ -38,7 +38,8 @@ def optimize_command(
     model: Annotated[str | None, Opt("--model", help="Model preset or TOML file.")] = None,
     hw: Annotated[str | None, Opt("--hw", help="Hardware preset or TOML file.")] = None,
     study_file: Annotated[Path | None, Opt("--study", help="Study TOML (flags override it).")] = None,
-    trials: Annotated[int | None, Opt(help="Finished trials the study should hold.")] = None,
+    trials: Annotated[int | None, Opt(help="Finished trials the study should hold (every proposal fits memory:"
+                                          " plans over it are screened out before the search).")] = None,
     sampler: Annotated[str | None, Opt(help="auto, tpe, random, exhaustive or nsga2.")] = None,
     seed: Annotated[int | None, Opt(help="Sampler seed.")] = None,
     objective: Annotated[list[str] | None, Opt(help="throughput and/or memory (repeat).")] = None,

@@ -211,3 +211,11 @@ def test_a_study_where_nothing_fits_memory_is_one_line_and_exit_code_2(tmp_path)
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1 and "fits the memory" in lines[0]
     assert not (tmp_path / "x").exists()
+
+
+def test_a_search_proposes_only_mappings_that_fit_memory(tmp_path):
+    search = _run(tmp_path, sampler="tpe", trials=25, model="T-18B")  # 37 of its 168 plans fit 8 cores
+    trials = [t for t in search.study.trials if not t.user_attrs.get("baseline")]
+    assert len(trials) == 24 and all(t.user_attrs["feasible"] for t in trials)
+    screen = search.study.user_attrs["memory_prescreen"]
+    assert 0 < screen["fitting"] < screen["plans"] and screen["checked"] <= screen["plans"]
