@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import optuna
+from joblib import Parallel, delayed
 from optuna.artifacts import FileSystemArtifactStore, get_all_artifact_meta, upload_artifact
 
 from palm_search.views.outputs import baseline_row, top_mappings, trials_frame
@@ -67,16 +68,20 @@ def chosen_trials(study: optuna.Study, k: int) -> list[int]:
 
 
 def attach_artifacts(study: optuna.Study, model: ModelSpec, hardware: Hardware, network: str, run_dir: Path,
-                     k: int, on_progress: Callable[[int, int], None] = lambda done, total: None) -> list[int]:
-    """Render and upload the files of :func:`chosen_trials`; files a trial already holds (a
-    resumed run) are not uploaded twice. Returns the trial numbers illustrated."""
+                     k: int, on_progress: Callable[[int, int], None] = lambda done, total: None,
+                     jobs: int = 1) -> list[int]:
+    """Render the files of :func:`chosen_trials` on ``jobs`` joblib worker processes and upload
+    them from this process as they arrive; files a trial already holds (a resumed run) are not
+    uploaded twice. Returns the trial numbers illustrated."""
     numbers = chosen_trials(study, k)
     store = artifact_store(run_dir)
     index = dict(study.user_attrs.get("artifacts", {}))
-    for done, number in enumerate(numbers):
+    tasks = (delayed(render_mapping)(model, hardware, Strategy.from_dict(study.trials[n].user_attrs["strategy"]),
+                                     network, mapping_dir(run_dir, n)) for n in numbers)
+    on_progress(0, len(numbers))
+    rendered = Parallel(n_jobs=min(jobs, max(len(numbers), 1)), return_as="generator")(tasks)
+    for done, (number, files) in enumerate(zip(numbers, rendered, strict=True), start=1):
         on_progress(done, len(numbers))
-        strategy = Strategy.from_dict(study.trials[number].user_attrs["strategy"])
-        files = render_mapping(model, hardware, strategy, network, mapping_dir(run_dir, number))
         held = index.setdefault(str(number), {})
         for path in files:
             if path.name not in held:
