@@ -84,6 +84,8 @@ class SearchedSpace:
             start of the placement's device order, so a mapping uses part of the grid.
         plans: the plans that fit memory (:func:`spaces.feasible.feasible_plans`); each memory
             dimension then offers only values leading to one. None: every legal value.
+        degree_choices: the list behind categorical ``degrees`` when computed once for the
+            space's machine (:func:`degree_choices`); None computes it per trial.
     """
 
     model: ModelSpec
@@ -93,6 +95,7 @@ class SearchedSpace:
     max_tp: int | None = None
     device_counts: Sequence[int] = ()
     plans: FeasiblePlans | None = None
+    degree_choices: tuple[ParallelDegrees, ...] | None = None
 
 
 def candidate_degrees(model: ModelSpec, hardware: Hardware, fixed: Mapping[str, object], *,
@@ -113,6 +116,15 @@ def candidate_degrees(model: ModelSpec, hardware: Hardware, fixed: Mapping[str, 
                                                        choices=microbatch_choices)]
 
 
+def degree_choices(space: SearchedSpace, hardware: Hardware,
+                   fixed: Mapping[str, object]) -> tuple[ParallelDegrees, ...]:
+    """The fixed list behind categorical ``degrees`` on ``hardware``: :func:`candidate_degrees`
+    under the space's options, only those leading to a plan that fits memory (``space.plans``)."""
+    choices = candidate_degrees(space.model, hardware, fixed, microbatch_choices=space.microbatch_choices,
+                                max_tp=space.max_tp, device_counts=space.device_counts)
+    return tuple(d for d in choices if space.plans is None or d.label in space.plans.allowed())
+
+
 def _degrees_of(candidate: Candidate) -> ParallelDegrees:
     return ParallelDegrees(candidate.strategy.tp, candidate.strategy.pp, candidate.strategy.dp)
 
@@ -128,10 +140,7 @@ def _suggest_degrees(trial: optuna.trial.Trial, space: SearchedSpace, candidate:
     """Degrees, microbatch size and schedule."""
     model, strategy = space.model, candidate.strategy
     if "degrees" in space.searched:
-        choices = candidate_degrees(model, candidate.hardware, fixed, microbatch_choices=space.microbatch_choices,
-                                    max_tp=space.max_tp, device_counts=space.device_counts)
-        if space.plans is not None:
-            choices = [d for d in choices if d.label in space.plans.allowed()]
+        choices = space.degree_choices or degree_choices(space, candidate.hardware, fixed)
         candidate = candidate.with_fields(**parallelism.suggest_degrees(trial, choices)._asdict())
     degrees, batch = _degrees_of(candidate), strategy.global_batch_size
     if "microbatch_size" in space.searched:

@@ -22,6 +22,7 @@ from spaces import (
     feasible_plans,
     suggest_candidate,
 )
+from spaces.training import degree_choices
 
 Builder = Callable[[object], Candidate]
 """``trial -> Candidate``: the search point an Optuna (or scripted) trial proposes."""
@@ -61,7 +62,9 @@ def candidate_builder(spec: StudySpec, model: ModelSpec, hardware: Hardware) -> 
         raise InputError(f"study: no mapping of {model.name} fits the memory of {hardware.name!r}"
                          f" ({plans.plans} plans of degrees, microbatch, schedule, recompute, sequence"
                          " parallelism and ZeRO; search more of them or fix fewer)")
-    return SpaceBuilder(space=replace(space, plans=plans), hardware=hardware, fixed=dict(spec.fixed))
+    space = replace(space, plans=plans)
+    space = replace(space, degree_choices=degree_choices(space, hardware, spec.fixed))
+    return SpaceBuilder(space=space, hardware=hardware, fixed=dict(spec.fixed))
 
 
 def _plan_degrees(space: SearchedSpace, hardware: Hardware, fixed: dict) -> list[ParallelDegrees]:
