@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -275,9 +275,10 @@ def _asked(search: Search, pending: list[optuna.Trial], budget: int) -> Iterator
         yield trial
 
 
-def _budget(search: Search, pending: list[optuna.Trial]) -> int:
-    """Trials still to ask: what the study lacks (stale ones included), at least the stale ones."""
-    return max(search.spec.trials - _finished(search.study), len(pending))
+def _budget(search: Search, pending: list[optuna.Trial], in_flight: int = 0) -> int:
+    """Trials still to ask: what the study lacks (stale ones included) less the ``in_flight``
+    ones asked but not told, at least the stale ones."""
+    return max(search.spec.trials - _finished(search.study) - in_flight, len(pending))
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,20 +323,41 @@ def _task(search: Search, candidate: Candidate) -> Any:
 
 
 def _run_batches(search: Search, pending: list[optuna.Trial], on_progress: Callable[[Progress], None]) -> None:
-    while not search.interrupted and (budget := _budget(search, pending)) > 0:
-        batch = [decode(search, t) for t in _asked(search, pending, min(search.spec.batch_size, budget))]
+    """Synchronous batches, the sampler one batch ahead: batch k+1 is asked (with batch k
+    pending, as constant liar sees it) while the workers simulate batch k, then batch k is told.
+    What the sampler knows at each ask is the same for any number of workers."""
+    batch = _ask_batch(search, pending, in_flight=0)
+    while batch:
+        batch = [replace(a, known=search.cache.get(a.key)) if a.known is None and a.key else a for a in batch]
         todo = {a.key: a.candidate for a in batch if a.known is None and a.candidate is not None}
-        records = dict(zip(todo, _parallel(search, list(todo.values())), strict=True))
+        running = _dispatch(search, list(todo.values()))
+        upcoming = _ask_batch(search, pending, in_flight=len(batch))
+        records = dict(zip(todo, _collect(search, running, list(todo.values())), strict=True))
         for asked in batch:
             finish(search, asked, asked.known or records[asked.key], on_progress)
+        batch = upcoming
 
 
-def _parallel(search: Search, candidates: list[Candidate]) -> list[dict]:
-    """Records of ``candidates`` in order; if a worker process dies, each is retried alone."""
-    if not candidates:
+def _ask_batch(search: Search, pending: list[optuna.Trial], in_flight: int) -> list[Asked]:
+    """The next batch, asked and decoded (empty once the budget, less ``in_flight``, is asked)."""
+    budget = _budget(search, pending, in_flight)
+    if search.interrupted or budget <= 0:
         return []
+    return [decode(search, t) for t in _asked(search, pending, min(search.spec.batch_size, budget))]
+
+
+def _dispatch(search: Search, candidates: list[Candidate]) -> Iterator[dict]:
+    """Start simulating ``candidates`` (records come in order; with one job, as they are read)."""
+    if not candidates:
+        return iter(())
+    return Parallel(n_jobs=search.jobs, backend=_backend(search), return_as="generator")(
+        _task(search, c) for c in candidates)
+
+
+def _collect(search: Search, running: Iterator[dict], candidates: list[Candidate]) -> list[dict]:
+    """The records of :func:`_dispatch`; if a worker process dies, each is retried alone."""
     try:
-        return Parallel(n_jobs=search.jobs, backend=_backend(search))(_task(search, c) for c in candidates)
+        return list(running)
     except _worker_deaths(search) as error:
         logger.warning("a simulator worker process died (%s); retrying its batch one strategy at a time", error)
         return [_isolated(search, c) for c in candidates]
