@@ -55,14 +55,17 @@ def plot_timeline(timeline: Timeline) -> Figure:
     axes = figure.add_subplot()
     window = timeline.window_s or 1.0
     label_s = window * 0.16 / width_in
+    bars: dict[tuple[int, str], list[tuple[float, float]]] = {}
     for s in stage_slices(timeline):
         kind = "bubble" if s.name == "bubble" else s.args["kind"]
         y = s.args["stage"]
-        axes.broken_barh([(s.start_s, s.end_s - s.start_s)], (y - 0.4, 0.8), facecolors=PASS_COLOURS[kind],
-                         edgecolor="white" if kind != "bubble" else "none", linewidth=0.3)
+        bars.setdefault((y, kind), []).append((s.start_s, s.end_s - s.start_s))
         if kind in "FBR" and s.end_s - s.start_s >= label_s:
             axes.text((s.start_s + s.end_s) / 2, y, str(s.args["microbatch"]), ha="center", va="center",
                       fontsize=6, color="white")
+    for (y, kind), spans in bars.items():  # one collection per stage and kind: matplotlib rescales per call
+        axes.broken_barh(spans, (y - 0.4, 0.8), facecolors=PASS_COLOURS[kind],
+                         edgecolor="white" if kind != "bubble" else "none", linewidth=0.3)
     axes.set_ylim(pp - 0.5, -0.5)
     axes.set_xlim(0, window)
     axes.set_yticks(range(pp), [f"stage {i}" for i in range(pp)], fontsize=7 if pp > 12 else 9)
