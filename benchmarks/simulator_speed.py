@@ -1,8 +1,9 @@
 """Simulator wall time per configuration, contention on (issue: at most 0.2 s per configuration).
 
 Cases: T-18B, T-76B and T-145B on ``wafer`` at TP 8 / DP 2 / PP 20 (PALM §V-B baseline: 1F1B,
-full recompute, Adam, FP16; ZeRO-1 where the plain baseline exceeds the per-die DRAM), and the six
-Megatron configurations of PALM Table IV on ``a100-cluster``. Each case runs ``--repeat`` times
+full recompute, Adam, FP16; ZeRO-1 where the plain baseline exceeds the per-die DRAM), T-145B at
+TP 16 and 32, PP 80 on a 10 x 8-die wafer, and the six Megatron configurations of PALM Table IV
+on ``a100-cluster``. Each case runs ``--repeat`` times
 after one warm-up run (which builds the cached topology); the median is reported.
 
 Usage: ``python benchmarks/simulator_speed.py [--repeat N] [--csv FILE]``.
@@ -11,12 +12,13 @@ Usage: ``python benchmarks/simulator_speed.py [--repeat N] [--csv FILE]``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 
 import pandas as pd
 
-from simulator import Strategy, load_hardware, load_model, simulate
+from simulator import Hardware, Strategy, load_hardware, load_model, simulate
 
 WAFER_CASES = [("T-18B", 0), ("T-76B", 0), ("T-145B", 1)]
 AUTHORS_WAFER_S = {"T-18B": 3.3, "T-76B": 6.5, "T-145B": 11.1}
@@ -27,15 +29,30 @@ TABLE_IV = [("T-18B", 8, 32, 1), ("T-39B", 8, 32, 2), ("T-76B", 8, 32, 4), ("T-1
 
 
 def cases() -> list[tuple[str, str, Strategy]]:
-    """(model, hardware, strategy) of every benchmark case."""
+    """(model, hardware, strategy) of every benchmark case: the wafer baselines, T-145B at TP 16
+    and 32 (its 96 heads rule out TP 64), PP 80 on a 10 x 8-die wafer (cost against pipeline
+    depth), and PALM Table IV on the A100 cluster."""
     wafer = [(m, "wafer", Strategy(tp=8, dp=2, pp=20, recompute="full", zero_stage=z)) for m, z in WAFER_CASES]
+    wide = [("T-145B", "wafer", Strategy(tp=tp, dp=1, pp=pp, recompute="full")) for tp, pp in ((16, 20), (32, 10))]
+    deep = [("T-145B", WIDE_WAFER, Strategy(tp=8, dp=2, pp=80, recompute="full"))]
     gpu = [(m, "a100-cluster", Strategy(tp=tp, dp=dp, pp=pp, recompute="full")) for m, tp, dp, pp in TABLE_IV]
-    return wafer + gpu
+    return wafer + wide + deep + gpu
+
+
+WIDE_WAFER = "wafer-10x8"
+"""PALM's wafer with 10 x 8 dies (1,280 cores), for pipelines of 80 stages."""
+
+
+def _hardware(name: str) -> Hardware:
+    if name != WIDE_WAFER:
+        return load_hardware(name)
+    wafer = load_hardware("wafer")
+    return dataclasses.replace(wafer, name=name, network=dataclasses.replace(wafer.network, dies_x=10, dies_y=8))
 
 
 def measure(model: str, hardware: str, strategy: Strategy, repeat: int) -> dict:
     """Median wall time of ``repeat`` simulations and the result's headline numbers."""
-    spec, hw = load_model(model), load_hardware(hardware)
+    spec, hw = load_model(model), _hardware(hardware)
     result = simulate(spec, hw, strategy)
     times = []
     for _ in range(repeat):
@@ -54,7 +71,7 @@ def main() -> None:
     parser.add_argument("--csv", default=None)
     args = parser.parse_args()
     table = pd.DataFrame([measure(m, h, s, args.repeat) for m, h, s in cases()])
-    table["authors_s"] = table.model.map(AUTHORS_WAFER_S).where(table.hardware == "wafer")
+    table["authors_s"] = table.model.map(AUTHORS_WAFER_S).where((table.hardware == "wafer") & (table.tp == 8))
     table["speedup_vs_authors"] = table.authors_s / table.wall_s
     print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     print(f"max {table.wall_s.max():.3f} s, mean {table.wall_s.mean():.3f} s per configuration")
