@@ -18,6 +18,7 @@ from simulator import (
     PalmError,
     SimulationResult,
     Strategy,
+    hardware_presets,
     load_hardware,
     load_model,
     load_strategy,
@@ -78,7 +79,7 @@ Opt = typer.Option
 def simulate_command(
     model: Annotated[str | None, Opt("--model", help="Model preset (e.g. T-145B) or TOML file "
                                      "(default: the one a --strategy best.json names).")] = None,
-    hw: Annotated[str | None, Opt("--hw", help="Hardware preset (wafer, a100-cluster, grayskull, tpu-v4-cube) "
+    hw: Annotated[str | None, Opt("--hw", help=f"Hardware preset ({', '.join(hardware_presets())}) "
                                   "or TOML file (default: the machine a --strategy best.json carries).")] = None,
     strategy_file: Annotated[Path | None, Opt("--strategy", help="Strategy TOML/JSON, e.g. a run's best.json "
                                               "(flags override).")] = None,

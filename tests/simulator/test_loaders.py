@@ -357,3 +357,11 @@ def test_strategy_explicit_devices_round_trip(tmp_path):
 def test_bad_strategy_files(tmp_path, name, text, fragment):
     path = write(tmp_path, text, name)
     raises_one_line(lambda: load_strategy(path), str(path), fragment)
+
+
+def test_h200_is_the_h100_cluster_with_more_and_faster_memory():
+    h100, h200 = load_hardware("h100-cluster"), load_hardware("h200-cluster")
+    memory = {"hbm_bandwidth_bytes_per_s": 4.8e12, "hbm_capacity_bytes": 141e9}
+    assert dataclasses.replace(h100.network, **memory) == h200.network
+    assert dataclasses.replace(h100.calibration, memory_bound_efficiency=0.835) == h200.calibration
+    assert h100.peak_flop_per_s == h200.peak_flop_per_s and h100.peak_flop_per_s["bf16"] == 989.4e12
