@@ -50,9 +50,13 @@ class PassCost:
         overlapped_collectives: TP collectives that run under ``overlap_s`` of the pass's
             compute (``Strategy.tp_overlap``); only what exceeds it is exposed.
         replica_collectives: collectives over the stage's data-parallel group that run under
-            ``overlap_s`` too (weights multicast to the replicas of a tiled chip).
-        overlap_s: compute of the whole pass that hides ``overlapped_collectives`` and
-            ``replica_collectives`` (s).
+            the pass's whole ``compute_s``: the tiled chip's weight multicast to the replicas,
+            ZeRO-3's prefetched parameter gathers.
+        overlap_s: compute of the whole pass that hides ``overlapped_collectives`` and the
+            tiled multicast (s).
+        exposed_dp_collectives: collectives over the stage's data-parallel group run after the
+            pass, not hidden (ZeRO-3's gradient reduce-scatter, not overlapped with the backward
+            as no stage's gradient reduction is here).
     """
 
     compute_s: float
@@ -64,6 +68,7 @@ class PassCost:
     overlapped_collectives: tuple[Collective, ...] = ()
     replica_collectives: tuple[Collective, ...] = ()
     overlap_s: float = 0.0
+    exposed_dp_collectives: tuple[Collective, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -254,7 +254,9 @@ class Engine:
     def _pass_end(self, i: int, cost: PassCost, now: float, microbatch: int = -1) -> float:
         """Finish time of a pass started at ``now``: per segment, compute overlapped with the
         DRAM stream, then the segment's share of the TP collectives and of what compute does not
-        hide of the overlapped ones (TP multicasts and overlap, the replicas' weight multicast)."""
+        hide of the overlapped ones (TP multicasts and overlap; under the whole compute, the
+        replicas' weight multicast and ZeRO-3's prefetched gathers), then ZeRO-3's exposed
+        reduce-scatter."""
         flows, stats, net, record = self.stage_flows[i], self.stats[i], self.network, self.record
         segments = cost.segments
         compute = cost.compute_s / segments
@@ -268,7 +270,7 @@ class Engine:
             collective, moved = collective + max(hidden - cost.overlap_s, 0.0), moved + hidden_moved
         if cost.replica_collectives:
             hidden, hidden_moved = self._collectives_time(i, cost.replica_collectives, dp=True)
-            collective, moved = collective + max(hidden - cost.overlap_s, 0.0), moved + hidden_moved
+            collective, moved = collective + max(hidden - cost.compute_s, 0.0), moved + hidden_moved
         collective /= segments
         t = now
         for _ in range(segments):
@@ -288,7 +290,18 @@ class Engine:
                 if record:
                     self._trace(flows.tp, f"stage {i}", "tp collectives", start, collective,
                                 moved / segments, microbatch)
-        return t
+        return self._exposed_dp(i, cost, t, microbatch) if cost.exposed_dp_collectives else t
+
+    def _exposed_dp(self, i: int, cost: PassCost, t: float, microbatch: int) -> float:
+        """Run a pass's exposed data-parallel collectives from ``t`` on the stage's DP group;
+        returns when they end (s)."""
+        duration, moved = self._collectives_time(i, cost.exposed_dp_collectives, dp=True)
+        flow = self.stage_flows[i].dp
+        start = self.network.book(flow, t, duration, self.env.now)
+        self.stats[i].communication_s += start + duration - t
+        if self.record:
+            self._trace(flow, f"stage {i}", "zero-3 reduce-scatter", start, duration, moved, microbatch)
+        return start + duration
 
     def _trace(self, flow: Flow, lane: str, name: str, start: float, duration: float, size_bytes: float,
                microbatch: int = -1, kind: str = "", **args: Any) -> None:

@@ -154,21 +154,47 @@ def _groups(entries: Sequence[Item]) -> list[Group]:
     return [(unit, counts[key]) for key, unit in units.items()]
 
 
-def dp_collectives(parameters: float, strategy: Strategy) -> tuple[Collective, ...]:
+def dp_collectives(parameters: float, strategy: Strategy, hardware: Hardware) -> tuple[Collective, ...]:
     """Data-parallel collectives of one iteration on one device (sizes in bytes).
 
-    ZeRO 0: all-reduce of the gradients (``parameters x B``). ZeRO 1 and 2: reduce-scatter of the
-    gradients and all-gather of the updated weights, the same volume as an all-reduce
-    (Rajbhandari et al. SC'20, §7.2.1). ZeRO 3: the same two; its per-microbatch re-gather of
-    weights in forward and backward (§7.2.2) is out of scope. Empty for ``dp == 1`` and inference.
+    ZeRO 0: all-reduce of the gradients (``parameters x B``). ZeRO 1 and 2 (and 3 on a mesh):
+    reduce-scatter of the gradients and all-gather of the updated weights, the same volume as an
+    all-reduce (Rajbhandari et al. SC'20, §7.2.1). ZeRO 3 where devices hold their weights:
+    none at the end of the iteration, its collectives run every microbatch
+    (:func:`zero3_collectives`). Empty for ``dp == 1`` and inference.
     """
-    if strategy.dp == 1 or strategy.mode == "inference":
+    if strategy.dp == 1 or strategy.mode == "inference" or _zero3_per_microbatch(strategy, hardware):
         return ()
     size = parameters * strategy.bytes_per_element
     if strategy.zero_stage == 0:
         return (Collective(kind="all_reduce", size_bytes=size),)
     return (Collective(kind="reduce_scatter", size_bytes=size),
             Collective(kind="all_gather", size_bytes=size))
+
+
+def _zero3_per_microbatch(strategy: Strategy, hardware: Hardware) -> bool:
+    """ZeRO-3 gathers and reduces every microbatch where a device holds its weights in its own
+    memory (a GPU's HBM). On a mesh every pass streams its weights from the shared off-chip DRAM
+    anyway (the dataflow's DRAM traffic, and the tiled dataflow's multicast to the replicas),
+    which is what ZeRO-3's gather moves there."""
+    return strategy.zero_stage == 3 and strategy.dp > 1 and hardware.network.sram_dataflow() is None
+
+
+def zero3_collectives(parameters: float, strategy: Strategy, hardware: Hardware,
+                      backward: bool) -> tuple[tuple[Collective, ...], tuple[Collective, ...]]:
+    """ZeRO-3's collectives over the data-parallel group in one pass of one microbatch (bytes),
+    as (prefetched under the pass's compute, exposed after it): the stage's parameters
+    all-gathered before the forward and again before the backward (prefetched, as DeepSpeed's
+    stage-3 prefetch and FSDP's forward/backward prefetch do), the gradients reduce-scattered
+    after the backward (Rajbhandari et al. SC'20, §7.2.2: 3x the data-parallel volume; PyTorch
+    FSDP, Zhao et al., VLDB'23, §3), not hidden, as no gradient reduction is here. Both empty
+    unless ZeRO-3 runs per microbatch (:func:`_zero3_per_microbatch`).
+    """
+    if (strategy.mode == "inference" and backward) or not _zero3_per_microbatch(strategy, hardware):
+        return (), ()
+    size = parameters * strategy.bytes_per_element
+    gather = (Collective(kind="all_gather", size_bytes=size),)
+    return gather, (Collective(kind="reduce_scatter", size_bytes=size),) if backward else ()
 
 
 PLANNERS = {"palm-algorithm-1": sram.plan_stage, "tiled": plan_stage_tiled}
@@ -191,8 +217,10 @@ def _multicast(size_bytes: float) -> tuple[tuple[Collective, ...], int]:
     return ((Collective(kind="all_gather", size_bytes=size_bytes),), 1) if size_bytes else ((), 1)
 
 
-def _forward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int) -> PassCost:
-    """Forward pass of a stage per microbatch: its units' sums; multicast runs under its compute."""
+def _forward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int,
+             zero3: tuple[tuple[Collective, ...], tuple[Collective, ...]]) -> PassCost:
+    """Forward pass of a stage per microbatch: its units' sums; multicast and ZeRO-3's gather
+    run under its compute."""
     compute_s = sum(unit.forward_s * count for unit, count in groups)
     multicast = plan.forward_multicast_bytes if plan else 0.0
     replicas = plan.forward_replica_bytes if plan else 0.0
@@ -201,15 +229,16 @@ def _forward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int)
         dram_bytes=plan.forward_dram_bytes if plan else 0.0,
         tp_collectives=_merge([(unit.forward_collectives, count) for unit, count in groups]),
         segments=segments, flops=sum(unit.forward_flops * count for unit, count in groups),
-        overlapped_collectives=_merge([_multicast(multicast)]), replica_collectives=_merge([_multicast(replicas)]),
+        overlapped_collectives=_merge([_multicast(multicast)]),
+        replica_collectives=_merge([_multicast(replicas), (zero3[0], 1)]),
         overlap_s=compute_s if multicast or replicas else 0.0)
 
 
-def _backward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int,
-              strategy: Strategy) -> PassCost:
+def _backward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int, strategy: Strategy,
+              zero3: tuple[tuple[Collective, ...], tuple[Collective, ...]]) -> PassCost:
     """Backward pass of a stage per microbatch (recompute included; idle for inference). The TP
     collectives of ``tp_overlap`` run under the weight-gradient GEMMs; with multicast, both run
-    under the whole pass."""
+    under the whole pass, as ZeRO-3's gather does; its reduce-scatter follows the pass."""
     if strategy.mode == "inference":
         return idle_pass(segments)
     compute_s = sum(unit.backward_s * count for unit, count in groups)
@@ -223,7 +252,7 @@ def _backward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int
         segments=segments, flops=sum(unit.backward_flops * count for unit, count in groups),
         recompute_s=sum(unit.recompute_s * count for unit, count in groups),
         overlapped_collectives=_merge([*overlapped, _multicast(multicast)]),
-        replica_collectives=_merge([_multicast(replicas)]),
+        replica_collectives=_merge([_multicast(replicas), (zero3[0], 1)]), exposed_dp_collectives=zero3[1],
         overlap_s=compute_s if multicast or replicas else sum(unit.overlap_s * count for unit, count in groups))
 
 
@@ -235,13 +264,15 @@ def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy)
     states = memory.sharded_state_bytes(parameters, strategy)
     gemm_flops = sum(unit.gemm_flops * count for unit, count in groups)
     return StageCost(
-        units=tuple(name for name, _ in entries), forward=_forward(groups, plan, segments),
-        backward=_backward(groups, plan, segments, strategy),
+        units=tuple(name for name, _ in entries),
+        forward=_forward(groups, plan, segments, zero3_collectives(parameters, strategy, hardware, backward=False)),
+        backward=_backward(groups, plan, segments, strategy,
+                           zero3_collectives(parameters, strategy, hardware, backward=True)),
         optimizer_step=optimizer_step(parameters, plan.update_dram_bytes if plan else 0.0, segments,
                                       hardware, strategy),
         activation_send_bytes=entries[-1][1].send_bytes,
         gradient_send_bytes=entries[0][1].send_bytes if strategy.mode == "training" else 0.0,
-        dp_collectives=dp_collectives(parameters, strategy), parameters=parameters,
+        dp_collectives=dp_collectives(parameters, strategy, hardware), parameters=parameters,
         model_flops_per_microbatch=gemm_flops * (3.0 if strategy.mode == "training" else 1.0),
         memory=MemoryBreakdown(
             weights_bytes=states.weights_bytes, gradients_bytes=states.gradients_bytes,

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from workload_fixtures import a100_cluster, gpt, resnet50, wafer
 
+from simulator import load_hardware, load_model, simulate
+from simulator.costs import Collective
 from simulator.errors import InputError
 from simulator.strategy import Strategy
 from simulator.workload.partition import balanced_partition, uniform_partition
@@ -171,7 +174,7 @@ def test_full_recompute_adds_a_forward():
 
 @pytest.mark.parametrize("zero, kinds", [(0, ["all_reduce"]), (1, ["reduce_scatter", "all_gather"]),
                                          (2, ["reduce_scatter", "all_gather"]),
-                                         (3, ["reduce_scatter", "all_gather"])])
+                                         (3, [])])  # ZeRO-3 reduces every microbatch on a GPU
 def test_dp_collectives_by_zero_stage(zero, kinds):
     model = gpt(layers=4, hidden=256, heads=4, sequence=128)
     (stage,) = build_stage_costs(model, a100_cluster(), Strategy(dp=4, zero_stage=zero))
@@ -210,3 +213,36 @@ def test_resnet50_stages():
     assert sum(len(stage.units) for stage in stages) == 18
     total = sum(stage.model_flops_per_microbatch for stage in stages)
     assert total == pytest.approx(32 * model_flops_per_iteration(resnet50(), 1) / 3)
+
+
+def test_zero3_gathers_parameters_every_pass_on_a_gpu_cluster():
+    # Rajbhandari et al. SC'20 §7.2.2: all-gather before forward and backward, reduce-scatter after
+    model, a100 = load_model("T-1.7B"), load_hardware("a100-cluster")
+    strategy = Strategy(tp=1, pp=2, dp=4, global_batch_size=64, zero_stage=3)
+    for cost in build_stage_costs(model, a100, strategy):
+        gather = (Collective(kind="all_gather", size_bytes=cost.parameters * strategy.bytes_per_element),)
+        assert cost.forward.replica_collectives == cost.backward.replica_collectives == gather
+        assert cost.backward.exposed_dp_collectives == (replace(gather[0], kind="reduce_scatter"),)
+        assert cost.forward.exposed_dp_collectives == cost.dp_collectives == ()
+    below = build_stage_costs(model, a100, replace(strategy, zero_stage=2))
+    assert all(c.forward.replica_collectives == () and len(c.dp_collectives) == 2 for c in below)
+
+
+def test_zero3_on_a_mesh_keeps_the_weights_its_passes_stream_from_dram():
+    model, mesh = load_model("T-18B"), load_hardware("wafer")
+    strategy = Strategy(tp=8, pp=20, dp=2, zero_stage=3, recompute="full")
+    zero2 = build_stage_costs(model, mesh, replace(strategy, zero_stage=2))
+    zero3 = build_stage_costs(model, mesh, strategy)
+    assert [(c.forward, c.backward, c.dp_collectives) for c in zero3] == \
+        [(c.forward, c.backward, c.dp_collectives) for c in zero2]
+
+
+def test_zero3_exposes_a_reduce_scatter_per_microbatch_and_what_compute_does_not_hide():
+    # four microbatches: ZeRO-3 reduce-scatters four times where ZeRO-2 reduces once (and gathers
+    # once), so it is slower; a slower network exposes more of it
+    model, a100 = load_model("T-1.7B"), load_hardware("a100-cluster")
+    strategy = Strategy(tp=1, pp=1, dp=32, global_batch_size=128, zero_stage=2)
+    slow = replace(a100, network=replace(a100.network, inter_node_bandwidth_bytes_per_s=1e9))
+    fast, slowed = ({z: simulate(model, hw, replace(strategy, zero_stage=z)).iteration_time_s for z in (2, 3)}
+                    for hw in (a100, slow))
+    assert fast[3] > fast[2] and slowed[3] - slowed[2] > fast[3] - fast[2]
