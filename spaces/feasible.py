@@ -124,20 +124,32 @@ def feasible_plans(model: ModelSpec, hardware: Hardware, degrees: Sequence[Paral
             for size in (size for s, size in pairs if s == schedule):
                 fields = {**fixed, **d._asdict(), "microbatch_size": size, "schedule": schedule.schedule,
                           "num_chunks": schedule.num_chunks}
-                failed: list[tuple[int, ...]] = []
-                for index in product(*(range(len(values)) for values in memory)):  # most saving first
-                    if prune and any(all(i >= f for i, f in zip(index, fail, strict=True)) for fail in failed):
-                        continue  # saves no more memory than a choice that did not fit
-                    recompute, sp, zero = (values[i] for values, i in zip(memory, index, strict=True))
-                    checked += 1
-                    if _fits(model, hardware, {**fields, "recompute": recompute, "sequence_parallel": sp,
-                                               "zero_stage": zero}):
-                        fitting.append((d.label, size, schedule.label, recompute, sp, zero))
-                    else:
-                        failed.append(index)
-                if prune and failed[:1] == [(0, 0, 0)]:
+                fits, tried, least_fits = _fitting_memory_choices(model, hardware, fields, memory, prune)
+                fitting += [(d.label, size, schedule.label, *choice) for choice in fits]
+                checked += tried
+                if prune and not least_fits:
                     break  # the most saving choice does not fit: no larger microbatch will
     return FeasiblePlans(options=_tree(fitting), plans=plans, checked=checked, fitting=len(fitting))
+
+
+def _fitting_memory_choices(model: ModelSpec, hardware: Hardware, fields: dict[str, object],
+                            memory: tuple[tuple[object, ...], ...],
+                            prune: bool) -> tuple[list[tuple[object, ...]], int, bool]:
+    """The (recompute, sequence parallel, ZeRO) choices that fit with ``fields``, the checks made,
+    and whether the most saving choice fits. With ``prune`` a choice saving no more than one
+    that did not fit, in each of the three, is not checked."""
+    fits: list[tuple[object, ...]] = []
+    failed: list[tuple[int, ...]] = []
+    for index in product(*(range(len(values)) for values in memory)):  # most saving first
+        if prune and any(all(i >= f for i, f in zip(index, fail, strict=True)) for fail in failed):
+            continue
+        choice = tuple(values[i] for values, i in zip(memory, index, strict=True))
+        if _fits(model, hardware, {**fields, **dict(zip(_SAVING, choice, strict=True))}):
+            fits.append(choice)
+        else:
+            failed.append(index)
+    tried = len(fits) + len(failed)
+    return fits, tried, not failed or failed[0] != (0,) * len(memory)
 
 
 def _fits(model: ModelSpec, hardware: Hardware, fields: dict[str, object]) -> bool:
