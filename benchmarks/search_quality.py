@@ -28,20 +28,26 @@ import pandas as pd
 from optuna.trial import TrialState
 
 from palm_search.search.baseline import choose_baseline
-from palm_search.search.driver import open_search, optimize, run_baseline
+from palm_search.search.driver import Search, open_search, optimize, run_baseline
 from palm_search.search.study import StudySpec, load_study
 
 VB_STUDY = Path(__file__).resolve().parents[1] / "studies" / "palm-vb-t145b-wafer.toml"
+
+
+def searched(spec: StudySpec, run_dir: Path, jobs: int) -> Search:
+    """The study searched as ``palm-search optimize`` does (baseline first), without pictures."""
+    search = open_search(spec, run_dir=run_dir, jobs=jobs)
+    baseline, _ = choose_baseline(spec, search.model, search.hardware)
+    run_baseline(search, baseline)
+    optimize(search)
+    return search
 
 
 def run(spec: StudySpec, jobs: int) -> tuple[list[float], float]:
     """Samples/s of each non-baseline trial in order (0 when infeasible), and the wall time (s)."""
     with tempfile.TemporaryDirectory() as run_dir:
         started = time.perf_counter()
-        search = open_search(spec, run_dir=Path(run_dir), jobs=jobs)
-        baseline, _ = choose_baseline(spec, search.model, search.hardware)
-        run_baseline(search, baseline)
-        optimize(search)
+        search = searched(spec, Path(run_dir), jobs)
         wall = time.perf_counter() - started
         values = [t.values[0] if t.state == TrialState.COMPLETE and t.user_attrs.get("feasible") else 0.0
                   for t in search.study.trials if not t.user_attrs.get("baseline")]

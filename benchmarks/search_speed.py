@@ -14,8 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from palm_search.search.baseline import choose_baseline
-from palm_search.search.driver import open_search, optimize, run_baseline
+from search_quality import searched  # benchmarks/ is the script's directory
+
 from palm_search.search.study import StudySpec
 from palm_search.views.artifacts import attach_artifacts
 
@@ -25,16 +25,13 @@ def timed_run(jobs: int) -> tuple[float, float, list]:
     spec = StudySpec(model="T-145B", hardware="wafer")
     with tempfile.TemporaryDirectory() as run_dir:
         started = time.perf_counter()
-        search = open_search(spec, run_dir=Path(run_dir), jobs=jobs)
-        baseline, _ = choose_baseline(spec, search.model, search.hardware)
-        run_baseline(search, baseline)
-        optimize(search)
-        searched = time.perf_counter()
+        search = searched(spec, Path(run_dir), jobs)
+        finished = time.perf_counter()
         attach_artifacts(search.study, search.model, search.hardware, spec.network, Path(run_dir),
                          spec.artifacts_top, jobs=jobs)
         drawn = time.perf_counter()
         params = [t.params for t in search.study.trials]
-    return searched - started, drawn - searched, params
+    return finished - started, drawn - finished, params
 
 
 def main() -> None:
