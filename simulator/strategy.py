@@ -9,7 +9,7 @@ and comm-group options follow PALM (Fang et al., arXiv 2406.03868, §V-B, Fig. 8
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 from simulator.errors import InputError
@@ -215,16 +215,32 @@ class Strategy:
         Raises:
             InputError: unknown key, or a field out of its domain.
         """
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise InputError(f"strategy: unknown key {unknown[0]!r} (known: {sorted(known)})")
-        values = dict(data)
-        if values.get("stage_layers") is not None:
-            values["stage_layers"] = tuple(values["stage_layers"])
-        if values.get("stage_devices") is not None:
-            values["stage_devices"] = tuple(tuple(d) for d in values["stage_devices"])
         try:
-            return cls(**values)
+            return cls(**_fields(data))
         except TypeError as error:
             raise InputError(f"strategy: {error}") from None
+
+    def with_fields(self, **fields: Any) -> Strategy:
+        """This strategy with ``fields`` changed (lists as in :meth:`from_dict`), checked again.
+
+        Raises:
+            InputError: unknown key, or a field out of its domain.
+        """
+        return replace(self, **_fields(fields))
+
+
+def _fields(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` as ``Strategy`` fields: known keys only, lists as the tuples it holds.
+
+    Raises:
+        InputError: an unknown key.
+    """
+    unknown = sorted(set(data) - set(Strategy.__dataclass_fields__))
+    if unknown:
+        raise InputError(f"strategy: unknown key {unknown[0]!r} (known: {sorted(Strategy.__dataclass_fields__)})")
+    values = dict(data)
+    if values.get("stage_layers") is not None:
+        values["stage_layers"] = tuple(values["stage_layers"])
+    if values.get("stage_devices") is not None:
+        values["stage_devices"] = tuple(tuple(d) for d in values["stage_devices"])
+    return values

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
 from simulator.strategy import Strategy
 
@@ -33,14 +32,4 @@ class Candidate:
         Raises:
             InputError: the fields do not make a valid ``Strategy``.
         """
-        known = Strategy.__dataclass_fields__
-        unknown = sorted(set(fields) - set(known))
-        if unknown:
-            raise InputError(f"strategy: unknown key {unknown[0]!r} (known: {sorted(known)})")
-        lists = {k: _tuples(v) for k, v in fields.items() if k in ("stage_layers", "stage_devices") and v is not None}
-        return replace(self, strategy=replace(self.strategy, **{**fields, **lists}))  # __post_init__ checks
-
-
-def _tuples(value: object) -> tuple:
-    """A list (of lists) as the tuple (of tuples) ``Strategy`` holds."""
-    return tuple(tuple(v) if isinstance(v, list) else v for v in value)  # type: ignore[attr-defined]
+        return replace(self, strategy=self.strategy.with_fields(**fields))

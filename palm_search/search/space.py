@@ -17,7 +17,6 @@ from spaces import (
     Candidate,
     ParallelDegrees,
     SearchedSpace,
-    candidate_degrees,
     custom_placements,
     feasible_plans,
     suggest_candidate,
@@ -56,24 +55,20 @@ def candidate_builder(spec: StudySpec, model: ModelSpec, hardware: Hardware) -> 
     custom = custom_placements(spec.placements, hardware, _fixed_degrees(spec)) if spec.placements else None
     space = SearchedSpace(model=model, searched=frozenset(spec.searched), custom_placements=custom,
                           microbatch_choices=spec.microbatch_sizes, device_counts=spec.device_counts)
-    plans = feasible_plans(model, hardware, _plan_degrees(space, hardware, spec.fixed), searched=space.searched,
-                           fixed=spec.fixed, microbatch_choices=spec.microbatch_sizes)
+    if "degrees" in space.searched:
+        degrees = degree_choices(space, hardware, spec.fixed)
+    else:
+        base = Strategy.from_dict(dict(spec.fixed))
+        degrees = (ParallelDegrees(base.tp, base.pp, base.dp),)
+    plans = feasible_plans(model, hardware, degrees, searched=space.searched, fixed=spec.fixed,
+                           microbatch_choices=spec.microbatch_sizes)
     if not plans.fitting:
         raise InputError(f"study: no mapping of {model.name} fits the memory of {hardware.name!r}"
                          f" ({plans.plans} plans of degrees, microbatch, schedule, recompute, sequence"
                          " parallelism and ZeRO; search more of them or fix fewer)")
-    space = replace(space, plans=plans)
-    space = replace(space, degree_choices=degree_choices(space, hardware, spec.fixed))
-    return SpaceBuilder(space=space, hardware=hardware, fixed=dict(spec.fixed))
-
-
-def _plan_degrees(space: SearchedSpace, hardware: Hardware, fixed: dict) -> list[ParallelDegrees]:
-    """The degrees a plan may take: the searched ones, or the fixed (or default) ones."""
-    if "degrees" in space.searched:
-        return candidate_degrees(space.model, hardware, fixed, microbatch_choices=space.microbatch_choices,
-                                 max_tp=space.max_tp, device_counts=space.device_counts)
-    base = Strategy.from_dict(dict(fixed))
-    return [ParallelDegrees(base.tp, base.pp, base.dp)]
+    fitting = tuple(d for d in degrees if d.label in plans.allowed())
+    return SpaceBuilder(space=replace(space, plans=plans, degree_choices=fitting), hardware=hardware,
+                        fixed=dict(spec.fixed))
 
 
 def _fixed_degrees(spec: StudySpec) -> ParallelDegrees | None:

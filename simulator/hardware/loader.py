@@ -29,7 +29,7 @@ File layout (every number has a sibling ``<key>_source`` string citing where it 
 A key's SI name (``hop_latency_ns`` -> ``hop_latency_s``) selects the dataclass field, so any
 unit of the right dimension may be used.
 
-A file may start from a preset and give only what differs (a variant of a chip)::
+A file (a preset too) may start from a preset and give only what differs (a variant of a chip)::
 
     base = "wafer"                     # a preset; its tables are merged under this file's
     [mesh]
@@ -79,7 +79,7 @@ def load_hardware(name_or_path: str | Path) -> Hardware:
         return _build(_with_base(read_toml(name_or_path)), Path(text).stem)
     if text not in hardware_presets():
         raise InputError(f"hardware: unknown preset {text!r} (presets: {hardware_presets()})")
-    return _build(_preset_table(text), text)
+    return _build(_with_base(_preset_table(text)), text)
 
 
 def _preset_table(name: str) -> Table:

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import re
+import tomllib
 from importlib import resources
 from pathlib import Path
 
@@ -68,8 +69,12 @@ def test_every_hardware_preset_loads_with_a_source_per_number(name):
         "gemm_efficiency", "memory_bound_efficiency", "collective_efficiency", "p2p_efficiency",
         "kernel_overhead_s"}
     keys = [line.split(" = ")[0] for line in preset_text(name).splitlines() if " = " in line]
-    numeric = [key for key in keys if key != "kind" and not key.endswith("_source")]
-    assert len(hardware.sources) == len(numeric)
+    numeric = [key for key in keys if key not in ("kind", "base") and not key.endswith("_source")]
+    if "base" in keys:  # a variant: its own numbers sourced, the rest from its base
+        assert all(any(path.endswith(f".{key}") for path in hardware.sources) for key in numeric)
+        assert len(hardware.sources) == len(load_hardware(tomllib.loads(preset_text(name))["base"]).sources)
+    else:
+        assert len(hardware.sources) == len(numeric)
 
 
 def test_wafer_matches_palm_table_vi():

@@ -25,7 +25,7 @@ def test_pruning_keeps_exactly_the_plans_that_fit(model_name, hardware_name, siz
     assert pruned.checked < every.checked == every.plans
 
 
-def test_every_proposal_fits_memory_and_the_fitting_plans_are_all_reachable():
+def test_every_proposal_of_a_sampler_fits_memory():
     model, hardware = simulator.load_model("T-145B"), simulator.load_hardware("wafer")
     sizes = [1, 2]
     degrees = spaces.candidate_degrees(model, hardware, {}, microbatch_choices=sizes)
