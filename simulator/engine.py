@@ -31,6 +31,7 @@ from simulator.costs import Collective, PassCost, StageCost
 from simulator.hardware.spec import Hardware
 from simulator.network.backends import NetworkBackend
 from simulator.network.collectives import Flow, all_pairs_edges, make_flow, ring_edges
+from simulator.network.sharing import SharingNetwork
 from simulator.network.topology import Edge, Topology
 from simulator.placement import StagePlacement
 from simulator.schedules import Pass, PipelineSchedule
@@ -92,6 +93,21 @@ class StageFlows:
 
 
 @dataclass(slots=True)
+class Segments:
+    """What each of a pass's ``count`` identical segments does (s are alone durations, PALM Eq. 2):
+    compute for ``compute_s`` while streaming ``dram_s`` from DRAM, then ``collective_s`` of TP
+    collectives (``collective_latency_s`` of it latency); ``*_bytes`` over all edges, for traces."""
+
+    count: int
+    compute_s: float
+    dram_s: float
+    dram_bytes: float
+    collective_s: float
+    collective_latency_s: float
+    collective_bytes: float
+
+
+@dataclass(slots=True)
 class EngineRun:
     """Raw outcome of one engine run."""
 
@@ -113,7 +129,8 @@ class Engine:
         placements: devices and groups of each pipeline stage.
         costs: per virtual stage costs (``pp * num_chunks``, chunk-major).
         schedule: the pipeline schedule.
-        network: the backend that books resources.
+        network: the backend that books resources, or shares their bandwidth
+            (:class:`~simulator.network.sharing.SharingNetwork`: passes then wait on transfers).
         training: False runs forwards only (inference).
         transfer_strategy: 1 or 2 (PALM Fig. 11).
         p2p_blocking: a stage waits for its sends to land (``Strategy.p2p_blocking``).
@@ -122,7 +139,7 @@ class Engine:
 
     def __init__(
         self, *, hardware: Hardware, topology: Topology, placements: tuple[StagePlacement, ...],
-        costs: tuple[StageCost, ...], schedule: PipelineSchedule, network: NetworkBackend,
+        costs: tuple[StageCost, ...], schedule: PipelineSchedule, network: NetworkBackend | SharingNetwork,
         training: bool, transfer_strategy: int = 1, p2p_blocking: bool = False, record: bool = False,
     ) -> None:
         self.topology, self.placements, self.costs = topology, placements, costs
@@ -137,7 +154,9 @@ class Engine:
                 self.p2p[(i, j)] = self._p2p_flow(i, j)
         self.flows = [f for s in self.stage_flows for f in _own_flows(s)]
         self.flows += list(self.p2p.values())
-        if network.uses_contention():
+        self.sharing = network if isinstance(network, SharingNetwork) else None
+        self.booking = None if isinstance(network, SharingNetwork) else network
+        if self.booking is not None and self.booking.uses_contention():
             self._assign_bookings()
 
     def _stage_flows(self, i: int, placement: StagePlacement) -> StageFlows:
@@ -204,6 +223,8 @@ class Engine:
         for flow in self.flows:
             flow.bytes_moved = 0.0
         self.network.reset()
+        if self.sharing is not None:
+            self.sharing.start(self.env, self.flows)
         for i in range(self.pp):
             self.env.process(self._stage(i, num_microbatches))
         self.env.run()
@@ -230,74 +251,120 @@ class Engine:
                 yield self._message(waits_on)
             cost = self.costs[j].forward if forward else self.costs[j].backward
             yield from self._pass(i, cost, p)
-            sent = self.env.now
+            sent: float | simpy.Event = self.env.now
             if forward and j < last:
                 sent = self._send(i, j, j + 1, "act", p.microbatch, self.costs[j].activation_send_bytes)
             elif not forward and j > 0:
                 sent = self._send(i, j, j - 1, "grad", p.microbatch, self.costs[j].gradient_send_bytes)
-            if self.p2p_blocking and sent > self.env.now:
-                self.stats[i].communication_s += sent - self.env.now
-                yield self.env.timeout(sent - self.env.now)
+            if self.p2p_blocking:
+                t = self.env.now
+                if isinstance(sent, simpy.Event):
+                    yield sent
+                elif sent > t:
+                    yield self.env.timeout(sent - t)
+                self.stats[i].communication_s += self.env.now - t
         if self.training:
             yield from self._gradient_update(i)
         self.stats[i].finish_s = self.env.now
 
     def _pass(self, i: int, cost: PassCost, p: Pass) -> Generator[simpy.Event, Any, None]:
         now = self.env.now
-        end = self._pass_end(i, cost, now, p.microbatch)
+        if self.sharing is not None:
+            yield from self._shared_pass(i, cost, p.microbatch)
+        else:
+            self.events += 1
+            yield self.env.timeout(self._pass_end(i, cost, now, p.microbatch) - now)
         self.stats[i].compute_s += cost.compute_s
         if self.record:
-            self.records.append(PassRecord(i, p.kind, p.microbatch, p.chunk, now, end, cost.recompute_s))
-        self.events += 1
-        yield self.env.timeout(end - now)
+            self.records.append(PassRecord(i, p.kind, p.microbatch, p.chunk, now, self.env.now, cost.recompute_s))
 
-    def _pass_end(self, i: int, cost: PassCost, now: float, microbatch: int = -1) -> float:
-        """Finish time of a pass started at ``now``: per segment, compute overlapped with the
-        DRAM stream, then the segment's share of the TP collectives and of what compute does not
-        hide of the overlapped ones (TP multicasts and overlap; under the whole compute, the
-        replicas' weight multicast and ZeRO-3's prefetched gathers), then ZeRO-3's exposed
-        reduce-scatter."""
-        flows, stats, net, record = self.stage_flows[i], self.stats[i], self.network, self.record
+    def _segments(self, i: int, cost: PassCost) -> Segments:
+        """The segments of ``cost`` on stage ``i`` (and count the bytes they move): the TP
+        collectives, plus what compute does not hide of the overlapped ones (TP multicasts and
+        overlap; under the whole compute, the replicas' weight multicast and ZeRO-3's prefetched
+        gathers), split evenly over the segments."""
+        flows = self.stage_flows[i]
         segments = cost.segments
-        compute = cost.compute_s / segments
-        dram, dram_flow = 0.0, flows.dram
-        if dram_flow is not None and cost.dram_bytes > 0:
-            dram = dram_flow.step_time_s(cost.dram_bytes / segments)
-            dram_flow.bytes_moved += cost.dram_bytes
-        collective, moved = self._collectives_time(i, cost.tp_collectives)
+        dram = 0.0
+        if flows.dram is not None and cost.dram_bytes > 0:
+            dram = flows.dram.step_time_s(cost.dram_bytes / segments)
+            flows.dram.bytes_moved += cost.dram_bytes
+        collective, moved, latency = self._collectives_time(i, cost.tp_collectives)
         if cost.overlapped_collectives:
-            hidden, hidden_moved = self._collectives_time(i, cost.overlapped_collectives)
+            hidden, hidden_moved, _ = self._collectives_time(i, cost.overlapped_collectives)
             collective, moved = collective + max(hidden - cost.overlap_s, 0.0), moved + hidden_moved
         if cost.replica_collectives:
-            hidden, hidden_moved = self._collectives_time(i, cost.replica_collectives, dp=True)
+            hidden, hidden_moved, _ = self._collectives_time(i, cost.replica_collectives, dp=True)
             collective, moved = collective + max(hidden - cost.compute_s, 0.0), moved + hidden_moved
-        collective /= segments
+        dram_bytes = cost.dram_bytes * flows.dram.num_edges / segments if flows.dram is not None else 0.0
+        return Segments(segments, cost.compute_s / segments, dram, dram_bytes, collective / segments,
+                        latency / segments, moved / segments)
+
+    def _shared_pass(self, i: int, cost: PassCost, microbatch: int) -> Generator[simpy.Event, Any, None]:
+        """A pass under bandwidth sharing: each segment computes while its DRAM stream moves, then
+        its TP collectives move; each waits on its transfer (what :meth:`_pass_end` books)."""
+        env, net, stats, flows = self.env, self.sharing, self.stats[i], self.stage_flows[i]
+        assert net is not None
+        seg = self._segments(i, cost)
+        for _ in range(seg.count):
+            t = env.now
+            if seg.dram_s and flows.dram is not None:
+                arrived = yield net.transfer(flows.dram, seg.dram_s, flows.dram.latency_s, seg.compute_s)
+                stats.dram_stall_s += env.now - t - seg.compute_s
+                if self.record:
+                    self._trace(flows.dram, f"stage {i}", "dram", t, arrived - t, seg.dram_bytes, microbatch)
+            elif seg.compute_s:
+                yield env.timeout(seg.compute_s)
+            if seg.collective_s:
+                t = env.now
+                yield net.transfer(flows.tp, seg.collective_s, seg.collective_latency_s)
+                stats.communication_s += env.now - t
+                if self.record:
+                    self._trace(flows.tp, f"stage {i}", "tp collectives", t, env.now - t, seg.collective_bytes,
+                                microbatch)
+            self.events += 2
+        if cost.exposed_dp_collectives:
+            duration, moved, latency = self._collectives_time(i, cost.exposed_dp_collectives, dp=True)
+            t = env.now
+            yield net.transfer(flows.dp, duration, latency)
+            stats.communication_s += env.now - t
+            if self.record:
+                self._trace(flows.dp, f"stage {i}", "zero-3 reduce-scatter", t, env.now - t, moved, microbatch)
+
+    def _pass_end(self, i: int, cost: PassCost, now: float, microbatch: int = -1) -> float:
+        """Finish time of a pass started at ``now`` with booked resources: per segment, compute
+        overlapped with the DRAM stream, then the segment's collectives (:meth:`_segments`), then
+        ZeRO-3's exposed reduce-scatter."""
+        flows, stats, net, record = self.stage_flows[i], self.stats[i], self.booking, self.record
+        assert net is not None
+        seg = self._segments(i, cost)
+        dram_flow = flows.dram
         t = now
-        for _ in range(segments):
-            ready = t + compute
-            if dram_flow is not None and dram:
-                start = net.book(dram_flow, t, dram, now)
-                ready = max(ready, start + dram)
-                stats.dram_stall_s += ready - t - compute
+        for _ in range(seg.count):
+            ready = t + seg.compute_s
+            if dram_flow is not None and seg.dram_s:
+                start = net.book(dram_flow, t, seg.dram_s, now)
+                ready = max(ready, start + seg.dram_s)
+                stats.dram_stall_s += ready - t - seg.compute_s
                 if record:
-                    self._trace(dram_flow, f"stage {i}", "dram", start, dram,
-                                cost.dram_bytes * dram_flow.num_edges / segments, microbatch)
+                    self._trace(dram_flow, f"stage {i}", "dram", start, seg.dram_s, seg.dram_bytes, microbatch)
             t = ready
-            if collective:
-                start = net.book(flows.tp, t, collective, now)
-                stats.communication_s += start + collective - t
-                t = start + collective
+            if seg.collective_s:
+                start = net.book(flows.tp, t, seg.collective_s, now)
+                stats.communication_s += start + seg.collective_s - t
+                t = start + seg.collective_s
                 if record:
-                    self._trace(flows.tp, f"stage {i}", "tp collectives", start, collective,
-                                moved / segments, microbatch)
+                    self._trace(flows.tp, f"stage {i}", "tp collectives", start, seg.collective_s,
+                                seg.collective_bytes, microbatch)
         return self._exposed_dp(i, cost, t, microbatch) if cost.exposed_dp_collectives else t
 
     def _exposed_dp(self, i: int, cost: PassCost, t: float, microbatch: int) -> float:
         """Run a pass's exposed data-parallel collectives from ``t`` on the stage's DP group;
         returns when they end (s)."""
-        duration, moved = self._collectives_time(i, cost.exposed_dp_collectives, dp=True)
+        duration, moved, _ = self._collectives_time(i, cost.exposed_dp_collectives, dp=True)
         flow = self.stage_flows[i].dp
-        start = self.network.book(flow, t, duration, self.env.now)
+        assert self.booking is not None
+        start = self.booking.book(flow, t, duration, self.env.now)
         self.stats[i].communication_s += start + duration - t
         if self.record:
             self._trace(flow, f"stage {i}", "zero-3 reduce-scatter", start, duration, moved, microbatch)
@@ -316,9 +383,10 @@ class Engine:
         self.traces.append(TraceRecord(kind or flow.kind, lane, name, start, start + duration, args))
 
     def _collectives_time(self, i: int, collectives: tuple[Collective, ...],
-                          dp: bool = False) -> tuple[float, float]:
-        """(duration in s, bytes moved over all edges) of ``collectives`` back to back."""
-        total = size = 0.0
+                          dp: bool = False) -> tuple[float, float, float]:
+        """(duration in s, bytes moved over all edges, latency part of the duration in s) of
+        ``collectives`` back to back."""
+        total = size = latency = 0.0
         for c in collectives:
             flows = self.stage_flows[i]
             flow = flows.dp if dp else (flows.tp_all_to_all if c.kind == "all_to_all" else flows.tp)
@@ -326,51 +394,95 @@ class Engine:
             flow.bytes_moved += moved * c.count
             total += duration * c.count
             size += moved * c.count * flow.num_edges
-        return total, size
+            latency += flow.collective_steps(c.kind) * flow.latency_s * c.count
+        return total, size, latency
 
-    def _send(self, i: int, j: int, k: int, kind: str, microbatch: int, size_bytes: float) -> float:
+    def _send(self, i: int, j: int, k: int, kind: str, microbatch: int,
+              size_bytes: float) -> float | simpy.Event:
         """Send stage output of virtual stage j to virtual stage k, delivered once the receiving
-        group has regrouped it; returns when the transfer itself ends (s), what a blocking sender
-        waits for."""
+        group has regrouped it; returns when the transfer itself ends (s, or an event under
+        sharing), what a blocking sender waits for."""
         now, dst = self.env.now, k % self.pp
         flow = self.p2p.get((i, dst))
-        end = sent = now
-        if flow is not None and size_bytes > 0:
-            adapters = self.transfer_strategy == 2
-            per_edge = size_bytes * len(self.placements[i].tp_groups[0]) if adapters else size_bytes
-            duration = flow.step_time_s(per_edge)
-            flow.bytes_moved += per_edge
-            start = self.network.book(flow, now, duration, now)
-            end = start + duration
-            lane = f"{i}->{dst}"
-            if self.record:
-                self._trace(flow, lane, f"{kind} mb {microbatch}", start, duration, per_edge * flow.num_edges,
-                            microbatch, source_stage=i, destination_stage=dst, transfer=kind)
-            sent = end
-            end = self._regroup(dst, end, size_bytes, lane, microbatch)
         message = self._message((kind, k, microbatch))
         self.events += 2
+        if flow is not None and size_bytes > 0 and self.sharing is not None:
+            sent = self.env.event()
+            self.env.process(self._shared_send(flow, i, dst, kind, microbatch, size_bytes, sent, message))
+            return sent
+        end = sent_s = now
+        if flow is not None and size_bytes > 0:
+            assert self.booking is not None
+            per_edge = self._p2p_bytes(flow, i, size_bytes)
+            duration = flow.step_time_s(per_edge)
+            start = self.booking.book(flow, now, duration, now)
+            sent_s = start + duration
+            if self.record:
+                self._trace_p2p(flow, i, dst, kind, microbatch, start, duration, per_edge)
+            end = self._regroup(dst, sent_s, size_bytes, f"{i}->{dst}", microbatch)
         self.env.timeout(end - now).callbacks.append(lambda _event: _succeed(message))
-        return sent
+        return sent_s
 
-    def _regroup(self, stage: int, start: float, size_bytes: float, lane: str = "", microbatch: int = -1) -> float:
+    def _shared_send(self, flow: Flow, i: int, dst: int, kind: str, microbatch: int, size_bytes: float,
+                     sent: simpy.Event, message: simpy.Event) -> Generator[simpy.Event, Any, None]:
+        """:meth:`_send` under bandwidth sharing: the transfer, then the regroup."""
+        per_edge = self._p2p_bytes(flow, i, size_bytes)
+        start = self.env.now
+        yield self.sharing.transfer(flow, flow.step_time_s(per_edge), flow.latency_s)  # type: ignore[union-attr]
+        if self.record:
+            self._trace_p2p(flow, i, dst, kind, microbatch, start, self.env.now - start, per_edge)
+        sent.succeed()
+        regroup = self._regroup_cost(dst, size_bytes)
+        if regroup is not None:
+            tp, duration, moved, latency = regroup
+            start = self.env.now
+            yield self.sharing.transfer(tp, duration, latency)  # type: ignore[union-attr]
+            if self.record:
+                self._trace(tp, f"{i}->{dst}", f"regroup mb {microbatch}", start, self.env.now - start,
+                            moved * tp.num_edges, microbatch, kind="p2p")
+        message.succeed()
+
+    def _p2p_bytes(self, flow: Flow, i: int, size_bytes: float) -> float:
+        """Bytes per edge of stage ``i``'s send of ``size_bytes`` (counted as moved)."""
+        adapters = self.transfer_strategy == 2
+        per_edge = size_bytes * len(self.placements[i].tp_groups[0]) if adapters else size_bytes
+        flow.bytes_moved += per_edge
+        return per_edge
+
+    def _trace_p2p(self, flow: Flow, i: int, dst: int, kind: str, microbatch: int, start: float,
+                   duration: float, per_edge: float) -> None:
+        self._trace(flow, f"{i}->{dst}", f"{kind} mb {microbatch}", start, duration, per_edge * flow.num_edges,
+                    microbatch, source_stage=i, destination_stage=dst, transfer=kind)
+
+    def _regroup_cost(self, stage: int, size_bytes: float) -> tuple[Flow, float, float, float] | None:
         """Rebuild the full activation in the receiving TP group: an all-gather of the slices
         (strategy 1) or a broadcast from the adapter, timed as a pipelined ring broadcast
-        (strategy 2). Returns the finish time."""
+        (strategy 2). (flow, duration s, bytes per edge moved, latency part s), None for TP 1."""
         flow = self.stage_flows[stage].tp
         tp = flow.group_size
         if tp <= 1:
-            return start
+            return None
         full = size_bytes * tp
         if self.transfer_strategy == 1:
             duration, moved = flow.collective_time_s("all_gather", full)
+            latency = flow.collective_steps("all_gather") * flow.latency_s
         else:
             duration, moved = flow.step_time_s(full) + (tp - 2) * flow.latency_s, full
+            latency = (tp - 1) * flow.latency_s
         flow.bytes_moved += moved
-        begin = self.network.book(flow, start, duration, self.env.now)
+        return flow, duration, moved, latency
+
+    def _regroup(self, stage: int, start: float, size_bytes: float, lane: str, microbatch: int) -> float:
+        """Book the regroup of :meth:`_regroup_cost` from ``start``; returns its finish time."""
+        regroup = self._regroup_cost(stage, size_bytes)
+        if regroup is None:
+            return start
+        flow, duration, moved, _ = regroup
+        assert self.booking is not None
+        begin = self.booking.book(flow, start, duration, self.env.now)
         if self.record:
-            self._trace(flow, lane, f"regroup mb {microbatch}", begin, duration, moved * flow.num_edges,
-                        microbatch, kind="p2p")
+            self._trace(flow, lane, f"regroup mb {microbatch}", begin, duration,
+                        moved * flow.num_edges, microbatch, kind="p2p")
         return begin + duration
 
     def _gradient_update(self, i: int) -> Generator[simpy.Event, Any, None]:
@@ -378,23 +490,30 @@ class Engine:
         chunks = [self.costs[c * self.pp + i] for c in range(len(self.costs) // self.pp)]
         now = self.env.now
         collectives = tuple(c for cost in chunks for c in cost.dp_collectives)
-        duration, moved = self._collectives_time(i, collectives, dp=True)
-        end = now
-        if duration:
-            flow = self.stage_flows[i].dp
-            start = self.network.book(flow, now, duration, now)
+        duration, moved, latency = self._collectives_time(i, collectives, dp=True)
+        flow = self.stage_flows[i].dp
+        self.events += 1
+        if self.sharing is not None:
+            if duration:
+                yield self.sharing.transfer(flow, duration, latency)
+            start, end = now, self.env.now
+            self.stats[i].communication_s += end - now
+            for cost in chunks:
+                yield from self._shared_pass(i, cost.optimizer_step, -1)
+        else:
+            assert self.booking is not None
+            start = self.booking.book(flow, now, duration, now) if duration else now
             end = start + duration
-            if self.record:
-                self._trace(flow, f"stage {i}", "gradient collectives", start, duration, moved)
-        self.stats[i].communication_s += end - now
-        for cost in chunks:
-            end = self._pass_end(i, cost.optimizer_step, end)
+            self.stats[i].communication_s += end - now
+            optimized = end
+            for cost in chunks:
+                optimized = self._pass_end(i, cost.optimizer_step, optimized)
+            yield self.env.timeout(optimized - now)
+        if self.record and duration:
+            self._trace(flow, f"stage {i}", "gradient collectives", start, end - start, moved)
         self.stats[i].optimizer_s += sum(c.optimizer_step.compute_s for c in chunks)
         if self.record:
-            self.records.append(PassRecord(i, "U", -1, 0, now, end))
-        self.events += 1
-        yield self.env.timeout(end - now)
-
+            self.records.append(PassRecord(i, "U", -1, 0, now, self.env.now))
 
 def _rings(topology: Topology, groups: tuple[tuple[int, ...], ...]) -> list[Edge]:
     """Ring edges of ``groups``, spread over the NICs of each node on a GPU cluster."""

@@ -4,6 +4,8 @@ One narrow interface, :class:`NetworkBackend`, used by the engine for every tran
 register by name in :data:`BACKENDS` (a contract test runs every one):
 
 * :class:`AnalyticalNetwork`: PALM Eq. 2 without the contention term; a flow starts when asked.
+* :class:`~simulator.network.sharing.SharingNetwork`: flows share each link's and DRAM port's
+  bandwidth max-min fairly (flow-level, as SimGrid); a flow on a busy link slows down.
 * :class:`ContentionNetwork`: PALM's exclusive-link model (§IV-C: "treating the link as an
   exclusive resource during execution"; DRAM ports likewise, Eq. 5). Each contended resource
   keeps a calendar of busy intervals; a flow starts at the earliest time at which all its booked
@@ -19,6 +21,7 @@ from typing import Protocol
 
 from simulator.errors import InputError
 from simulator.network.collectives import Flow
+from simulator.network.sharing import SharingNetwork
 
 _PRUNE_EVERY = 512
 
@@ -122,13 +125,14 @@ class ContentionNetwork:
             del starts[:k], ends[:k]
 
 
-BACKENDS: dict[str, Callable[[], NetworkBackend]] = {
+BACKENDS: dict[str, Callable[[], NetworkBackend | SharingNetwork]] = {
     AnalyticalNetwork.name: AnalyticalNetwork, ContentionNetwork.name: ContentionNetwork,
+    SharingNetwork.name: SharingNetwork,
 }
 """Backend name -> a factory of fresh backends (a backend keeps state for one engine run)."""
 
 
-def network_backend(name: str) -> NetworkBackend:
+def network_backend(name: str) -> NetworkBackend | SharingNetwork:
     """A fresh backend by name (:data:`BACKENDS`).
 
     Raises:

@@ -48,6 +48,8 @@ class Flow:
         loads: edges crossing each resource (fractional where an edge is split over NICs).
         latency_s: the largest route latency among the edges (s).
         seconds_per_byte: ``max_r(load_r / (bandwidth_r * efficiency_r))`` (s per byte per edge).
+        occupancy: ``load_r / (bandwidth_r * efficiency_r)`` of each resource: seconds it is busy
+            per byte the flow moves per edge (its largest value is ``seconds_per_byte``).
         bytes_moved: bytes per edge moved so far (for link utilisation, filled by the engine).
         num_edges: edges (source -> destination routes) of the flow.
         booked: resources the contention backend books for this flow (set by the engine).
@@ -62,10 +64,18 @@ class Flow:
     num_edges: int = 0
     bytes_moved: float = 0.0
     booked: tuple[int, ...] = field(default=())
+    occupancy: dict[int, float] = field(default_factory=dict)
 
     def step_time_s(self, bytes_per_edge: float) -> float:
         """Duration of one step moving ``bytes_per_edge`` on every edge (s), PALM Eq. 2."""
         return self.latency_s + bytes_per_edge * self.seconds_per_byte
+
+    def collective_steps(self, kind: str) -> int:
+        """Steps of one collective of ``kind`` in this flow's groups (0 for groups of one)."""
+        n = self.group_size
+        if n <= 1:
+            return 0
+        return 1 if kind == "all_to_all" else STEPS_PER_RING[kind](n)
 
     def collective_time_s(self, kind: str, size_bytes: float) -> tuple[float, float]:
         """(duration in s, bytes per edge moved) of one collective of ``size_bytes`` per device.
@@ -112,9 +122,10 @@ def make_flow(
             latency = max(latency, route_latency)
         edges += share
     bandwidth, own = topology.bandwidth_bytes_per_s, topology.efficiencies
-    worst = max((load / (bandwidth[r] * (own[r] or efficiency)) for r, load in loads.items()), default=0.0)
-    return Flow(name=name, kind=kind, group_size=group_size, loads=dict(loads), latency_s=latency,
-                seconds_per_byte=worst, num_edges=round(edges))
+    occupancy = {r: load / (bandwidth[r] * (own[r] or efficiency)) for r, load in loads.items()}
+    return Flow(name=name, kind=kind, group_size=group_size, loads=loads, latency_s=latency,
+                seconds_per_byte=max(occupancy.values(), default=0.0), num_edges=round(edges),
+                occupancy=occupancy)
 
 
 def ring_edges(groups: tuple[tuple[int, ...], ...]) -> list[tuple[int, int]]:

@@ -1,0 +1,242 @@
+"""Bandwidth sharing: a flow crossing a busy link slows down instead of waiting for it.
+
+The flow-level model of SimGrid (Velho, Schnorr, Casanova and Legrand, "On the validity of
+flow-level TCP network models for grid and cloud simulations", ACM TOMACS 23(4), 2013, §3;
+Casanova et al., JPDC 74(10), 2014, §4.1): every edge of every active transfer is one connection,
+and the connections share each resource max-min fairly, by progressive filling (Bertsekas and
+Gallager, *Data Networks*, 2nd ed., §6.5.2). Rates are recomputed whenever a transfer starts or
+ends, and a transfer ends when its bytes are moved at the rates it had.
+
+A transfer of flow ``f`` (:class:`~simulator.network.collectives.Flow`) moving ``x`` bytes per edge
+at rate ``rho_f`` (bytes per edge per second) keeps resource ``r`` busy a fraction
+``rho_f * occupancy_f[r]`` of the time, so the rates obey, for every resource,
+
+    sum over active transfers f of rho_f * occupancy_f[r] <= 1,
+
+and a transfer alone runs at ``1 / seconds_per_byte``: its duration is then PALM Eq. 2's, so with
+no shared resource this backend gives exactly the analytical backend's times. Latency (the route's,
+per step) is not bandwidth and is added after the bytes, unshared.
+
+Only resources that two flows use can bind more than one transfer; each group of resources used
+by exactly the same flows keeps only its undominated occupancy vectors, and instances of one flow
+share its own bottleneck (a constraint per flow with occupancy ``seconds_per_byte``). Max-min
+allocations decompose over connected components, so a start or an end refills only the component
+of transfers it touches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+import simpy
+
+from simulator.network.collectives import Flow
+
+_TIGHT = 1e-12
+"""Relative slack under which a constraint counts as saturated (floating-point noise)."""
+
+
+@dataclass(slots=True, eq=False)
+class Transfer:
+    """One active transfer: ``remaining`` bytes per edge moving at ``rate`` since ``since_s``."""
+
+    flow: int
+    remaining: float
+    latency_s: float
+    not_before_s: float
+    done: simpy.Event
+    rate: float = 0.0
+    since_s: float = 0.0
+    version: int = 0
+    constraints: tuple[tuple[int, float], ...] = field(default=())
+
+
+class SharingNetwork:
+    """Max-min fair bandwidth sharing between concurrent transfers (see the module docstring).
+
+    Use: :meth:`start` once per engine run with the run's environment and flows, then
+    :meth:`transfer` for every transfer; each returns an event that fires when it ends.
+    """
+
+    name = "sharing"
+
+    def __init__(self) -> None:
+        self._env: simpy.Environment | None = None
+        self._index: dict[int, int] = {}
+        self._constraints: list[tuple[tuple[int, float], ...]] = []
+        self._spb: list[float] = []
+        self._active: dict[int, set[Transfer]] = {}
+
+    def reset(self) -> None:
+        """Forget the run (a new engine run calls :meth:`start`)."""
+        self._env = None
+        self._active.clear()
+
+    def uses_contention(self) -> bool:
+        """Flows of one run affect each other (the engine sets up its flows for them)."""
+        return True
+
+    def start(self, env: simpy.Environment, flows: Sequence[Flow]) -> None:
+        """Begin a run in ``env`` whose transfers use ``flows`` (each flow's constraints are
+        computed once here, see :func:`constraints_of`)."""
+        self._env = env
+        self._active = {}
+        if [id(f) for f in flows] != list(self._index):
+            self._index = {id(f): k for k, f in enumerate(flows)}
+            self._constraints = constraints_of(flows)
+            self._spb = [f.seconds_per_byte for f in flows]
+
+    def transfer(self, flow: Flow, duration_s: float, latency_s: float = 0.0,
+                 not_before_s: float = 0.0) -> simpy.Event:
+        """An event that fires when ``flow`` has moved what takes it ``duration_s`` alone (of which
+        ``latency_s`` is latency, not bandwidth), and no sooner than ``not_before_s`` after now;
+        its value is the time the bytes arrived (s).
+
+        Raises:
+            RuntimeError: :meth:`start` was not called for this run.
+        """
+        env = self._env
+        if env is None:
+            raise RuntimeError("SharingNetwork.start must be called before a transfer")
+        done = env.event()
+        k = self._index[id(flow)]
+        spb, now = self._spb[k], env.now
+        work = max(duration_s - latency_s, 0.0)
+        if spb <= 0.0 or work <= 0.0:
+            end = now + duration_s
+            env.timeout(max(duration_s, not_before_s)).callbacks.append(partial(_fire, done, end))
+            return done
+        t = Transfer(flow=k, remaining=work / spb, latency_s=latency_s, not_before_s=now + not_before_s,
+                     done=done, since_s=now, constraints=self._constraints[k])
+        for c, _ in t.constraints:
+            self._active.setdefault(c, set()).add(t)
+        self._refill(self._component([t]), now)
+        return done
+
+    def _component(self, seeds: list[Transfer]) -> list[Transfer]:
+        """Active transfers connected to ``seeds`` through shared constraints."""
+        seen = set(seeds)
+        stack = list(seeds)
+        while stack:
+            t = stack.pop()
+            for c, _ in t.constraints:
+                for u in self._active.get(c, ()):
+                    if u not in seen:
+                        seen.add(u)
+                        stack.append(u)
+        return list(seen)
+
+    def _refill(self, transfers: list[Transfer], now: float) -> None:
+        """Bring ``transfers`` to ``now``, give them their max-min rates and schedule their ends."""
+        for t in transfers:
+            t.remaining = max(t.remaining - t.rate * (now - t.since_s), 0.0)
+            t.since_s = now
+        rates = max_min_rates([t.constraints for t in transfers])
+        env = self._env
+        assert env is not None
+        for t, rate in zip(transfers, rates, strict=True):
+            if rate == t.rate and t.version:
+                continue
+            t.rate, t.version = rate, t.version + 1
+            version = t.version
+            env.timeout(t.remaining / rate).callbacks.append(partial(self._finish, t, version))
+
+    def _finish(self, t: Transfer, version: int, _event: simpy.Event) -> None:
+        if version != t.version:
+            return
+        env = self._env
+        assert env is not None
+        now = env.now
+        t.version = -1
+        neighbours: set[Transfer] = set()
+        for c, _ in t.constraints:
+            users = self._active[c]
+            users.discard(t)
+            neighbours |= users
+        if neighbours:
+            self._refill(self._component(list(neighbours)), now)
+        arrived = now + t.latency_s
+        delay = max(t.latency_s, t.not_before_s - now)
+        if delay > 0.0:
+            env.timeout(delay).callbacks.append(partial(_fire, t.done, arrived))
+        else:
+            t.done.succeed(arrived)
+
+
+def _fire(event: simpy.Event, value: float, _cause: simpy.Event) -> None:
+    """Trigger ``event`` with ``value`` (a callback must return None)."""
+    event.succeed(value)
+
+
+def max_min_rates(constraints: Sequence[Sequence[tuple[int, float]]]) -> list[float]:
+    """Max-min fair rates by progressive filling (Bertsekas and Gallager §6.5.2).
+
+    Args:
+        constraints: for each transfer, ``(constraint id, occupancy)`` pairs: a constraint ``c``
+            allows ``sum(rate * occupancy) <= 1`` over the transfers that list it. Every transfer
+            must list at least one constraint with a positive occupancy.
+
+    Returns:
+        Each transfer's rate (per unit of occupancy's inverse; bytes per edge per second).
+    """
+    users: dict[int, list[tuple[int, float]]] = {}
+    for k, pairs in enumerate(constraints):
+        for c, a in pairs:
+            users.setdefault(c, []).append((k, a))
+    capacity = dict.fromkeys(users, 1.0)
+    rates = [0.0] * len(constraints)
+    unfrozen = set(range(len(constraints)))
+    level = 0.0
+    while unfrozen:
+        demand = {c: sum(a for k, a in us if k in unfrozen) for c, us in users.items()}
+        step = min(capacity[c] / d for c, d in demand.items() if d > 0.0)
+        level += step
+        saturated = []
+        for c, d in demand.items():
+            if d > 0.0:
+                capacity[c] -= step * d
+                if capacity[c] <= _TIGHT:
+                    saturated.append(c)
+        for c in saturated:
+            for k, _ in users[c]:
+                if k in unfrozen:
+                    unfrozen.discard(k)
+                    rates[k] = level
+    return rates
+
+
+def constraints_of(flows: Sequence[Flow]) -> list[tuple[tuple[int, float], ...]]:
+    """The constraints each flow's transfers can meet: for every group of resources used by
+    exactly the same two or more flows, one constraint per undominated occupancy vector (a
+    resource whose occupancies are all at most another's in the group never binds first); and per
+    flow its own bottleneck (``seconds_per_byte``), which its concurrent instances share and which
+    caps a transfer alone at PALM Eq. 2's rate. Ids: groups count from 0, a flow's own constraint
+    is ``-1 - index``."""
+    users: dict[int, list[int]] = {}
+    for k, flow in enumerate(flows):
+        for r in flow.occupancy:
+            users.setdefault(r, []).append(k)
+    groups: dict[tuple[int, ...], list[tuple[float, ...]]] = {}
+    for r, ks in users.items():
+        if len(ks) > 1:
+            groups.setdefault(tuple(ks), []).append(tuple(flows[k].occupancy[r] for k in ks))
+    pairs: list[list[tuple[int, float]]] = [[(-1 - k, f.seconds_per_byte)] for k, f in enumerate(flows)]
+    c = 0
+    for group, vectors in groups.items():
+        for v in _undominated(vectors):
+            for k, a in zip(group, v, strict=True):
+                pairs[k].append((c, a))
+            c += 1
+    return [tuple(p) for p in pairs]
+
+
+def _undominated(vectors: list[tuple[float, ...]]) -> list[tuple[float, ...]]:
+    """Distinct vectors not dominated elementwise by another one."""
+    unique = sorted(set(vectors), key=sum, reverse=True)
+    kept: list[tuple[float, ...]] = []
+    for v in unique:
+        if not any(all(x <= y for x, y in zip(v, w, strict=True)) for w in kept):
+            kept.append(v)
+    return kept
