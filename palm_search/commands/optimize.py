@@ -43,7 +43,7 @@ def optimize_command(
     sampler: Annotated[str | None, Opt(help="auto, tpe, random, exhaustive or nsga2.")] = None,
     seed: Annotated[int | None, Opt(help="Sampler seed.")] = None,
     objective: Annotated[list[str] | None, Opt(help="throughput and/or memory (repeat).")] = None,
-    network: Annotated[str | None, Opt(help="contention or analytical.")] = None,
+    network: Annotated[str | None, Opt(help="contention, sharing or analytical (see simulate --help).")] = None,
     top: Annotated[int | None, Opt(help="Mappings shown at the end.")] = None,
     artifacts_top: Annotated[int | None, Opt(help="Top trials given a trace and pictures (0: none).")] = None,
     jobs: Annotated[int, Opt(help="Simulator worker processes (default: all cores).")] = 0,

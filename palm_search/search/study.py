@@ -12,7 +12,7 @@ Study files are TOML (see ``studies/t145b-wafer.toml``)::
     trials = 300             # budget: finished trials in the study
     seed = 0
     batch_size = 8           # trials per synchronous batch with --deterministic
-    network = "contention"   # or "analytical"
+    network = "contention"   # or "sharing" or "analytical"
     top = 10                 # mappings shown at the end
     artifacts_top = 3        # top trials re-simulated for trace and pictures (Optuna artifacts); 0: none
 
@@ -45,7 +45,7 @@ from simulator.strategy import Strategy
 
 OBJECTIVES = ("throughput", "memory")
 SAMPLERS = ("auto", "tpe", "random", "exhaustive", "nsga2")
-NETWORKS = ("contention", "analytical")
+NETWORKS = ("contention", "sharing", "analytical")
 DEFAULT_SEARCHED = ("degrees", "microbatch_size", "schedule", "recompute", "sequence_parallel",
                     "zero_stage", "groups", "placement")
 DEFAULT_MICROBATCH_SIZES = (1, 2, 4, 8, 16)

@@ -67,12 +67,13 @@ class SharingNetwork:
         self._index: dict[int, int] = {}
         self._constraints: list[tuple[tuple[int, float], ...]] = []
         self._spb: list[float] = []
-        self._active: dict[int, set[Transfer]] = {}
+        self._neighbours: list[tuple[int, ...]] = []
+        self._active: list[set[Transfer]] = []
 
     def reset(self) -> None:
         """Forget the run (a new engine run calls :meth:`start`)."""
         self._env = None
-        self._active.clear()
+        self._active = []
 
     def uses_contention(self) -> bool:
         """Flows of one run affect each other (the engine sets up its flows for them)."""
@@ -82,11 +83,17 @@ class SharingNetwork:
         """Begin a run in ``env`` whose transfers use ``flows`` (each flow's constraints are
         computed once here, see :func:`constraints_of`)."""
         self._env = env
-        self._active = {}
+        self._active = [set() for _ in flows]
         if [id(f) for f in flows] != list(self._index):
             self._index = {id(f): k for k, f in enumerate(flows)}
             self._constraints = constraints_of(flows)
             self._spb = [f.seconds_per_byte for f in flows]
+            users: dict[int, set[int]] = {}
+            for k, pairs in enumerate(self._constraints):
+                for c, _ in pairs:
+                    users.setdefault(c, set()).add(k)
+            self._neighbours = [tuple(sorted(set().union(*(users[c] for c, _ in pairs))))
+                                for pairs in self._constraints]
 
     def transfer(self, flow: Flow, duration_s: float, latency_s: float = 0.0,
                  not_before_s: float = 0.0) -> simpy.Event:
@@ -110,23 +117,27 @@ class SharingNetwork:
             return done
         t = Transfer(flow=k, remaining=work / spb, latency_s=latency_s, not_before_s=now + not_before_s,
                      done=done, since_s=now, constraints=self._constraints[k])
-        for c, _ in t.constraints:
-            self._active.setdefault(c, set()).add(t)
-        self._refill(self._component([t]), now)
+        active = self._active
+        alone = not any(active[n] for n in self._neighbours[k])
+        active[k].add(t)
+        if alone:  # the common case: the component is this transfer, at its own rate
+            self._schedule(t, 1.0 / spb)
+        else:
+            self._refill(self._component([k]), now)
         return done
 
-    def _component(self, seeds: list[Transfer]) -> list[Transfer]:
-        """Active transfers connected to ``seeds`` through shared constraints."""
+    def _component(self, seeds: list[int]) -> list[Transfer]:
+        """Active transfers of the flows connected to flows ``seeds`` through flows with active
+        transfers that share constraints."""
+        active, neighbours = self._active, self._neighbours
         seen = set(seeds)
         stack = list(seeds)
         while stack:
-            t = stack.pop()
-            for c, _ in t.constraints:
-                for u in self._active.get(c, ()):
-                    if u not in seen:
-                        seen.add(u)
-                        stack.append(u)
-        return list(seen)
+            for n in neighbours[stack.pop()]:
+                if n not in seen and active[n]:
+                    seen.add(n)
+                    stack.append(n)
+        return [t for k in seen for t in active[k]]
 
     def _refill(self, transfers: list[Transfer], now: float) -> None:
         """Bring ``transfers`` to ``now``, give them their max-min rates and schedule their ends."""
@@ -134,14 +145,15 @@ class SharingNetwork:
             t.remaining = max(t.remaining - t.rate * (now - t.since_s), 0.0)
             t.since_s = now
         rates = max_min_rates([t.constraints for t in transfers])
-        env = self._env
-        assert env is not None
         for t, rate in zip(transfers, rates, strict=True):
-            if rate == t.rate and t.version:
-                continue
-            t.rate, t.version = rate, t.version + 1
-            version = t.version
-            env.timeout(t.remaining / rate).callbacks.append(partial(self._finish, t, version))
+            if rate != t.rate or not t.version:
+                self._schedule(t, rate)
+
+    def _schedule(self, t: Transfer, rate: float) -> None:
+        """Move ``t`` at ``rate`` from now on and schedule its end (earlier ends are void)."""
+        assert self._env is not None
+        t.rate, t.version = rate, t.version + 1
+        self._env.timeout(t.remaining / rate).callbacks.append(partial(self._finish, t, t.version))
 
     def _finish(self, t: Transfer, version: int, _event: simpy.Event) -> None:
         if version != t.version:
@@ -150,13 +162,11 @@ class SharingNetwork:
         assert env is not None
         now = env.now
         t.version = -1
-        neighbours: set[Transfer] = set()
-        for c, _ in t.constraints:
-            users = self._active[c]
-            users.discard(t)
-            neighbours |= users
-        if neighbours:
-            self._refill(self._component(list(neighbours)), now)
+        active = self._active
+        active[t.flow].discard(t)
+        touched = [n for n in self._neighbours[t.flow] if active[n]]
+        if touched:
+            self._refill(self._component(touched), now)
         arrived = now + t.latency_s
         delay = max(t.latency_s, t.not_before_s - now)
         if delay > 0.0:

@@ -1,0 +1,159 @@
+"""Bandwidth sharing (simulator/network/sharing.py): closed forms, a reference implementation of
+the same max-min model, and equality with the analytical backend where nothing is shared."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import simpy
+from fixtures import mesh_hardware
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator import load_model
+from simulator.api import simulate
+from simulator.network.collectives import Flow, make_flow
+from simulator.network.sharing import SharingNetwork, max_min_rates
+from simulator.network.topology import topology_of
+from simulator.strategy import Strategy
+
+HW = mesh_hardware(dies=(2, 2), cores=(2, 2))
+TOPO = topology_of(HW)
+LINK_S_PER_BYTE = 1 / 100e9
+"""One intra-die link of HW, alone: seconds per byte."""
+
+
+def _run(flows: list[Flow], jobs: list[tuple[float, int, float]]) -> list[float]:
+    """Start each (time s, flow index, alone duration s) and return when each ends (s)."""
+    env = simpy.Environment()
+    net = SharingNetwork()
+    net.start(env, flows)
+    ends = [math.nan] * len(jobs)
+
+    def job(k: int, at: float, flow: Flow, duration: float):
+        yield env.timeout(at)
+        yield net.transfer(flow, duration)
+        ends[k] = env.now
+
+    for k, (at, f, duration) in enumerate(jobs):
+        env.process(job(k, at, flows[f], duration))
+    env.run()
+    return ends
+
+
+def test_two_equal_flows_on_one_link_each_get_half():
+    flows = [make_flow(TOPO, f"f{k}", "p2p", [(0, 1)], 1.0) for k in range(2)]
+    assert _run(flows, [(0.0, 0, 1.0), (0.0, 1, 1.0)]) == pytest.approx([2.0, 2.0], rel=1e-12)
+
+
+def test_two_instances_of_one_flow_share_it():
+    flow = make_flow(TOPO, "f", "p2p", [(0, 1)], 1.0)
+    assert _run([flow], [(0.0, 0, 1.0), (0.0, 0, 1.0)]) == pytest.approx([2.0, 2.0], rel=1e-12)
+
+
+def test_a_flow_sharing_one_hop_of_a_longer_path_slows_only_by_that_hops_share():
+    # long: core 0 -> 3 on the first row (three hops); short: core 1 -> 2 (the middle hop only).
+    # Equal links: both run at half rate while the short one lasts, then the long one at full.
+    long, short = make_flow(TOPO, "long", "p2p", [(0, 3)], 1.0), make_flow(TOPO, "short", "p2p", [(1, 2)], 1.0)
+    assert len(long.loads) == 3 and set(short.loads) < set(long.loads)
+    x, y = 4.0, 1.0  # alone durations (s)
+    assert _run([long, short], [(0.0, 0, x), (0.0, 1, y)]) == pytest.approx([x + y, 2 * y], rel=1e-12)
+
+
+def test_flows_on_disjoint_links_do_not_slow_each_other():
+    a, b = make_flow(TOPO, "a", "p2p", [(0, 1)], 1.0), make_flow(TOPO, "b", "p2p", [(2, 3)], 1.0)
+    assert _run([a, b], [(0.0, 0, 1.0), (0.5, 1, 1.0)]) == pytest.approx([1.0, 1.5], rel=1e-12)
+
+
+def test_a_late_flow_slows_the_early_one_only_while_both_run():
+    flows = [make_flow(TOPO, f"f{k}", "p2p", [(0, 1)], 1.0) for k in range(2)]
+    # f0 alone for 0.5 s (half done), then both at half rate: f0's last half takes 1 s.
+    assert _run(flows, [(0.0, 0, 1.0), (0.5, 1, 1.0)]) == pytest.approx([1.5, 2.0], rel=1e-12)
+
+
+def test_max_min_rates_is_bertsekas_and_gallagers_example():
+    # Three flows on two unit links: A on link 0, B on links 0 and 1, C on link 1 (twice the
+    # occupancy): link 1 saturates first at 1/3 for B and C, then A takes what B leaves on link 0.
+    rates = max_min_rates([[(0, 1.0)], [(0, 1.0), (1, 1.0)], [(1, 2.0)]])
+    assert rates == pytest.approx([2 / 3, 1 / 3, 1 / 3], rel=1e-12)
+
+
+def _reference_rates(active: list[Flow]) -> list[float]:
+    """Max-min rates by progressive filling over every resource of every active transfer (no
+    grouping, no components): the model's definition, written plainly."""
+    rates, frozen = [0.0] * len(active), [False] * len(active)
+    resources = {r for f in active for r in f.occupancy}
+    while not all(frozen):
+        used = {r: sum(rates[k] * f.occupancy.get(r, 0.0) for k, f in enumerate(active)) for r in resources}
+        growth = {r: sum(f.occupancy.get(r, 0.0) for k, f in enumerate(active) if not frozen[k])
+                  for r in resources}
+        step = min((1.0 - used[r]) / g for r, g in growth.items() if g > 0)
+        for k in range(len(active)):
+            if not frozen[k]:
+                rates[k] += step
+        for r in resources:
+            if growth[r] > 0 and 1.0 - used[r] - step * growth[r] <= 1e-12:
+                for k, f in enumerate(active):
+                    if r in f.occupancy:
+                        frozen[k] = True
+    return rates
+
+
+def _reference_run(flows: list[Flow], jobs: list[tuple[float, int, float]]) -> list[float]:
+    """End times of ``jobs`` by stepping from event to event, rates recomputed at each."""
+    remaining = [duration / flows[f].seconds_per_byte for _, f, duration in jobs]
+    ends = [math.nan] * len(jobs)
+    now, started = 0.0, [False] * len(jobs)
+    while any(math.isnan(e) for e in ends):
+        running = [k for k in range(len(jobs)) if started[k] and math.isnan(ends[k])]
+        rates = _reference_rates([flows[jobs[k][1]] for k in running])
+        next_start = min((jobs[k][0] for k in range(len(jobs)) if not started[k]), default=math.inf)
+        next_end = min((now + remaining[k] / rate for k, rate in zip(running, rates, strict=True)),
+                       default=math.inf)
+        t = min(next_start, next_end)
+        for k, rate in zip(running, rates, strict=True):
+            remaining[k] -= rate * (t - now)
+            if remaining[k] <= 1e-9 * jobs[k][2] / flows[jobs[k][1]].seconds_per_byte:
+                ends[k] = t
+        now = t
+        for k in range(len(jobs)):
+            if not started[k] and jobs[k][0] <= now:
+                started[k] = True
+    return ends
+
+
+pairs = st.tuples(st.integers(0, 15), st.integers(0, 15)).filter(lambda p: p[0] != p[1])
+
+
+@settings(max_examples=60, deadline=None)
+@given(routes=st.lists(st.lists(pairs, min_size=1, max_size=3), min_size=1, max_size=5),
+       jobs=st.lists(st.tuples(st.sampled_from([0.0, 0.25, 0.5, 1.0, 1.5]), st.integers(0, 4),
+                               st.sampled_from([0.5, 1.0, 2.0, 3.0])), min_size=1, max_size=8))
+def test_equals_a_plain_reference_implementation_of_the_same_model(routes, jobs):
+    flows = [make_flow(TOPO, f"f{k}", "p2p", edges, 1.0) for k, edges in enumerate(routes)]
+    jobs = [(at, f % len(flows), duration) for at, f, duration in jobs]
+    assert _run(flows, jobs) == pytest.approx(_reference_run(flows, jobs), rel=1e-9)
+
+
+@settings(max_examples=20, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4]), dp=st.sampled_from([1, 2, 4]), batches=st.integers(1, 4),
+       recompute=st.sampled_from(["none", "full"]))
+def test_with_nothing_shared_sharing_equals_the_analytical_backend(tp, dp, batches, recompute):
+    # One pipeline stage: its transfers run one after another, so no two ever overlap.
+    model = load_model("T-18B")
+    strategy = Strategy(tp=tp, dp=dp, pp=1, global_batch_size=dp * batches, recompute=recompute, zero_stage=3)
+    shared, alone = (simulate(model, HW, strategy, network=n) for n in ("sharing", "analytical"))
+    assert shared.feasible == alone.feasible
+    assert shared.iteration_time_s == pytest.approx(alone.iteration_time_s, rel=1e-9)
+
+
+def test_shared_dram_ports_are_never_more_than_fully_busy():
+    # 16 one-core stages, four per die, share their die's two DRAM ports: without contention the
+    # busiest port would be 146% busy; shared, it is at most fully busy.
+    slow_dram = mesh_hardware(dies=(2, 2), cores=(2, 2), dram=20e9)
+    model, strategy = load_model("T-18B"), Strategy(pp=16, global_batch_size=32)
+    busiest = {n: max(u.max_utilisation for u in simulate(model, slow_dram, strategy, network=n).resources
+                      if u.kind == "dram") for n in ("analytical", "sharing")}
+    assert busiest["analytical"] > 1.2
+    assert 0.5 < busiest["sharing"] <= 1.0 + 1e-9
