@@ -40,7 +40,8 @@ _TIGHT = 1e-12
 
 @dataclass(slots=True, eq=False)
 class Transfer:
-    """One active transfer: ``remaining`` bytes per edge moving at ``rate`` since ``since_s``."""
+    """One active transfer: ``remaining`` bytes per edge moving at ``rate`` since ``since_s``, so
+    its bytes have all moved at ``fluid_end_s``; ``alone`` in its component when last scheduled."""
 
     flow: int
     remaining: float
@@ -50,6 +51,8 @@ class Transfer:
     rate: float = 0.0
     since_s: float = 0.0
     version: int = 0
+    alone: bool = False
+    fluid_end_s: float = float("inf")
     constraints: tuple[tuple[int, float], ...] = field(default=())
 
 
@@ -118,15 +121,24 @@ class SharingNetwork:
         t = Transfer(flow=k, remaining=work / spb, latency_s=latency_s, not_before_s=now + not_before_s,
                      done=done, since_s=now, constraints=self._constraints[k])
         active = self._active
-        alone = not any(active[n] for n in self._neighbours[k])
+        alone = not any(active[n] and self._live(n, now) for n in self._neighbours[k])
         active[k].add(t)
         if alone:  # the common case: the component is this transfer, at its own rate
-            self._schedule(t, 1.0 / spb)
+            self._schedule(t, 1.0 / spb, alone=True)
         else:
-            self._refill(self._component([k]), now)
+            self._refill(self._component([k], now), now)
         return done
 
-    def _component(self, seeds: list[int]) -> list[Transfer]:
+    def _live(self, k: int, now: float) -> bool:
+        """Whether flow ``k`` has transfers still moving bytes at ``now`` (forgetting those whose
+        bytes have all moved: a transfer alone ends its bytes without an event of its own)."""
+        active = self._active[k]
+        if active:
+            for t in [t for t in active if t.fluid_end_s <= now]:
+                active.discard(t)
+        return bool(active)
+
+    def _component(self, seeds: list[int], now: float) -> list[Transfer]:
         """Active transfers of the flows connected to flows ``seeds`` through flows with active
         transfers that share constraints."""
         active, neighbours = self._active, self._neighbours
@@ -134,7 +146,7 @@ class SharingNetwork:
         stack = list(seeds)
         while stack:
             for n in neighbours[stack.pop()]:
-                if n not in seen and active[n]:
+                if n not in seen and self._live(n, now):
                     seen.add(n)
                     stack.append(n)
         return [t for k in seen for t in active[k]]
@@ -144,18 +156,37 @@ class SharingNetwork:
         for t in transfers:
             t.remaining = max(t.remaining - t.rate * (now - t.since_s), 0.0)
             t.since_s = now
+        alone = len(transfers) == 1
         rates = max_min_rates([t.constraints for t in transfers])
         for t, rate in zip(transfers, rates, strict=True):
-            if rate != t.rate or not t.version:
-                self._schedule(t, rate)
+            if rate != t.rate or alone != t.alone:
+                self._schedule(t, rate, alone)
 
-    def _schedule(self, t: Transfer, rate: float) -> None:
-        """Move ``t`` at ``rate`` from now on and schedule its end (earlier ends are void)."""
-        assert self._env is not None
-        t.rate, t.version = rate, t.version + 1
-        self._env.timeout(t.remaining / rate).callbacks.append(partial(self._finish, t, t.version))
+    def _schedule(self, t: Transfer, rate: float, alone: bool) -> None:
+        """Move ``t`` at ``rate`` from now on and schedule its end (earlier ends are void). A
+        transfer ``alone`` in its component needs no event when its bytes have moved (nothing
+        else's rate changes then): one timer fires its event; otherwise a timer at the end of its
+        bytes frees its share for the others first."""
+        env = self._env
+        assert env is not None
+        t.rate, t.alone, t.version = rate, alone, t.version + 1
+        now = env.now
+        t.fluid_end_s = now + t.remaining / rate
+        if alone:
+            end = max(t.fluid_end_s + t.latency_s, t.not_before_s)
+            env.timeout(end - now).callbacks.append(partial(self._arrive, t, t.version))
+        else:
+            env.timeout(t.fluid_end_s - now).callbacks.append(partial(self._finish, t, t.version))
+
+    def _arrive(self, t: Transfer, version: int, _event: simpy.Event) -> None:
+        """A transfer scheduled alone arrives (unless rescheduled since)."""
+        if version == t.version:
+            self._active[t.flow].discard(t)
+            t.done.succeed(t.fluid_end_s + t.latency_s)
 
     def _finish(self, t: Transfer, version: int, _event: simpy.Event) -> None:
+        """A shared transfer's bytes have moved: free its share, then fire its event after its
+        latency (and not before its ``not_before_s``)."""
         if version != t.version:
             return
         env = self._env
@@ -164,9 +195,9 @@ class SharingNetwork:
         t.version = -1
         active = self._active
         active[t.flow].discard(t)
-        touched = [n for n in self._neighbours[t.flow] if active[n]]
+        touched = [n for n in self._neighbours[t.flow] if self._live(n, now)]
         if touched:
-            self._refill(self._component(touched), now)
+            self._refill(self._component(touched, now), now)
         arrived = now + t.latency_s
         delay = max(t.latency_s, t.not_before_s - now)
         if delay > 0.0:
@@ -186,7 +217,9 @@ def max_min_rates(constraints: Sequence[Sequence[tuple[int, float]]]) -> list[fl
     Args:
         constraints: for each transfer, ``(constraint id, occupancy)`` pairs: a constraint ``c``
             allows ``sum(rate * occupancy) <= 1`` over the transfers that list it. Every transfer
-            must list at least one constraint with a positive occupancy.
+            must list at least one constraint with a positive occupancy; a constraint listed by
+            one transfer only must be dominated by another of its own (as a flow's
+            ``seconds_per_byte`` dominates its resources) or have a negative id.
 
     Returns:
         Each transfer's rate (per unit of occupancy's inverse; bytes per edge per second).
@@ -195,25 +228,34 @@ def max_min_rates(constraints: Sequence[Sequence[tuple[int, float]]]) -> list[fl
     for k, pairs in enumerate(constraints):
         for c, a in pairs:
             users.setdefault(c, []).append((k, a))
+    users = {c: us for c, us in users.items() if c < 0 or len(us) > 1}
+    demand = {c: sum(a for _, a in us) for c, us in users.items()}
+    unfrozen = {c: len(us) for c, us in users.items()}
     capacity = dict.fromkeys(users, 1.0)
+    of_transfer: list[list[tuple[int, float]]] = [[] for _ in constraints]
+    for c, us in users.items():
+        for k, a in us:
+            of_transfer[k].append((c, a))
     rates = [0.0] * len(constraints)
-    unfrozen = set(range(len(constraints)))
+    frozen = [False] * len(constraints)
     level = 0.0
-    while unfrozen:
-        demand = {c: sum(a for k, a in us if k in unfrozen) for c, us in users.items()}
-        step = min(capacity[c] / d for c, d in demand.items() if d > 0.0)
+    while demand:
+        step = min(capacity[c] / d for c, d in demand.items())
         level += step
         saturated = []
         for c, d in demand.items():
-            if d > 0.0:
-                capacity[c] -= step * d
-                if capacity[c] <= _TIGHT:
-                    saturated.append(c)
+            capacity[c] -= step * d
+            if capacity[c] <= _TIGHT:
+                saturated.append(c)
         for c in saturated:
             for k, _ in users[c]:
-                if k in unfrozen:
-                    unfrozen.discard(k)
+                if not frozen[k]:
+                    frozen[k] = True
                     rates[k] = level
+                    for c2, a in of_transfer[k]:
+                        demand[c2] -= a
+                        unfrozen[c2] -= 1
+        demand = {c: d for c, d in demand.items() if unfrozen[c]}
     return rates
 
 
