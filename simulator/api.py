@@ -21,7 +21,7 @@ from simulator.costs import StageCost
 from simulator.engine import Engine, EngineRun, PassRecord, StageStats, traffic_by_kind
 from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
-from simulator.network.backends import network_backend
+from simulator.network.backends import BACKENDS, network_backend
 from simulator.network.topology import Topology, topology_of
 from simulator.placement import StagePlacement, place
 from simulator.result import ResourceUsage, SimulationResult, StageReport
@@ -29,6 +29,10 @@ from simulator.strategy import Strategy
 from simulator.trace import Timeline
 from simulator.workload.spec import ModelSpec
 from simulator.workload.stages import build_stage_costs
+
+ESTIMATE = "estimate"
+"""The ``network`` that runs no events: :meth:`~simulator.engine.Engine.estimate`'s closed form
+(the search's screening fidelity)."""
 
 
 def simulate(
@@ -41,8 +45,10 @@ def simulate(
         model: the model.
         hardware: the machine.
         strategy: the mapping.
-        network: ``contention`` (PALM Eqs. 2-5 with exclusive links and DRAM ports) or
-            ``analytical`` (PALM Eq. 2 without contention).
+        network: ``contention`` (PALM Eqs. 2-5 with exclusive links and DRAM ports),
+            ``sharing`` (links and DRAM ports shared max-min fairly between the flows on them),
+            ``analytical`` (PALM Eq. 2 without contention), or ``estimate`` (no events: a
+            closed form bounded by the busiest resource, for screening).
         steady_state: extrapolate from two short runs when there are many microbatches.
         record: keep per-pass records (see :func:`simulate_with_records`).
 
@@ -171,6 +177,8 @@ def _prepare(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: 
 
 def _simulate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str, steady_state: bool,
               record: bool) -> _Simulated:
+    if network != ESTIMATE and network not in BACKENDS:
+        raise InputError(f"network must be one of {[*sorted(BACKENDS), ESTIMATE]}, got {network!r}")
     prepared = _prepare(model, hardware, strategy, network)
     topology, placements = prepared.topology, prepared.placements
     reason = legality.memory_shortfall(hardware, prepared.memory_bytes, prepared.in_flight)
@@ -178,10 +186,15 @@ def _simulate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network:
         return _Simulated(result=_infeasible(prepared, reason), run=None, engine=None, topology=topology,
                           placements=placements)
     engine = Engine(hardware=hardware, topology=topology, placements=placements, costs=prepared.costs,
-                    schedule=legality.schedule_of(strategy), network=network_backend(network),
+                    schedule=legality.schedule_of(strategy),
+                    network=network_backend("analytical" if network == ESTIMATE else network),
                     training=strategy.mode == "training", transfer_strategy=strategy.transfer_strategy,
                     p2p_blocking=strategy.p2p_blocking, record=record)
-    outcome = _run(engine, prepared.num_microbatches, strategy.pp, steady_state, strategy.mode == "training")
+    if network == ESTIMATE:
+        run, period = engine.estimate(prepared.num_microbatches)
+        outcome = _Outcome(run=run, simulated_microbatches=0, extrapolated=False, period_s=period)
+    else:
+        outcome = _run(engine, prepared.num_microbatches, strategy.pp, steady_state, strategy.mode == "training")
     return _Simulated(result=_assemble(prepared, outcome), run=outcome.run, engine=engine, topology=topology,
                       placements=placements)
 

@@ -89,7 +89,7 @@ class StageFlows:
     tp: Flow
     dp: Flow
     dram: Flow | None
-    tp_all_to_all: Flow
+    tp_all_to_all: Flow | None
 
 
 @dataclass(slots=True)
@@ -147,7 +147,9 @@ class Engine:
         self.transfer_strategy, self.p2p_blocking, self.record = transfer_strategy, p2p_blocking, record
         self.pp = len(placements)
         self.calibration = hardware.calibration
-        self.stage_flows = [self._stage_flows(i, p) for i, p in enumerate(placements)]
+        all_to_all = any(c.kind == "all_to_all" for cost in costs for p in (cost.forward, cost.backward)
+                         for c in p.tp_collectives + p.overlapped_collectives)
+        self.stage_flows = [self._stage_flows(i, p, all_to_all) for i, p in enumerate(placements)]
         self.p2p: dict[tuple[int, int], Flow] = {}
         for i in range(self.pp):
             for j in {(i + 1) % self.pp, (i - 1) % self.pp} - {i}:
@@ -159,7 +161,9 @@ class Engine:
         if self.booking is not None and self.booking.uses_contention():
             self._assign_bookings()
 
-    def _stage_flows(self, i: int, placement: StagePlacement) -> StageFlows:
+    def _stage_flows(self, i: int, placement: StagePlacement, all_to_all: bool) -> StageFlows:
+        """The flows of stage ``i``; the all-pairs pattern of its TP groups only if some
+        collective is an all-to-all (ResNet's halo exchange)."""
         cal, topo = self.calibration, self.topology
         tp_size, dp_size = len(placement.tp_groups[0]), len(placement.dp_groups[0])
         dram = None
@@ -173,7 +177,7 @@ class Engine:
                          cal.collective_efficiency, dp_size),
             dram=dram,
             tp_all_to_all=make_flow(topo, f"stage{i} tp a2a", "tp", all_pairs_edges(placement.tp_groups),
-                                    cal.collective_efficiency, tp_size),
+                                    cal.collective_efficiency, tp_size) if all_to_all else None,
         )
 
     def _p2p_flow(self, i: int, j: int) -> Flow:
@@ -231,6 +235,91 @@ class Engine:
         makespan = max(s.finish_s for s in self.stats)
         moved = [f.bytes_moved for f in self.flows]
         return EngineRun(makespan, self.stats, self.flows, moved, self.events, self.records, self.traces)
+
+    def estimate(self, num_microbatches: int) -> tuple[EngineRun, float]:
+        """A closed-form iteration, no events: the screening fidelity. Returns the run and the
+        steady-state time per microbatch (s).
+
+        Each pass and send takes its time alone (segments as in :meth:`_pass_end` with no
+        waiting). With ``t_i`` the forward and backward passes and sends of all chunks of stage
+        ``i`` for one microbatch, the pipeline takes ``m max_i t_i + (sum_i t_i - max_i t_i) / v``
+        (GPipe and 1F1B take ``(m + p - 1)(t_f + t_b)`` with equal stages, and interleaving
+        ``v`` chunks divides the fill and drain by ``v``: Narayanan et al. SC'21 §2.2; with unequal
+        stages the slowest sets the steady state), then the slowest gradient update. No
+        resource can be busier than the iteration, so the makespan is at least the busiest
+        resource's busy time: bytes per edge of each flow times its occupancy, summed over flows
+        (the bound a work-conserving sharing model approaches when one resource saturates).
+        """
+        m, pp, chunks = num_microbatches, self.pp, len(self.costs) // self.pp
+        self.stats = [StageStats() for _ in range(pp)]
+        for flow in self.flows:
+            flow.bytes_moved = 0.0
+        per_stage = [0.0] * pp
+        for j, cost in enumerate(self.costs):
+            i = j % pp
+            per_stage[i] += self._alone_s(i, cost.forward)
+            if j < len(self.costs) - 1:
+                per_stage[i] += self._send_alone_s(i, (j + 1) % pp, cost.activation_send_bytes)
+            if self.training:
+                per_stage[i] += self._alone_s(i, cost.backward)
+                if j > 0:
+                    per_stage[i] += self._send_alone_s(i, (j - 1) % pp, cost.gradient_send_bytes)
+        for flow in self.flows:
+            flow.bytes_moved *= m
+        for st in self.stats:
+            st.compute_s, st.communication_s, st.dram_stall_s = (m * st.compute_s, m * st.communication_s,
+                                                                 m * st.dram_stall_s)
+        period = max(per_stage)
+        pipeline = m * period + (sum(per_stage) - period) / chunks
+        if self.training:
+            pipeline += max(self._update_alone_s(i) for i in range(pp))
+        busiest = self._busiest_s()
+        makespan = max(pipeline, busiest)
+        for st in self.stats:
+            st.finish_s = makespan
+        moved = [f.bytes_moved for f in self.flows]
+        return EngineRun(makespan, self.stats, self.flows, moved, 0), max(period, busiest / m)
+
+    def _alone_s(self, i: int, cost: PassCost) -> float:
+        """Time of a pass that waits for nothing (s), its stage's stats kept per microbatch."""
+        seg, stats = self._segments(i, cost), self.stats[i]
+        stall = max(seg.dram_s - seg.compute_s, 0.0)
+        exposed = self._collectives_time(i, cost.exposed_dp_collectives, dp=True)[0]
+        stats.compute_s += cost.compute_s
+        stats.dram_stall_s += seg.count * stall
+        stats.communication_s += seg.count * seg.collective_s + exposed
+        return seg.count * (seg.compute_s + stall + seg.collective_s) + exposed
+
+    def _send_alone_s(self, i: int, dst: int, size_bytes: float) -> float:
+        """Time of a send and its regroup that wait for nothing (s)."""
+        flow = self.p2p.get((i, dst))
+        if flow is None or size_bytes <= 0:
+            return 0.0
+        sent = flow.step_time_s(self._p2p_bytes(flow, i, size_bytes))
+        regroup = self._regroup_cost(dst, size_bytes)
+        return sent + (regroup[1] if regroup else 0.0)
+
+    def _update_alone_s(self, i: int) -> float:
+        """Time of stage ``i``'s gradient update that waits for nothing (s), stats kept."""
+        chunks = [self.costs[c * self.pp + i] for c in range(len(self.costs) // self.pp)]
+        collectives = tuple(c for cost in chunks for c in cost.dp_collectives)
+        duration = self._collectives_time(i, collectives, dp=True)[0]
+        stats = self.stats[i]
+        compute = stats.compute_s
+        steps = sum(self._alone_s(i, cost.optimizer_step) for cost in chunks)
+        stats.compute_s = compute  # the steps' compute is optimizer time, as in the engine
+        stats.optimizer_s = sum(c.optimizer_step.compute_s for c in chunks)
+        stats.communication_s += duration
+        return duration + steps
+
+    def _busiest_s(self) -> float:
+        """The longest busy time of any resource over the run so far (s)."""
+        busy: dict[int, float] = {}
+        for flow in self.flows:
+            if flow.bytes_moved:
+                for r, occupancy in flow.occupancy.items():
+                    busy[r] = busy.get(r, 0.0) + occupancy * flow.bytes_moved
+        return max(busy.values(), default=0.0)
 
     def _message(self, key: tuple[str, int, int]) -> simpy.Event:
         event = self.messages.get(key)
@@ -389,7 +478,7 @@ class Engine:
         total = size = latency = 0.0
         for c in collectives:
             flows = self.stage_flows[i]
-            flow = flows.dp if dp else (flows.tp_all_to_all if c.kind == "all_to_all" else flows.tp)
+            flow = flows.dp if dp else (flows.tp_all_to_all or flows.tp if c.kind == "all_to_all" else flows.tp)
             duration, moved = flow.collective_time_s(c.kind, c.size_bytes)
             flow.bytes_moved += moved * c.count
             total += duration * c.count

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 from fixtures import cluster_hardware, mesh_hardware, uniform_cost
 
+from simulator.costs import PassCost
 from simulator.engine import Engine
 from simulator.errors import InputError
 from simulator.network.backends import AnalyticalNetwork, ContentionNetwork
@@ -78,6 +79,35 @@ def test_gpipe_and_1f1b_makespan_and_bubble(schedule_class, pp, m):
     assert run.makespan_s == pytest.approx((m + pp - 1) * (t_f + t_b))
     bubble = 1 - m * (t_f + t_b) / run.makespan_s
     assert bubble == pytest.approx((pp - 1) / (m + pp - 1))
+
+
+@pytest.mark.parametrize(("schedule", "chunks"), [(GPipe(4), 1), (OneFOneB(4), 1), (InterleavedOneFOneB(4, 2), 2),
+                                                 (InterleavedOneFOneB(4, 4), 4)])
+@pytest.mark.parametrize("m", [4, 8, 12])
+def test_the_estimate_is_the_schedules_closed_form_and_the_engines_makespan(schedule, chunks, m):
+    t = 1.0
+    engine = _engine(4, schedule, t / chunks, 2 * t / chunks, chunks=chunks)
+    run, period = engine.estimate(m)
+    assert run.makespan_s == pytest.approx(m * 3 * t + (4 - 1) * 3 * t / chunks)
+    assert period == pytest.approx(3 * t)
+    assert run.makespan_s == pytest.approx(engine.run(m).makespan_s)
+
+
+def test_the_estimate_is_at_least_the_busiest_resources_time():
+    # Four one-core stages on a 4x1 die: cores 0-1 stream from port 0, cores 2-3 from port 1
+    # (nearest), each port at half the die's 1 GB/s. A forward streams 1 GB: 2 s alone. Without
+    # contention the pipeline takes m * 2.002 + 3 * 2.002 s; port 0 carries 2 m GB, 4 m s.
+    hw = mesh_hardware(dies=(1, 1), cores=(4, 1), dram=1e9)
+    topo = topology_of(hw)
+    dram = PassCost(compute_s=1e-3, dram_bytes=1e9, tp_collectives=(), segments=1, flops=1.0)
+    costs = tuple(dataclasses.replace(uniform_cost(1e-3, 2e-3), forward=dram) for _ in range(4))
+    engine = Engine(hardware=hw, topology=topo, placements=place(topo, Strategy(pp=4)), costs=costs,
+                    schedule=OneFOneB(4), network=AnalyticalNetwork(), training=True)
+    m = 8
+    run, period = engine.estimate(m)
+    assert run.makespan_s == pytest.approx(4 * m, rel=1e-9)
+    assert period == pytest.approx(4.0, rel=1e-9)
+    assert engine.run(m).makespan_s == pytest.approx((m + 3) * 2.002, rel=1e-6)  # over-books the ports
 
 
 def test_interleaving_divides_the_bubble_by_the_number_of_chunks():

@@ -1,0 +1,71 @@
+"""Screening fidelity: does the closed-form ``estimate`` rank mappings as the simulation does?
+
+Draws ``--points`` mappings at random (seeded) from the default space of
+``palm-search optimize --model T-145B --hw wafer`` (every point fits memory: the space is
+pre-screened), evaluates each with ``estimate`` and with the event-driven backends, and prints
+the Spearman rank correlation of samples/s between them, the median ratio, where the
+simulation's best point ranks under the estimate, and the time per evaluation.
+
+Usage: ``python benchmarks/fidelity.py [--points 200] [--seed 0] [--jobs 2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+import pandas as pd
+from joblib import Parallel, delayed
+from optuna.trial import FixedTrial
+
+from palm_search.search.space import candidate_builder, enumerate_points
+from palm_search.search.study import StudySpec
+from simulator import load_hardware, load_model, simulate
+
+NETWORKS = ("estimate", "sharing", "contention")
+
+
+def evaluate(params: dict) -> dict:
+    """Samples/s and seconds per evaluation of one point under every network."""
+    model, hardware = load_model("T-145B"), load_hardware("wafer")
+    strategy = candidate_builder(SPEC, model, hardware)(FixedTrial(params)).strategy
+    out: dict = {}
+    for network in NETWORKS:
+        started = time.process_time()
+        out[network] = simulate(model, hardware, strategy, network=network).samples_per_s
+        out[f"{network}_s"] = time.process_time() - started
+    return out
+
+
+SPEC = StudySpec(model="T-145B", hardware="wafer")
+
+
+def spearman(a: pd.Series, b: pd.Series) -> float:
+    """Rank correlation (Pearson's on ranks, ties averaged)."""
+    return float(a.rank().corr(b.rank()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--points", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args()
+    build = candidate_builder(SPEC, load_model("T-145B"), load_hardware("wafer"))
+    points = enumerate_points(build, limit=1_000_000) or []
+    chosen = random.Random(args.seed).sample(points, min(args.points, len(points)))
+    rows = pd.DataFrame(Parallel(n_jobs=args.jobs)(delayed(evaluate)(p) for p in chosen))
+    print(f"default space: {len(points)} points fit memory; {len(rows)} drawn (seed {args.seed})")
+    for network in NETWORKS[1:]:
+        ratio = (rows["estimate"] / rows[network]).median()
+        best = rows[network].idxmax()
+        rank = int(rows["estimate"].rank(ascending=False)[best])
+        print(f"estimate vs {network}: Spearman {spearman(rows['estimate'], rows[network]):.3f}, median"
+              f" estimate/{network} {ratio:.3f}, {network}'s best ranks {rank} of {len(rows)} by estimate")
+    times = {n: rows[f"{n}_s"].median() * 1e3 for n in NETWORKS}
+    print("median CPU per evaluation: " + ", ".join(f"{n} {t:.1f} ms" for n, t in times.items()))
+
+
+if __name__ == "__main__":
+    main()
