@@ -17,6 +17,7 @@ then PP).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from simulator.network.topology import Topology
 from simulator.strategy import Strategy
@@ -66,7 +67,18 @@ def place(topology: Topology, strategy: Strategy) -> tuple[StagePlacement, ...]:
     Raises:
         InputError: the machine has no device order named by the strategy's ``placement``.
     """
-    return tuple(_stage(topology, devices, strategy) for devices in stage_devices(topology, strategy))
+    return _placed(topology, strategy.tp, strategy.pp, strategy.dp, strategy.placement, strategy.stage_devices,
+                   strategy.group_layout, strategy.group_order)
+
+
+@lru_cache(maxsize=4096)
+def _placed(topology: Topology, tp: int, pp: int, dp: int, placement: str,
+            devices: tuple[tuple[int, ...], ...] | None, group_layout: str,
+            group_order: str) -> tuple[StagePlacement, ...]:
+    """:func:`place` by the fields it reads (searches revisit one placement with many plans)."""
+    strategy = Strategy(tp=tp, pp=pp, dp=dp, placement=placement, stage_devices=devices,
+                        group_layout=group_layout, group_order=group_order)  # type: ignore[arg-type]
+    return tuple(_stage(topology, d, strategy) for d in stage_devices(topology, strategy))
 
 
 def _stage(topology: Topology, devices: tuple[int, ...], strategy: Strategy) -> StagePlacement:
