@@ -23,12 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import simpy
 
 from simulator.costs import Collective, PassCost, StageCost
-from simulator.hardware.spec import Hardware
+from simulator.hardware.spec import Calibration, Hardware
 from simulator.network.backends import NetworkBackend
 from simulator.network.collectives import Flow, all_pairs_edges, make_flow, ring_edges
 from simulator.network.sharing import SharingNetwork
@@ -149,44 +150,14 @@ class Engine:
         self.calibration = hardware.calibration
         all_to_all = any(c.kind == "all_to_all" for cost in costs for p in (cost.forward, cost.backward)
                          for c in p.tp_collectives + p.overlapped_collectives)
-        self.stage_flows = [self._stage_flows(i, p, all_to_all) for i, p in enumerate(placements)]
-        self.p2p: dict[tuple[int, int], Flow] = {}
-        for i in range(self.pp):
-            for j in {(i + 1) % self.pp, (i - 1) % self.pp} - {i}:
-                self.p2p[(i, j)] = self._p2p_flow(i, j)
+        self.stage_flows, self.p2p = _machine_flows(topology, placements, hardware.calibration,
+                                                    transfer_strategy, all_to_all)
         self.flows = [f for s in self.stage_flows for f in _own_flows(s)]
         self.flows += list(self.p2p.values())
         self.sharing = network if isinstance(network, SharingNetwork) else None
         self.booking = None if isinstance(network, SharingNetwork) else network
         if self.booking is not None and self.booking.uses_contention():
             self._assign_bookings()
-
-    def _stage_flows(self, i: int, placement: StagePlacement, all_to_all: bool) -> StageFlows:
-        """The flows of stage ``i``; the all-pairs pattern of its TP groups only if some
-        collective is an all-to-all (ResNet's halo exchange)."""
-        cal, topo = self.calibration, self.topology
-        tp_size, dp_size = len(placement.tp_groups[0]), len(placement.dp_groups[0])
-        dram = None
-        if topo.dram_route(placement.devices[0])[0]:
-            dram = make_flow(topo, f"stage{i} dram", "dram", [(d, -1) for d in placement.devices],
-                             cal.memory_bound_efficiency)
-        return StageFlows(
-            tp=make_flow(topo, f"stage{i} tp", "tp", _rings(topo, placement.tp_groups),
-                         cal.collective_efficiency, tp_size),
-            dp=make_flow(topo, f"stage{i} dp", "dp", _rings(topo, placement.dp_groups),
-                         cal.collective_efficiency, dp_size),
-            dram=dram,
-            tp_all_to_all=make_flow(topo, f"stage{i} tp a2a", "tp", all_pairs_edges(placement.tp_groups),
-                                    cal.collective_efficiency, tp_size) if all_to_all else None,
-        )
-
-    def _p2p_flow(self, i: int, j: int) -> Flow:
-        src, dst = self.placements[i], self.placements[j]
-        if self.transfer_strategy == 1:
-            edges = list(zip(src.devices, dst.devices, strict=True))
-        else:
-            edges = [(a[0], b[0]) for a, b in zip(src.tp_groups, dst.tp_groups, strict=True)]
-        return make_flow(self.topology, f"p2p {i}->{j}", "p2p", edges, self.calibration.p2p_efficiency)
 
     def _assign_bookings(self) -> None:
         """Book a resource only where flows of different processes meet; p2p flows, which can
@@ -603,6 +574,50 @@ class Engine:
         self.stats[i].optimizer_s += sum(c.optimizer_step.compute_s for c in chunks)
         if self.record:
             self.records.append(PassRecord(i, "U", -1, 0, now, self.env.now))
+
+@lru_cache(maxsize=256)
+def _machine_flows(topology: Topology, placements: tuple[StagePlacement, ...], calibration: Calibration,
+                   transfer_strategy: int, all_to_all: bool) -> tuple[list[StageFlows], dict[tuple[int, int], Flow]]:
+    """The flows of every stage and the p2p flows between neighbours (built once per placement:
+    a search revisits one placement under many plans; an engine resets the counters it uses)."""
+    stage_flows = [_stage_flows(topology, calibration, i, p, all_to_all) for i, p in enumerate(placements)]
+    pp = len(placements)
+    p2p: dict[tuple[int, int], Flow] = {}
+    for i in range(pp):
+        for j in sorted({(i + 1) % pp, (i - 1) % pp} - {i}):
+            p2p[(i, j)] = _p2p_flow(topology, calibration, placements, transfer_strategy, i, j)
+    return stage_flows, p2p
+
+
+def _stage_flows(topo: Topology, cal: Calibration, i: int, placement: StagePlacement, all_to_all: bool) -> StageFlows:
+    """The flows of stage ``i``; the all-pairs pattern of its TP groups only if some
+    collective is an all-to-all (ResNet's halo exchange)."""
+    tp_size, dp_size = len(placement.tp_groups[0]), len(placement.dp_groups[0])
+    dram = None
+    if topo.dram_route(placement.devices[0])[0]:
+        dram = make_flow(topo, f"stage{i} dram", "dram", [(d, -1) for d in placement.devices],
+                         cal.memory_bound_efficiency)
+    return StageFlows(
+        tp=make_flow(topo, f"stage{i} tp", "tp", _rings(topo, placement.tp_groups),
+                     cal.collective_efficiency, tp_size),
+        dp=make_flow(topo, f"stage{i} dp", "dp", _rings(topo, placement.dp_groups),
+                     cal.collective_efficiency, dp_size),
+        dram=dram,
+        tp_all_to_all=make_flow(topo, f"stage{i} tp a2a", "tp", all_pairs_edges(placement.tp_groups),
+                                cal.collective_efficiency, tp_size) if all_to_all else None,
+    )
+
+
+def _p2p_flow(topo: Topology, cal: Calibration, placements: tuple[StagePlacement, ...], transfer_strategy: int,
+              i: int, j: int) -> Flow:
+    """Stage ``i``'s sends to stage ``j``: rank to rank (strategy 1) or adapter to adapter (2)."""
+    src, dst = placements[i], placements[j]
+    if transfer_strategy == 1:
+        edges = list(zip(src.devices, dst.devices, strict=True))
+    else:
+        edges = [(a[0], b[0]) for a, b in zip(src.tp_groups, dst.tp_groups, strict=True)]
+    return make_flow(topo, f"p2p {i}->{j}", "p2p", edges, cal.p2p_efficiency)
+
 
 def _rings(topology: Topology, groups: tuple[tuple[int, ...], ...]) -> list[Edge]:
     """Ring edges of ``groups``, spread over the NICs of each node on a GPU cluster."""
