@@ -38,12 +38,16 @@ def optimize_command(
     model: Annotated[str | None, Opt("--model", help="Model preset or TOML file.")] = None,
     hw: Annotated[str | None, Opt("--hw", help="Hardware preset or TOML file.")] = None,
     study_file: Annotated[Path | None, Opt("--study", help="Study TOML (flags override it).")] = None,
-    trials: Annotated[int | None, Opt(help="Finished trials the study should hold (every proposal fits memory:"
-                                          " plans over it are screened out before the search).")] = None,
+    trials: Annotated[int | None, Opt(help="Finished trials the study should hold: simulations, each of a"
+                                          " mapping that fits memory (plans over it are screened out first).")] = None,
     sampler: Annotated[str | None, Opt(help="auto, tpe, random, exhaustive or nsga2.")] = None,
     seed: Annotated[int | None, Opt(help="Sampler seed.")] = None,
     objective: Annotated[list[str] | None, Opt(help="throughput and/or memory (repeat).")] = None,
-    network: Annotated[str | None, Opt(help="contention, sharing or analytical (see simulate --help).")] = None,
+    network: Annotated[str | None, Opt(help="contention, sharing, analytical or estimate (simulate --help).")] = None,
+    fidelity: Annotated[str | None, Opt(help=(
+        "screen: estimate every point of the space in closed form (ms each), simulate the best --trials;"
+        " full: the sampler proposes every simulated point; auto (default): screen when the sampler is auto"
+        " and the space exceeds the budget (up to 20,000 points)."))] = None,
     top: Annotated[int | None, Opt(help="Mappings shown at the end.")] = None,
     artifacts_top: Annotated[int | None, Opt(help="Top trials given a trace and pictures (0: none).")] = None,
     jobs: Annotated[int, Opt(help="Simulator worker processes (default: all cores).")] = 0,
@@ -64,7 +68,7 @@ def optimize_command(
 
     spec = resolve_spec(study_file, model, hw, trials=trials, sampler=sampler, seed=seed,
                         objectives=tuple(objective) if objective else None, network=network, top=top,
-                        artifacts_top=artifacts_top)
+                        artifacts_top=artifacts_top, fidelity=fidelity)
     _check_jobs(jobs)
     check_executor(executor, scheduler)
     directory = run_dir or Path("runs") / spec.name
@@ -75,6 +79,8 @@ def optimize_command(
     baseline, note = choose_baseline(spec, search.model, search.hardware)
     search.study.set_user_attr("baseline_note", note)
     with _progress_bar(spec.trials) as (progress, task), stop_on_sigint(search):
+        if search.screened:
+            progress.update(task, description=f"baseline, then screening {len(search.screened):,} points")
         run_baseline(search, baseline)
         optimize(search, lambda p: progress.update(task, completed=p.done, description=_describe(p)))
     cluster.close()

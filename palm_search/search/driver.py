@@ -28,6 +28,7 @@ from joblib.externals.loky.process_executor import TerminatedWorkerError
 from optuna.trial import TrialState
 
 from palm_search.search.evaluate import RECORD_KEYS, cache_key, evaluate
+from palm_search.search.screen import SCREEN_LIMIT, enqueue_screened, screen
 from palm_search.search.space import SpaceBuilder, candidate_builder, enumerate_points
 from palm_search.search.storage import (
     Heartbeat,
@@ -88,6 +89,8 @@ class Search:
     """Ids of the trials this process holds RUNNING (a :class:`Heartbeat` beats them)."""
     points: list[dict] | None = None
     """The exhaustive walk's parameter sets (None when a sampler proposes the points)."""
+    screened: list[dict] | None = None
+    """The points to screen with the estimate (``fidelity`` screen; see :mod:`.screen`)."""
 
 
 def storage_for(run_dir: Path, url: str | None):
@@ -123,21 +126,20 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
     """
     model, hardware = load_model(spec.model), load_hardware(spec.hardware)
     build = candidate_builder(spec, model, hardware)
-    points = None
-    if spec.sampler in ("auto", "exhaustive"):
-        points = enumerate_points(build, spec.trials if spec.sampler == "auto" else 10**6)
+    points, screened = _walks(spec, build)
     if points is not None:
         spec = spec.replace(trials=min(spec.trials, len(points) + 1))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(study_name=spec.name, storage=storage_for(run_dir, storage),
-                                sampler=make_sampler(spec, points is not None),
+                                sampler=make_sampler(spec, points is not None or screened is not None),
                                 directions=spec.directions, load_if_exists=True)
     search = Search(spec=spec, model=model, hardware=hardware, study=study, build=build, jobs=jobs,
                     deterministic=deterministic)
-    search.points = points
+    search.points, search.screened = points, screened
     if not study.trials:
         study.set_user_attr("spec", spec_to_attrs(spec))
-        study.set_user_attr("sampler", "exhaustive" if points is not None else spec.sampler)
+        sampler = "exhaustive" if points is not None else f"screen ({spec.network})" if screened else spec.sampler
+        study.set_user_attr("sampler", sampler)
         plans = build.space.plans
         if plans is not None:
             study.set_user_attr("memory_prescreen", {"plans": plans.plans, "checked": plans.checked,
@@ -146,14 +148,41 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
     return search
 
 
+def _walks(spec: StudySpec, build: SpaceBuilder) -> tuple[list[dict] | None, list[dict] | None]:
+    """(the exhaustive walk, the points to screen): the walk when the sampler is exhaustive, or
+    ``auto`` and the space fits the budget; else the points to screen when the fidelity allows
+    and the space has at most :data:`SCREEN_LIMIT` points; else neither (a sampler proposes).
+
+    Raises:
+        InputError: ``fidelity`` screen on a space larger than :data:`SCREEN_LIMIT`.
+    """
+    if spec.sampler == "exhaustive":
+        return enumerate_points(build, 10**6), None
+    if spec.sampler != "auto":
+        return None, None
+    walk = enumerate_points(build, spec.trials if spec.fidelity == "full" else max(spec.trials, SCREEN_LIMIT))
+    if walk is not None and len(walk) <= spec.trials:
+        return walk, None
+    if walk is None and spec.fidelity == "screen":
+        raise InputError(f"study: the space has more than {SCREEN_LIMIT:,} points, too many to screen; fix some"
+                         " dimensions or use fidelity \"full\"")
+    return None, walk
+
+
 def enqueue_points(search: Search) -> None:
-    """Queue the exhaustive walk's points once per study, after the baseline trial (whose
-    ``ask`` would otherwise take the first of them)."""
-    if search.points is None or search.study.user_attrs.get("enqueued"):
+    """Queue the exhaustive walk's points, or the best screened ones (:mod:`.screen`), once per
+    study, after the baseline trial (whose ``ask`` would otherwise take the first of them)."""
+    study = search.study
+    if study.user_attrs.get("enqueued") or (search.points is None and search.screened is None):
         return
-    for params in search.points:
-        search.study.enqueue_trial(params)
-    search.study.set_user_attr("enqueued", True)
+    if search.points is not None:
+        for params in search.points:
+            study.enqueue_trial(params)
+    elif search.screened is not None:
+        ranked, seconds = screen(search.build, search.model, search.hardware, search.screened, search.jobs,
+                                 _backend(search))
+        enqueue_screened(study, ranked, search.spec.trials - 1, seconds)
+    study.set_user_attr("enqueued", True)
 
 
 def candidate_of(search: Search, trial: optuna.trial.FrozenTrial) -> Candidate:

@@ -12,7 +12,9 @@ Study files are TOML (see ``studies/t145b-wafer.toml``)::
     trials = 300             # budget: finished trials in the study
     seed = 0
     batch_size = 8           # trials per synchronous batch with --deterministic
-    network = "contention"   # or "sharing" or "analytical"
+    network = "contention"   # or "sharing", "analytical" or "estimate" (closed form, no events)
+    fidelity = "auto"        # screen (estimate every point, simulate the best `trials`) | full |
+                             # auto (screen when the sampler is auto and the space exceeds the budget)
     top = 10                 # mappings shown at the end
     artifacts_top = 3        # top trials re-simulated for trace and pictures (Optuna artifacts); 0: none
 
@@ -45,7 +47,8 @@ from simulator.strategy import Strategy
 
 OBJECTIVES = ("throughput", "memory")
 SAMPLERS = ("auto", "tpe", "random", "exhaustive", "nsga2")
-NETWORKS = ("contention", "sharing", "analytical")
+NETWORKS = ("contention", "sharing", "analytical", "estimate")
+FIDELITIES = ("auto", "screen", "full")
 DEFAULT_SEARCHED = ("degrees", "microbatch_size", "schedule", "recompute", "sequence_parallel",
                     "zero_stage", "groups", "placement")
 DEFAULT_MICROBATCH_SIZES = (1, 2, 4, 8, 16)
@@ -64,6 +67,7 @@ class StudySpec:
     seed: int = 0
     batch_size: int = 8
     network: str = "contention"
+    fidelity: str = "auto"
     top: int = 10
     artifacts_top: int = 3
     searched: tuple[str, ...] = DEFAULT_SEARCHED
@@ -77,6 +81,10 @@ class StudySpec:
         _check("objectives", self.objectives, OBJECTIVES, many=True)
         _check("sampler", self.sampler, SAMPLERS)
         _check("network", self.network, NETWORKS)
+        _check("fidelity", self.fidelity, FIDELITIES)
+        if self.fidelity == "screen" and self.sampler != "auto":
+            raise InputError(f"study: `fidelity` \"screen\" chooses the points itself; it needs sampler \"auto\","
+                             f" got {self.sampler!r}")
         for key in ("trials", "batch_size", "top"):
             if getattr(self, key) < 1:
                 raise InputError(f"study: `{key}` must be >= 1, got {getattr(self, key)}")
@@ -138,7 +146,7 @@ def load_study(path: str | Path) -> StudySpec:
 
 def _study_values(study: Table) -> dict:
     values = {"model": study.take_string("model"), "hardware": study.take_string("hardware")}
-    for key in ("name", "sampler", "network"):
+    for key in ("name", "sampler", "network", "fidelity"):
         if study.has(key):
             values[key] = study.take_string(key)
     if study.has("objectives"):

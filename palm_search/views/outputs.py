@@ -10,6 +10,7 @@ import pandas as pd
 from optuna.trial import TrialState
 
 from palm_search.search.driver import Search, candidate_of
+from palm_search.search.screen import rank_agreement
 from palm_search.search.storage import JOURNAL
 from simulator import Hardware, hardware_from_tables, hardware_tables
 from simulator.strategy_loader import read_json_document
@@ -107,6 +108,7 @@ def _summary(search: Search, frame: pd.DataFrame, top: pd.DataFrame, run_dir: Pa
         "study": search.spec.name, "model": search.spec.model, "hardware": search.spec.hardware,
         "objectives": list(search.spec.objectives), "sampler": search.study.user_attrs.get("sampler"),
         "memory_prescreen": search.study.user_attrs.get("memory_prescreen"),
+        "screen": _screen(search.study),
         "trials": len(frame), "failed": failed,
         "feasible": int((frame.get("feasible") == True).sum()) if len(frame) else 0,  # noqa: E712
         "baseline": baseline_row(frame), "best": best,
@@ -114,6 +116,16 @@ def _summary(search: Search, frame: pd.DataFrame, top: pd.DataFrame, run_dir: Pa
         "pareto_front": _pareto(search) if len(search.spec.objectives) > 1 else [],
         "run_dir": str(run_dir), "dashboard": dashboard_command(run_dir, None),
     }
+
+
+def _screen(study: optuna.Study) -> dict | None:
+    """The screen's figures and the rank agreement of its estimates with the simulations."""
+    screened = study.user_attrs.get("screen")
+    if not screened:
+        return None
+    agreement = rank_agreement(study.get_trials(deepcopy=False))
+    return {**screened, "spearman": agreement[0] if agreement else None,
+            "compared": agreement[1] if agreement else 0}
 
 
 def _pareto(search: Search) -> list[dict]:

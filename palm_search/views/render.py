@@ -75,6 +75,12 @@ def print_search_summary(summary: dict, console: Console | None = None) -> None:
     if screen:
         console.print(f"memory pre-screen: {screen['fitting']} of {screen['plans']} plans fit the devices"
                       f" ({screen['checked']} checked); the search proposed only those")
+    screened = summary.get("screen")
+    if screened:
+        rho = screened.get("spearman")
+        agreement = f"Spearman {rho:.2f} over {screened['compared']} simulated" if rho is not None else "-"
+        console.print(f"screen: {screened['points']:,} points estimated in {screened['seconds']:.1f} s, the best"
+                      f" {screened['queued']} simulated; estimate vs simulation rank agreement: {agreement}")
     if base:
         state = f"{base.get('samples_per_s', 0):.4g} samples/s" if base.get("feasible") else \
             f"infeasible: {base.get('reason')}"
