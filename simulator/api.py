@@ -30,13 +30,16 @@ from simulator.trace import Timeline
 from simulator.workload.spec import ModelSpec
 from simulator.workload.stages import build_stage_costs
 
+DEFAULT_NETWORK = "sharing"
+"""Links and DRAM ports shared max-min fairly (:mod:`simulator.network.sharing`); ``contention``
+is PALM's exclusive booking, kept to reproduce the paper."""
 ESTIMATE = "estimate"
 """The ``network`` that runs no events: :meth:`~simulator.engine.Engine.estimate`'s closed form
 (the search's screening fidelity)."""
 
 
 def simulate(
-    model: ModelSpec, hardware: Hardware, strategy: Strategy, *, network: str = "contention",
+    model: ModelSpec, hardware: Hardware, strategy: Strategy, *, network: str = DEFAULT_NETWORK,
     steady_state: bool = True, record: bool = False,
 ) -> SimulationResult:
     """Simulate one iteration of ``strategy`` for ``model`` on ``hardware``.
@@ -45,8 +48,8 @@ def simulate(
         model: the model.
         hardware: the machine.
         strategy: the mapping.
-        network: ``contention`` (PALM Eqs. 2-5 with exclusive links and DRAM ports),
-            ``sharing`` (links and DRAM ports shared max-min fairly between the flows on them),
+        network: ``sharing`` (links and DRAM ports shared max-min fairly between the flows on
+            them; the default), ``contention`` (PALM Eqs. 2-5 with exclusive links and DRAM ports),
             ``analytical`` (PALM Eq. 2 without contention), or ``estimate`` (no events: a
             closed form bounded by the busiest resource, for screening).
         steady_state: extrapolate from two short runs when there are many microbatches.
@@ -63,7 +66,7 @@ def simulate(
 
 
 def simulate_with_records(
-    model: ModelSpec, hardware: Hardware, strategy: Strategy, *, network: str = "contention",
+    model: ModelSpec, hardware: Hardware, strategy: Strategy, *, network: str = DEFAULT_NETWORK,
     steady_state: bool = True, record: bool = True,
 ) -> tuple[SimulationResult, list[PassRecord]]:
     """Like :func:`simulate`, also returning the pass records of the (last) engine run."""
@@ -72,7 +75,7 @@ def simulate_with_records(
 
 
 def simulate_timeline(
-    model: ModelSpec, hardware: Hardware, strategy: Strategy, *, network: str = "contention",
+    model: ModelSpec, hardware: Hardware, strategy: Strategy, *, network: str = DEFAULT_NETWORK,
     window_microbatches: int | None = None, steady_state: bool = True,
 ) -> Timeline:
     """Simulate ``strategy`` (as :func:`simulate`) and record a window of the iteration.

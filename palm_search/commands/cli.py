@@ -110,9 +110,9 @@ def simulate_command(
     transfer_strategy: Annotated[int | None, Opt(help="Inter-stage transfer, PALM Fig. 11: 1 or 2.")] = None,
     math_fidelity: Annotated[str | None, Opt(help="Matrix-engine passes on hardware that has them: LoFi, HiFi2, "
                                              "HiFi3 or HiFi4 (default: the stated peak).")] = None,
-    network: Annotated[str, Opt(help="contention (PALM: links and DRAM ports held exclusively), sharing"
-                                     " (their bandwidth shared max-min fairly), analytical (no contention) or"
-                                     " estimate (closed form, no events).")] = "contention",
+    network: Annotated[str, Opt(help="sharing (links' and DRAM ports' bandwidth shared max-min fairly),"
+                                     " contention (PALM: links and DRAM ports held exclusively), analytical (no"
+                                     " contention) or estimate (closed form, no events).")] = "sharing",
     steady_state: Annotated[bool, Opt("--steady-state/--full", help="Extrapolate from steady state.")] = True,
     json_output: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False,
     trace: Annotated[Path | None, Opt(help="Write the timeline as a Chrome trace (Perfetto) JSON file.")] = None,

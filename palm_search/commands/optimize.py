@@ -39,7 +39,8 @@ def optimize_command(
     hw: Annotated[str | None, Opt("--hw", help="Hardware preset or TOML file.")] = None,
     study_file: Annotated[Path | None, Opt("--study", help="Study TOML (flags override it).")] = None,
     trials: Annotated[int | None, Opt(help="Finished trials the study should hold: simulations, each of a"
-                                          " mapping that fits memory (plans over it are screened out first).")] = None,
+                                          " mapping that fits memory (plans over it are screened out first);"
+                                          " default 300, or 50 after a screen.")] = None,
     sampler: Annotated[str | None, Opt(help="auto, tpe, random, exhaustive or nsga2.")] = None,
     seed: Annotated[int | None, Opt(help="Sampler seed.")] = None,
     objective: Annotated[list[str] | None, Opt(help="throughput and/or memory (repeat).")] = None,
@@ -78,7 +79,7 @@ def optimize_command(
     search.backend = cluster.backend
     baseline, note = choose_baseline(spec, search.model, search.hardware)
     search.study.set_user_attr("baseline_note", note)
-    with _progress_bar(spec.trials) as (progress, task), stop_on_sigint(search):
+    with _progress_bar(search.spec.trials) as (progress, task), stop_on_sigint(search):
         if search.screened:
             progress.update(task, description=f"baseline, then screening {len(search.screened):,} points")
         run_baseline(search, baseline)
@@ -86,7 +87,7 @@ def optimize_command(
     cluster.close()
     summary = write_outputs(search, directory)
     if search.interrupted:
-        typer.echo(f"interrupted: {summary['trials']} of {spec.trials} trials finished, outputs written to "
+        typer.echo(f"interrupted: {summary['trials']} of {search.spec.trials} trials finished, outputs written to "
                    f"{directory}; run the same command to resume", err=True)
         raise typer.Exit(code=INTERRUPTED_EXIT_CODE)
     summary["illustrated_trials"] = _attach(search, directory)

@@ -38,7 +38,7 @@ from palm_search.search.storage import (
     journal_storage,
     rdb_storage,
 )
-from palm_search.search.study import StudySpec, spec_to_attrs
+from palm_search.search.study import DEFAULT_TRIALS, SCREENED_TRIALS, StudySpec, spec_to_attrs
 from simulator import (
     Hardware,
     InputError,
@@ -127,6 +127,7 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
     model, hardware = load_model(spec.model), load_hardware(spec.hardware)
     build = candidate_builder(spec, model, hardware)
     points, screened = _walks(spec, build)
+    spec = spec.replace(trials=spec.trials or (SCREENED_TRIALS if screened is not None else DEFAULT_TRIALS))
     if points is not None:
         spec = spec.replace(trials=min(spec.trials, len(points) + 1))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -160,8 +161,9 @@ def _walks(spec: StudySpec, build: SpaceBuilder) -> tuple[list[dict] | None, lis
         return enumerate_points(build, 10**6), None
     if spec.sampler != "auto":
         return None, None
-    walk = enumerate_points(build, spec.trials if spec.fidelity == "full" else max(spec.trials, SCREEN_LIMIT))
-    if walk is not None and len(walk) <= spec.trials:
+    budget = spec.trials or DEFAULT_TRIALS
+    walk = enumerate_points(build, budget if spec.fidelity == "full" else max(budget, SCREEN_LIMIT))
+    if walk is not None and len(walk) <= budget:
         return walk, None
     if walk is None and spec.fidelity == "screen":
         raise InputError(f"study: the space has more than {SCREEN_LIMIT:,} points, too many to screen; fix some"

@@ -9,10 +9,11 @@ Study files are TOML (see ``studies/t145b-wafer.toml``)::
     objectives = ["throughput"]      # or ["throughput", "memory"] for a Pareto front
     sampler = "auto"         # auto (exhaustive if the space fits the budget, else TPE) | tpe |
                              # random | exhaustive | nsga2
-    trials = 300             # budget: finished trials in the study
+    trials = 300             # budget: finished trials (simulations) in the study; default 300, or 50
+                             # after a screen (every point estimated, the best 50 simulated)
     seed = 0
     batch_size = 8           # trials per synchronous batch with --deterministic
-    network = "contention"   # or "sharing", "analytical" or "estimate" (closed form, no events)
+    network = "sharing"      # or "contention" (PALM's), "analytical" or "estimate" (closed form, no events)
     fidelity = "auto"        # screen (estimate every point, simulate the best `trials`) | full |
                              # auto (screen when the sampler is auto and the space exceeds the budget)
     top = 10                 # mappings shown at the end
@@ -47,8 +48,11 @@ from simulator.strategy import Strategy
 
 OBJECTIVES = ("throughput", "memory")
 SAMPLERS = ("auto", "tpe", "random", "exhaustive", "nsga2")
-NETWORKS = ("contention", "sharing", "analytical", "estimate")
+NETWORKS = ("sharing", "contention", "analytical", "estimate")
 FIDELITIES = ("auto", "screen", "full")
+DEFAULT_TRIALS = 300
+SCREENED_TRIALS = 50
+"""Simulations after a screen: the estimate ranks the whole space, so a few confirm its top."""
 DEFAULT_SEARCHED = ("degrees", "microbatch_size", "schedule", "recompute", "sequence_parallel",
                     "zero_stage", "groups", "placement")
 DEFAULT_MICROBATCH_SIZES = (1, 2, 4, 8, 16)
@@ -63,10 +67,12 @@ class StudySpec:
     name: str = ""
     objectives: tuple[str, ...] = ("throughput",)
     sampler: str = "auto"
-    trials: int = 300
+    trials: int | None = None
+    """Finished trials (simulations); None: :data:`DEFAULT_TRIALS`, or :data:`SCREENED_TRIALS` after
+    a screen (resolved when the search opens)."""
     seed: int = 0
     batch_size: int = 8
-    network: str = "contention"
+    network: str = "sharing"
     fidelity: str = "auto"
     top: int = 10
     artifacts_top: int = 3
@@ -86,7 +92,7 @@ class StudySpec:
             raise InputError(f"study: `fidelity` \"screen\" chooses the points itself; it needs sampler \"auto\","
                              f" got {self.sampler!r}")
         for key in ("trials", "batch_size", "top"):
-            if getattr(self, key) < 1:
+            if getattr(self, key) is not None and getattr(self, key) < 1:
                 raise InputError(f"study: `{key}` must be >= 1, got {getattr(self, key)}")
         if not 0 <= self.seed < 2**32:  # numpy's seed range, used by every Optuna sampler
             raise InputError(f"study: `seed` must be in [0, 2**32), got {self.seed}")
