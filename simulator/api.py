@@ -13,6 +13,7 @@ Inference reports steady-state throughput (PALM §V-A3: fill and drain ignored).
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -310,15 +311,15 @@ def resource_utilisation(topology: Topology, run: EngineRun, iteration_s: float)
 def _resource_usage(topology: Topology, run: EngineRun, iteration_s: float) -> tuple[ResourceUsage, ...]:
     """Bytes carried by each resource over the iteration, as a fraction of its capacity."""
     carried = _carried_bytes(run)
+    bandwidth, kinds = topology.bandwidth_bytes_per_s, topology.kinds
     usages = []
-    for kind in sorted(set(topology.kinds)):
-        util = {r: carried.get(r, 0.0) / (topology.bandwidth_bytes_per_s[r] * iteration_s)
-                for r, k in enumerate(topology.kinds) if k == kind}
-        used = [u for u in util.values() if u > 0]
+    for kind, count in sorted(Counter(kinds).items()):
+        util = {r: moved / (bandwidth[r] * iteration_s) for r, moved in carried.items()
+                if kinds[r] == kind and moved > 0}
         top = sorted(util, key=util.__getitem__, reverse=True)[:5]
         usages.append(ResourceUsage(
-            kind=kind, count=len(util), max_utilisation=max(util.values(), default=0.0),
-            mean_utilisation=sum(used) / len(used) if used else 0.0,
-            busiest=tuple((topology.names[r], util[r]) for r in top if util[r] > 0),
+            kind=kind, count=count, max_utilisation=max(util.values(), default=0.0),
+            mean_utilisation=sum(util.values()) / len(util) if util else 0.0,
+            busiest=tuple((topology.names[r], util[r]) for r in top),
         ))
     return tuple(usages)

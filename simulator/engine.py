@@ -575,7 +575,7 @@ class Engine:
         if self.record:
             self.records.append(PassRecord(i, "U", -1, 0, now, self.env.now))
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=2048)
 def _machine_flows(topology: Topology, placements: tuple[StagePlacement, ...], calibration: Calibration,
                    transfer_strategy: int, all_to_all: bool) -> tuple[list[StageFlows], dict[tuple[int, int], Flow]]:
     """The flows of every stage and the p2p flows between neighbours (built once per placement:
