@@ -21,6 +21,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/simulator_speed.py
 	$(BIN)/python benchmarks/search_speed.py
+	$(BIN)/python benchmarks/fidelity.py
 	$(BIN)/python benchmarks/search_quality.py
 
 lint: $(STAMP)

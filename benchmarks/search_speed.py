@@ -1,9 +1,10 @@
 """Wall time of the default search, split into search and pictures, and ``--jobs`` scaling.
 
-Runs what ``palm-search optimize --model T-145B --hw wafer`` runs (300 trials, seed 0, pictures
-of the top 3 and the baseline) with ``--jobs 1`` and ``--jobs 2`` in fresh run directories, and
-prints each part's wall time and the parallel efficiency ``T1 / (2 T2)`` of the search. The two
-runs must find the same trials (synchronous batches); the script checks it.
+Runs what ``palm-search optimize --model T-145B --hw wafer`` runs (the screen of every point,
+50 simulations, seed 0, pictures of the top 3 and the baseline) with ``--jobs 1`` and ``--jobs 2``
+in fresh run directories, and prints each part's wall time and the parallel efficiency
+``T1 / (2 T2)`` of the search. The two runs must find the same trials (synchronous batches);
+the script checks it.
 
 Usage: ``python benchmarks/search_speed.py``.
 """
