@@ -1,4 +1,5 @@
-"""Simulator wall time per configuration, contention on (issue: at most 0.2 s per configuration).
+"""Simulator wall time per configuration under each network model: sharing (the default),
+contention (PALM's, the authors' model) and estimate (the closed-form screen).
 
 Cases: T-18B, T-76B and T-145B on ``wafer`` at TP 8 / DP 2 / PP 20 (PALM §V-B baseline: 1F1B,
 full recompute, Adam, FP16; ZeRO-1 where the plain baseline exceeds the per-die DRAM), T-145B at
@@ -50,19 +51,29 @@ def _hardware(name: str) -> Hardware:
     return dataclasses.replace(wafer, name=name, network=dataclasses.replace(wafer.network, dies_x=10, dies_y=8))
 
 
+NETWORKS = ("sharing", "contention", "estimate")
+
+
 def measure(model: str, hardware: str, strategy: Strategy, repeat: int) -> dict:
-    """Median wall time of ``repeat`` simulations and the result's headline numbers."""
+    """Median wall time of ``repeat`` simulations under each network and the default's headline
+    numbers."""
     spec, hw = load_model(model), _hardware(hardware)
-    result = simulate(spec, hw, strategy)
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        result = simulate(spec, hw, strategy)
-        times.append(time.perf_counter() - started)
-    return dict(model=model, hardware=hardware, tp=strategy.tp, dp=strategy.dp, pp=strategy.pp,
-                zero=strategy.zero_stage, feasible=result.feasible, samples_per_s=result.samples_per_s,
-                mfu=result.model_flops_utilisation, events=result.events_simulated,
-                wall_s=statistics.median(times))
+    row: dict = dict(model=model, hardware=hardware, tp=strategy.tp, dp=strategy.dp, pp=strategy.pp,
+                     zero=strategy.zero_stage)
+    for network in NETWORKS:
+        result = simulate(spec, hw, strategy, network=network)
+        times = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            result = simulate(spec, hw, strategy, network=network)
+            times.append(time.perf_counter() - started)
+        row[f"{network}_s"] = statistics.median(times)
+        if network == NETWORKS[0]:
+            row.update(feasible=result.feasible, samples_per_s=result.samples_per_s,
+                       mfu=result.model_flops_utilisation, events=result.events_simulated)
+        else:
+            row[f"{network}_samples_per_s"] = result.samples_per_s
+    return row
 
 
 def main() -> None:
@@ -72,9 +83,12 @@ def main() -> None:
     args = parser.parse_args()
     table = pd.DataFrame([measure(m, h, s, args.repeat) for m, h, s in cases()])
     table["authors_s"] = table.model.map(AUTHORS_WAFER_S).where((table.hardware == "wafer") & (table.tp == 8))
-    table["speedup_vs_authors"] = table.authors_s / table.wall_s
+    for network in NETWORKS[:2]:
+        table[f"{network}_vs_authors"] = table.authors_s / table[f"{network}_s"]
     print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
-    print(f"max {table.wall_s.max():.3f} s, mean {table.wall_s.mean():.3f} s per configuration")
+    for network in NETWORKS:
+        column = table[f"{network}_s"]
+        print(f"{network}: max {column.max():.3f} s, mean {column.mean():.3f} s per configuration")
     if args.csv:
         table.to_csv(args.csv, index=False)
 
