@@ -144,16 +144,36 @@ def _check_precision(hardware: Hardware, strategy: Strategy) -> None:
         )
 
 
+def attention_of(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> str:
+    """How the strategy's attention runs on ``hardware``: ``fused`` or ``unfused`` (``auto`` is
+    fused where the hardware states the fused kernel's efficiency and keeps memory local).
+
+    Raises:
+        InputError: ``fused`` on hardware that states no fused-attention efficiency, or whose
+            DRAM traffic is planned over a mesh (the kernel is costed as GPUs run it).
+    """
+    stated = hardware.calibration.fused_attention_efficiency is not None
+    local = hardware.network.sram_dataflow() is None
+    if strategy.attention == "fused" and not (stated and local):
+        why = "states no fused_attention_efficiency" if not stated else "plans DRAM traffic over a mesh"
+        raise InputError(f"strategy: attention 'fused' needs a FlashAttention kernel; hardware {hardware.name!r} {why}")
+    if strategy.attention == "auto":
+        return "fused" if stated and local and model.is_transformer else "unfused"
+    return strategy.attention
+
+
 def check_workload(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> None:
     """The rules the model's split into stages needs (what :func:`build_stage_costs` costs).
 
     Raises:
-        InputError: precision without a peak, a math fidelity the hardware does not offer, tp
+        InputError: precision without a peak, a math fidelity the hardware does not offer, fused
+            attention the hardware does not offer, tp
             not dividing the model (or the sequence, with sequence parallelism), more virtual
             stages than units, explicit ``stage_layers`` not summing to the units, or a
             microbatch larger than the global batch.
     """
     _check_precision(hardware, strategy)
+    attention_of(model, hardware, strategy)
     _check_tensor_parallel(model, strategy)
     _check_pipeline(model, strategy)
     batch = global_batch(model, strategy.global_batch_size)

@@ -22,6 +22,7 @@ Mode = Literal["training", "inference"]
 PartitionKind = Literal["balanced", "uniform", "explicit"]
 GroupLayout = Literal["compact", "strided"]
 GroupOrder = Literal["tp-major", "dp-major"]
+Attention = Literal["auto", "unfused", "fused"]
 
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved-1f1b")
 RECOMPUTES: tuple[str, ...] = ("none", "selective", "full")
@@ -35,6 +36,11 @@ PLACEMENTS: tuple[str, ...] = ("line", "s-shape", "s-shape-transposed", "s-shape
 :meth:`simulator.network.topology.Topology.device_orders`; a test checks), and ``explicit``."""
 GROUP_LAYOUTS: tuple[str, ...] = ("compact", "strided")
 GROUP_ORDERS: tuple[str, ...] = ("tp-major", "dp-major")
+ATTENTIONS: tuple[str, ...] = ("auto", "unfused", "fused")
+"""How attention's core runs: ``unfused`` (score GEMM, softmax, dropout, value GEMM as kernels
+of their own, the ``s x s`` scores in memory), ``fused`` (one FlashAttention kernel, Dao et al.),
+``auto``: fused where the hardware states the kernel's efficiency
+(:func:`simulator.legality.attention_of`)."""
 TRANSFER_STRATEGIES: tuple[int, ...] = (1, 2)
 MATH_FIDELITIES: tuple[str, ...] = ("LoFi", "HiFi2", "HiFi3", "HiFi4")
 """Math fidelities of Tenstorrent's matrix engine, fewest passes first (tt-metal
@@ -133,6 +139,7 @@ class Strategy:
     group_order: GroupOrder = "tp-major"
     transfer_strategy: int = 1
     math_fidelity: str | None = None
+    attention: Attention = "auto"
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "microbatch_size", "num_chunks"):
@@ -148,6 +155,7 @@ class Strategy:
         _choice("placement", self.placement, PLACEMENTS)
         _choice("group_layout", self.group_layout, GROUP_LAYOUTS)
         _choice("group_order", self.group_order, GROUP_ORDERS)
+        _choice("attention", self.attention, ATTENTIONS)
         _choice("transfer_strategy", self.transfer_strategy, TRANSFER_STRATEGIES)
         _choice("zero_stage", self.zero_stage, (0, 1, 2, 3))
         _choice("math_fidelity", self.math_fidelity, (None, *MATH_FIDELITIES))

@@ -39,7 +39,7 @@ def palm_search() -> None:
 STRATEGY_FLAGS = ("tp", "pp", "dp", "microbatch_size", "global_batch_size", "schedule", "num_chunks",
                   "recompute", "sequence_parallel", "tp_overlap", "p2p_blocking", "zero_stage", "optimizer",
                   "precision", "mode", "partition", "placement", "group_layout", "group_order", "transfer_strategy",
-                  "math_fidelity")
+                  "math_fidelity", "attention")
 
 
 def fail(message: str) -> None:
@@ -110,6 +110,8 @@ def simulate_command(
     transfer_strategy: Annotated[int | None, Opt(help="Inter-stage transfer, PALM Fig. 11: 1 or 2.")] = None,
     math_fidelity: Annotated[str | None, Opt(help="Matrix-engine passes on hardware that has them: LoFi, HiFi2, "
                                              "HiFi3 or HiFi4 (default: the stated peak).")] = None,
+    attention: Annotated[str | None, Opt(help="Attention core: fused (FlashAttention, where the hardware states"
+                                         " its efficiency), unfused, or auto (default: fused where stated).")] = None,
     network: Annotated[str, Opt(help="sharing (links' and DRAM ports' bandwidth shared max-min fairly),"
                                      " contention (PALM: links and DRAM ports held exclusively), analytical (no"
                                      " contention) or estimate (closed form, no events).")] = "sharing",

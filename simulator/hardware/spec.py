@@ -37,6 +37,9 @@ class Calibration:
         collective_efficiency: achieved bus bandwidth / link bandwidth of collectives (0, 1].
         p2p_efficiency: achieved / link bandwidth of a point-to-point transfer (0, 1].
         kernel_overhead_s: fixed launch/synchronisation cost per operator (s).
+        fused_attention_efficiency: achieved / peak flop/s of the fused attention kernel
+            (FlashAttention) on the flops it executes (0, 1]; None where no such kernel is stated
+            (attention then runs unfused).
         sources: the ``source`` string of each of the above, by attribute name.
     """
 
@@ -45,6 +48,7 @@ class Calibration:
     collective_efficiency: float
     p2p_efficiency: float
     kernel_overhead_s: float
+    fused_attention_efficiency: float | None = None
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
 

@@ -111,7 +111,10 @@ def layer_activation_bytes(model: ModelSpec, strategy: Strategy) -> float:
 
     Korthikanti et al., MLSys'23, §4 (Eq. 1-2 and Table 2), with ``t`` = tp:
     ``s b h (10 + 24/t + 5 a s/(h t))`` without sequence parallelism,
-    ``s b h (34/t + 5 a s/(h t))`` with it; selective recompute drops ``5 a s/(h t)``; full
+    ``s b h (34/t + 5 a s/(h t))`` with it; selective recompute drops ``5 a s/(h t)``, and so
+    does fused attention (FlashAttention keeps the output and a per-row log-sum-exp, not the
+    scores, softmax or dropout mask: Dao et al. NeurIPS'22 §3.1; the log-sum-exp's ``4 a s b``
+    bytes are below the formula's precision and not counted); full
     recompute keeps only the ``2 s b h`` layer input (``/ t`` with sequence parallelism). The
     ``24`` is ``8 + 16`` where 16 is the MLP's ``2 x 2 f/h`` (generalised for ``f != 4h`` and
     SwiGLU by :func:`_mlp_split_terms`). The formula counts 16-bit activations and 1-byte
@@ -127,7 +130,7 @@ def layer_activation_bytes(model: ModelSpec, strategy: Strategy) -> float:
         return scale * 2.0 * sbh / (t if strategy.sequence_parallel else 1)
     split = 8.0 + _mlp_split_terms(model)
     per_sbh = (10.0 + split) / t if strategy.sequence_parallel else 10.0 + split / t
-    if strategy.recompute == "none":
+    if strategy.recompute == "none" and strategy.attention != "fused":
         per_sbh += 5.0 * a * s / (h * t)
     return scale * sbh * per_sbh
 

@@ -27,10 +27,13 @@ from simulator.costs import Collective, CollectiveKind
 from simulator.strategy import Strategy
 from simulator.workload.spec import ModelSpec
 
-OperatorKind = Literal["gemm", "memory"]
+OperatorKind = Literal["gemm", "memory", "attention"]
 
 ATTENTION_CORE = frozenset({"attention_scores", "attention_softmax", "attention_dropout", "attention_values"})
 """Operators recomputed by selective recompute (Korthikanti et al., MLSys'23, §4.2.1)."""
+
+CAUSAL = frozenset({"gpt", "llama"})
+"""Decoder architectures, whose attention masks the future (half the scores)."""
 
 TOKEN_ID_BYTES = 4
 """Bytes of one token id (int32) read by the embedding lookup."""
@@ -42,7 +45,8 @@ class Operator:
 
     Attributes:
         name: operator name, unique within its layer (e.g. ``qkv``, ``mlp_out``).
-        kind: ``gemm`` (compute-bound candidate) or ``memory`` (element-wise, bandwidth-bound).
+        kind: ``gemm`` (compute-bound candidate), ``memory`` (element-wise, bandwidth-bound) or
+            ``attention`` (the fused attention kernel, at its own efficiency).
         flops: arithmetic (flop).
         weight_bytes: parameters read (bytes).
         input_bytes: activations read (bytes).
@@ -59,6 +63,8 @@ class Operator:
         shared_input: the input is the same on every device of the tensor-parallel group (a
             column-parallel GEMM or channel-split convolution: Megatron splits the weight's
             output columns), so a tiled chip may read it once per group and multicast it.
+        executed_fraction: the part of ``flops`` the kernel executes (causal fused attention
+            skips the masked half of the scores; ``flops`` keeps the model's arithmetic).
     """
 
     name: str
@@ -73,6 +79,7 @@ class Operator:
     columns: float = 0.0
     table_bytes: float = 0.0
     shared_input: bool = False
+    executed_fraction: float = 1.0
 
     @property
     def parameter_bytes(self) -> float:
@@ -109,19 +116,33 @@ def _tokens(model: ModelSpec, strategy: Strategy, shard_elementwise: bool) -> tu
 
 
 def _attention(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
-    """QKV, scores ``(b a/t, s, d) x (b a/t, d, s)``, softmax, dropout, ``x V``, output projection."""
+    """QKV, the core, output projection. Unfused, the core is scores
+    ``(b a/t, s, d) x (b a/t, d, s)``, softmax, dropout and ``x V``, the ``s x s`` scores written
+    and read between them. Fused (``strategy.attention == "fused"``), it is one FlashAttention
+    kernel (Dao et al., NeurIPS'22; FlashAttention-2, ICLR'24): the same ``4 b s^2 h / t`` flop of
+    the two products, reading Q, K, V and writing the output, no scores in memory; a causal
+    decoder (GPT, LLaMA) executes half of them, the kernel skipping masked blocks."""
     b, s, h, t, bpe = strategy.microbatch_size, model.sequence_length, model.hidden_size, strategy.tp, \
         strategy.bytes_per_element
     tokens = b * s
     bias = 0 if model.architecture == "llama" else 1
     heads, head_size = model.num_heads / t, h / model.num_heads
     scores = b * heads * s * s
+    if strategy.attention == "fused":
+        core: tuple[Operator, ...] = (Operator(
+            name="fused_attention", kind="attention", flops=4.0 * scores * head_size, weight_bytes=0.0,
+            input_bytes=3 * tokens * h / t * bpe, output_bytes=tokens * h / t * bpe,
+            executed_fraction=0.5 if model.architecture in CAUSAL else 1.0),)
+    else:
+        core = (
+            _gemm("attention_scores", b * heads * s, s, head_size, 0.0, 2 * tokens * h / t, bpe),
+            _elementwise("attention_softmax", scores, 5.0, bpe),
+            _elementwise("attention_dropout", scores, 2.0, bpe),
+            _gemm("attention_values", b * heads * s, head_size, s, 0.0, scores + tokens * h / t, bpe),
+        )
     return (
         _gemm("qkv", tokens, 3 * h / t, h, 3 * h * h / t + bias * 3 * h / t, tokens * h, bpe, shared=True),
-        _gemm("attention_scores", b * heads * s, s, head_size, 0.0, 2 * tokens * h / t, bpe),
-        _elementwise("attention_softmax", scores, 5.0, bpe),
-        _elementwise("attention_dropout", scores, 2.0, bpe),
-        _gemm("attention_values", b * heads * s, head_size, s, 0.0, scores + tokens * h / t, bpe),
+        *core,
         _gemm("attention_projection", tokens, h, h / t, h * h / t + bias * h, tokens * h / t, bpe),
     )
 

@@ -97,16 +97,32 @@ def operator_s(op: Operator, factor: float, kernels: int, hardware: Hardware, pe
     efficiency = cal.gemm_efficiency
     if op.kind == "gemm":
         efficiency *= hardware.network.gemm_efficiency(op.rows, op.columns)
-    compute = factor * op.flops / (peak * efficiency)
+    elif op.kind == "attention":
+        efficiency = cal.fused_attention_efficiency or cal.gemm_efficiency
+    compute = factor * op.flops * op.executed_fraction / (peak * efficiency)
     memory_s = moved / (hardware.operand_bandwidth_bytes_per_s * cal.memory_bound_efficiency)
     return max(compute, memory_s) + kernels * cal.kernel_overhead_s
 
 
+FUSED_ATTENTION_BACKWARD = 2.5
+"""FlashAttention's backward over its forward in flops: five matrix products against two, the
+scores recomputed inside the kernel (Dao, FlashAttention-2, ICLR'24, §4.1 benchmark setting)."""
+
+
 def _pass_times(ops: Sequence[Operator], hardware: Hardware, peak: float) -> tuple[float, float]:
-    """(forward, backward without recompute) time of ``ops`` (s)."""
+    """(forward, backward without recompute) time of ``ops`` (s): a GEMM's backward is two GEMMs
+    as large, an element-wise operator's one pass, fused attention's its own kernel."""
     forward = sum(operator_s(op, 1.0, 1, hardware, peak) for op in ops)
-    backward = sum(operator_s(op, 2.0, 2 if op.kind == "gemm" else 1, hardware, peak) for op in ops)
+    backward = sum(operator_s(op, FUSED_ATTENTION_BACKWARD, 1, hardware, peak) if op.kind == "attention" else
+                   operator_s(op, 2.0, 2 if op.kind == "gemm" else 1, hardware, peak) for op in ops)
     return forward, backward
+
+
+def _backward_flops(ops: Sequence[Operator]) -> float:
+    """Flops the backward of ``ops`` executes (recompute aside): twice a GEMM's, fused
+    attention's :data:`FUSED_ATTENTION_BACKWARD` times what its forward executes."""
+    return sum(FUSED_ATTENTION_BACKWARD * op.flops * op.executed_fraction if op.kind == "attention" else 2.0 * op.flops
+               for op in ops)
 
 
 def _weight_gradient_s(ops: Sequence[Operator], hardware: Hardware, peak: float) -> float:
@@ -137,7 +153,7 @@ def cost_unit(ops: tuple[Operator, ...], *, recomputed: tuple[Operator, ...], co
     forward_s, backward_s = _pass_times(ops, hardware, peak)
     recompute_s = _pass_times(recomputed, hardware, peak)[0]
     training = strategy.mode == "training"
-    flops = sum(op.flops for op in ops)
+    flops = sum(op.flops * op.executed_fraction for op in ops)
     overlapped = collectives.backward if overlap and training else ()
     backward = () if overlapped else collectives.backward
     if parameters is None:
@@ -151,8 +167,8 @@ def cost_unit(ops: tuple[Operator, ...], *, recomputed: tuple[Operator, ...], co
         forward_s=forward_s, backward_s=backward_s + recompute_s if training else 0.0,
         recompute_s=recompute_s if training else 0.0,
         forward_flops=flops,
-        backward_flops=2.0 * flops + sum(op.flops for op in recomputed) if training else 0.0,
-        gemm_flops=sum(op.flops for op in ops if op.kind == "gemm"),
+        backward_flops=_backward_flops(ops) + sum(op.flops for op in recomputed) if training else 0.0,
+        gemm_flops=sum(op.flops for op in ops if op.kind in ("gemm", "attention")),
         parameters=parameters, activation_bytes=activation_bytes, send_bytes=send_bytes,
     )
 

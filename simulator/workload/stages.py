@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from simulator.costs import Collective, CollectiveKind, MemoryBreakdown, PassCost, StageCost
 from simulator.hardware.spec import Hardware
-from simulator.legality import check_workload
+from simulator.legality import attention_of, check_workload
 from simulator.strategy import Strategy
 from simulator.workload import memory, operators, sram
 from simulator.workload.operators import Operator
@@ -301,6 +301,9 @@ def build_stage_costs(model: ModelSpec, hardware: Hardware, strategy: Strategy) 
             microbatch larger than the global batch, or no peak for the precision.
     """
     check_workload(model, hardware, strategy)
+    attention = attention_of(model, hardware, strategy)
+    if attention != strategy.attention:
+        strategy = replace(strategy, attention=attention)  # type: ignore[arg-type]
     items, first, last = _units_per_item(model, hardware, strategy)
     counts = _partition(items, first, last, strategy)
     stages: list[StageCost] = []
