@@ -203,14 +203,40 @@ def _simulate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network:
                       placements=placements)
 
 
+SHORT_WINDOW = (4, 8)
+"""Microbatches of the two short runs that may replace ``(p, 2p)`` (schedules without chunks)."""
+PERIOD_AGREEMENT = 0.01
+"""Largest relative gap between the short runs' period and the closed-form steady state
+(:meth:`Engine.estimate`) for the short runs to be trusted."""
+
+
 def _run(engine: Engine, m: int, pp: int, steady_state: bool, training: bool) -> _Outcome:
-    """Full run, or two short runs and a linear extrapolation."""
+    """Full run, or two short runs and a linear extrapolation: of 4 and 8 microbatches when
+    their period per microbatch agrees with the closed-form steady state (a cost linear in the
+    pipeline depth), else of ``p`` and ``2p`` (the steady state of 1F1B is reached after ``p``)."""
     m_a, m_b = pp, 2 * pp
     if not training or (steady_state and m > m_b):
+        cheaper = engine.schedule.num_chunks == 1 and SHORT_WINDOW[0] < pp
+        short = _short_run(engine, m) if cheaper else None
+        if short is not None:
+            return short
         a, b = engine.run(m_a), engine.run(m_b)
         return _Outcome(run=_extrapolate(a, b, m_a, m_b, m), simulated_microbatches=m_a + m_b,
                         extrapolated=True, period_s=_period(a, b, m_b - m_a))
     return _Outcome(run=engine.run(m), simulated_microbatches=m, extrapolated=False, period_s=0.0)
+
+
+def _short_run(engine: Engine, m: int) -> _Outcome | None:
+    """The extrapolation from :data:`SHORT_WINDOW`, or None if its period and the closed-form
+    steady state differ by more than :data:`PERIOD_AGREEMENT`."""
+    m_a, m_b = SHORT_WINDOW
+    steady = engine.estimate(m)[1]
+    a, b = engine.run(m_a), engine.run(m_b)
+    period = _period(a, b, m_b - m_a)
+    if abs(period - steady) > PERIOD_AGREEMENT * steady:
+        return None
+    return _Outcome(run=_extrapolate(a, b, m_a, m_b, m), simulated_microbatches=m_a + m_b, extrapolated=True,
+                    period_s=period)
 
 
 def _busy_s(stats: StageStats) -> float:

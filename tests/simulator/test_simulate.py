@@ -15,7 +15,7 @@ WAFER = load_hardware("wafer")
 A100 = load_hardware("a100-cluster")
 
 
-@pytest.mark.parametrize("network", ["contention", "analytical"])
+@pytest.mark.parametrize("network", ["sharing", "contention", "analytical"])
 def test_steady_state_extrapolation_is_within_half_a_percent_of_a_full_run(network):
     model = load_model("T-18B")
     strategy = Strategy(tp=8, dp=2, pp=20, recompute="full", global_batch_size=512)
@@ -24,6 +24,17 @@ def test_steady_state_extrapolation_is_within_half_a_percent_of_a_full_run(netwo
     assert extrapolated.extrapolated and not full.extrapolated
     assert extrapolated.simulated_microbatches < full.num_microbatches
     assert extrapolated.iteration_time_s == pytest.approx(full.iteration_time_s, rel=5e-3)
+
+
+def test_deep_pipelines_extrapolate_from_a_few_microbatches_when_the_period_is_the_steady_one():
+    # PP 40 of T-18B: the two short runs' period agrees with the closed-form steady state, so 4 + 8
+    # microbatches are simulated instead of 40 + 80, with the full run's answer.
+    model, strategy = load_model("T-18B"), Strategy(tp=4, dp=2, pp=40, recompute="full", global_batch_size=512)
+    wide = dataclasses.replace(WAFER, network=dataclasses.replace(WAFER.network, dies_x=10, dies_y=4))
+    full = simulate(model, wide, strategy, steady_state=False)
+    short = simulate(model, wide, strategy)
+    assert short.simulated_microbatches == 4 + 8
+    assert short.iteration_time_s == pytest.approx(full.iteration_time_s, rel=5e-3)
 
 
 def test_over_capacity_is_reported_not_simulated():
