@@ -13,9 +13,12 @@ Inference reports steady-state throughput (PALM §V-A3: fill and drain ignored).
 from __future__ import annotations
 
 import time
-from collections import Counter
-from dataclasses import dataclass, fields
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, fields, replace
+from functools import cache
 from typing import Any
+
+import numpy as np
 
 from simulator import legality
 from simulator.costs import StageCost
@@ -165,9 +168,29 @@ def _memory(model: ModelSpec, hardware: Hardware,
             strategy: Strategy) -> tuple[int, tuple[StageCost, ...], list[float], list[list[int]]]:
     """Microbatches, stage costs, bytes per device of each stage, microbatches in flight."""
     m = legality.check_plan(model, hardware, strategy)
-    costs = build_stage_costs(model, hardware, strategy)
+    costs = _stage_costs(model, hardware, strategy)
     in_flight = legality.microbatches_in_flight(strategy, m)
     return m, costs, legality.stage_memory_bytes(costs, strategy.pp, in_flight), in_flight
+
+
+_COSTS: OrderedDict[tuple[int, int, Strategy], tuple[ModelSpec, Hardware, tuple[StageCost, ...]]] = OrderedDict()
+_COSTS_KEPT = 256
+"""Stage costs of the last few plans (a search evaluates one plan under many placements)."""
+PLACEMENT_FIELDS: dict[str, Any] = {"placement": "s-shape", "stage_devices": None, "group_layout": "compact",
+                    "group_order": "tp-major", "transfer_strategy": 1, "p2p_blocking": False}
+"""Strategy fields the stage costs do not read (where stages sit and how they talk), at defaults."""
+
+
+def _stage_costs(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> tuple[StageCost, ...]:
+    """:func:`build_stage_costs`, kept for the last :data:`_COSTS_KEPT` plans (keyed by the model
+    and machine objects, held so their ids stay theirs, and the plan without its placement)."""
+    key = (id(model), id(hardware), replace(strategy, **PLACEMENT_FIELDS))
+    kept = _COSTS.get(key)
+    if kept is None:
+        kept = _COSTS[key] = (model, hardware, build_stage_costs(model, hardware, strategy))
+        if len(_COSTS) > _COSTS_KEPT:
+            _COSTS.popitem(last=False)
+    return kept[2]
 
 
 def _prepare(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str) -> _Prepared:
@@ -263,7 +286,7 @@ def _extrapolate(a: EngineRun, b: EngineRun, m_a: int, m_b: int, m: int) -> Engi
              for sa, sb in zip(a.stats, b.stats, strict=True)]
     flow_bytes = [line(x, y) for x, y in zip(a.flow_bytes, b.flow_bytes, strict=True)]
     makespan = b.makespan_s + (m - m_b) * _period(a, b, m_b - m_a)
-    return EngineRun(makespan, stats, b.flows, flow_bytes, a.events + b.events, b.records)
+    return EngineRun(makespan, stats, b.flows, flow_bytes, a.events + b.events, b.records, index=b.index)
 
 
 def _infeasible(prepared: _Prepared, reason: str) -> SimulationResult:
@@ -317,35 +340,35 @@ def _stage_report(i: int, placement: StagePlacement, prepared: _Prepared, run: E
     )
 
 
-def _carried_bytes(run: EngineRun) -> dict[int, float]:
-    """Bytes carried by each resource over the run (edges crossing it x bytes per edge)."""
-    carried: dict[int, float] = {}
-    for flow, moved in zip(run.flows, run.flow_bytes, strict=True):
-        for r, load in flow.loads.items():
-            carried[r] = carried.get(r, 0.0) + load * moved
-    return carried
+def _utilisation(topology: Topology, run: EngineRun, iteration_s: float) -> np.ndarray:
+    """Bytes each resource carried over the run (edges crossing it x bytes per edge) over its
+    bandwidth x the iteration time."""
+    assert run.index is not None
+    return run.index.carried_bytes(run.flow_bytes) / (_bandwidths(topology) * iteration_s)
+
+
+@cache
+def _bandwidths(topology: Topology) -> np.ndarray:
+    return np.asarray(topology.bandwidth_bytes_per_s, dtype=float)
 
 
 def resource_utilisation(topology: Topology, run: EngineRun, iteration_s: float) -> dict[str, float]:
     """Utilisation of every resource (bytes carried / (bandwidth x iteration time)), by resource
     name (``link A->B``, ``dram dieD portP``, ``gpuG nic up``, ...)."""
-    carried = _carried_bytes(run)
-    return {name: carried.get(r, 0.0) / (topology.bandwidth_bytes_per_s[r] * iteration_s)
-            for r, name in enumerate(topology.names)}
+    return dict(zip(topology.names, _utilisation(topology, run, iteration_s).tolist(), strict=True))
 
 
 def _resource_usage(topology: Topology, run: EngineRun, iteration_s: float) -> tuple[ResourceUsage, ...]:
     """Bytes carried by each resource over the iteration, as a fraction of its capacity."""
-    carried = _carried_bytes(run)
-    bandwidth, kinds = topology.bandwidth_bytes_per_s, topology.kinds
+    utilisation = _utilisation(topology, run, iteration_s)
+    kinds = np.asarray(topology.kinds)
     usages = []
-    for kind, count in sorted(Counter(kinds).items()):
-        util = {r: moved / (bandwidth[r] * iteration_s) for r, moved in carried.items()
-                if kinds[r] == kind and moved > 0}
-        top = sorted(util, key=util.__getitem__, reverse=True)[:5]
+    for kind, count in sorted(Counter(topology.kinds).items()):
+        used = np.flatnonzero((kinds == kind) & (utilisation > 0))
+        top = used[np.argsort(-utilisation[used], kind="stable")[:5]]
         usages.append(ResourceUsage(
-            kind=kind, count=count, max_utilisation=max(util.values(), default=0.0),
-            mean_utilisation=sum(util.values()) / len(util) if util else 0.0,
-            busiest=tuple((topology.names[r], util[r]) for r in top),
+            kind=kind, count=count, max_utilisation=float(utilisation[used].max()) if len(used) else 0.0,
+            mean_utilisation=float(utilisation[used].mean()) if len(used) else 0.0,
+            busiest=tuple((topology.names[r], float(utilisation[r])) for r in top),
         ))
     return tuple(usages)

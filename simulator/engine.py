@@ -21,11 +21,12 @@ data-parallel collectives and the optimizer step (PALM's Gradient Update).
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 import simpy
 
 from simulator.costs import Collective, PassCost, StageCost
@@ -119,6 +120,8 @@ class EngineRun:
     events: int
     records: list[PassRecord] = field(default_factory=list)
     traces: list[TraceRecord] = field(default_factory=list)
+    index: FlowIndex | None = None
+    """The flows' (flow, resource) pairs, for totals per resource."""
 
 
 class Engine:
@@ -150,10 +153,9 @@ class Engine:
         self.calibration = hardware.calibration
         all_to_all = any(c.kind == "all_to_all" for cost in costs for p in (cost.forward, cost.backward)
                          for c in p.tp_collectives + p.overlapped_collectives)
-        self.stage_flows, self.p2p = _machine_flows(topology, placements, hardware.calibration,
-                                                    transfer_strategy, all_to_all)
-        self.flows = [f for s in self.stage_flows for f in _own_flows(s)]
-        self.flows += list(self.p2p.values())
+        self.stage_flows, self.p2p, self.index = _machine_flows(topology, placements, hardware.calibration,
+                                                                transfer_strategy, all_to_all)
+        self.flows = _all_flows(self.stage_flows, self.p2p)
         self.sharing = network if isinstance(network, SharingNetwork) else None
         self.booking = None if isinstance(network, SharingNetwork) else network
         if self.booking is not None and self.booking.uses_contention():
@@ -205,7 +207,7 @@ class Engine:
         self.env.run()
         makespan = max(s.finish_s for s in self.stats)
         moved = [f.bytes_moved for f in self.flows]
-        return EngineRun(makespan, self.stats, self.flows, moved, self.events, self.records, self.traces)
+        return EngineRun(makespan, self.stats, self.flows, moved, self.events, self.records, self.traces, self.index)
 
     def estimate(self, num_microbatches: int) -> tuple[EngineRun, float]:
         """A closed-form iteration, no events: the screening fidelity. Returns the run and the
@@ -249,7 +251,7 @@ class Engine:
         for st in self.stats:
             st.finish_s = makespan
         moved = [f.bytes_moved for f in self.flows]
-        return EngineRun(makespan, self.stats, self.flows, moved, 0), max(period, busiest / m)
+        return EngineRun(makespan, self.stats, self.flows, moved, 0, index=self.index), max(period, busiest / m)
 
     def _alone_s(self, i: int, cost: PassCost) -> float:
         """Time of a pass that waits for nothing (s), its stage's stats kept per microbatch."""
@@ -285,12 +287,8 @@ class Engine:
 
     def _busiest_s(self) -> float:
         """The longest busy time of any resource over the run so far (s)."""
-        busy: dict[int, float] = {}
-        for flow in self.flows:
-            if flow.bytes_moved:
-                for r, occupancy in flow.occupancy.items():
-                    busy[r] = busy.get(r, 0.0) + occupancy * flow.bytes_moved
-        return max(busy.values(), default=0.0)
+        busy = self.index.busy_s([f.bytes_moved for f in self.flows])
+        return float(busy.max()) if len(busy) else 0.0
 
     def _message(self, key: tuple[str, int, int]) -> simpy.Event:
         event = self.messages.get(key)
@@ -575,18 +573,55 @@ class Engine:
         if self.record:
             self.records.append(PassRecord(i, "U", -1, 0, now, self.env.now))
 
+@dataclass(frozen=True, slots=True)
+class FlowIndex:
+    """Every (flow, resource) pair of an engine's flows as arrays, for totals per resource:
+    ``flow[k]`` (position in :attr:`Engine.flows`) crosses ``resource[k]`` with ``load[k]`` edges
+    and ``occupancy[k]`` (s per byte per edge); ``num_resources`` of the topology."""
+
+    flow: np.ndarray
+    resource: np.ndarray
+    load: np.ndarray
+    occupancy: np.ndarray
+    num_resources: int
+
+    def carried_bytes(self, flow_bytes: Sequence[float]) -> np.ndarray:
+        """Bytes each resource carried, given the bytes per edge each flow moved."""
+        moved = np.asarray(flow_bytes, dtype=float)[self.flow]
+        return np.bincount(self.resource, weights=self.load * moved, minlength=self.num_resources)
+
+    def busy_s(self, flow_bytes: Sequence[float]) -> np.ndarray:
+        """Seconds each resource is busy, given the bytes per edge each flow moved."""
+        moved = np.asarray(flow_bytes, dtype=float)[self.flow]
+        return np.bincount(self.resource, weights=self.occupancy * moved, minlength=self.num_resources)
+
+
+def _flow_index(flows: list[Flow], num_resources: int) -> FlowIndex:
+    pairs = [(k, r, f.loads[r], f.occupancy[r]) for k, f in enumerate(flows) for r in f.loads]
+    flow, resource, load, occupancy = (np.array(column) for column in zip(*pairs, strict=True)) if pairs else \
+        (np.zeros(0, dtype=int), np.zeros(0, dtype=int), np.zeros(0), np.zeros(0))
+    return FlowIndex(flow=flow, resource=resource, load=load, occupancy=occupancy, num_resources=num_resources)
+
+
+def _all_flows(stage_flows: list[StageFlows], p2p: dict[tuple[int, int], Flow]) -> list[Flow]:
+    """An engine's flows in their fixed order: each stage's own, then the p2p ones."""
+    return [f for s in stage_flows for f in _own_flows(s)] + list(p2p.values())
+
+
 @lru_cache(maxsize=2048)
 def _machine_flows(topology: Topology, placements: tuple[StagePlacement, ...], calibration: Calibration,
-                   transfer_strategy: int, all_to_all: bool) -> tuple[list[StageFlows], dict[tuple[int, int], Flow]]:
-    """The flows of every stage and the p2p flows between neighbours (built once per placement:
-    a search revisits one placement under many plans; an engine resets the counters it uses)."""
+                   transfer_strategy: int, all_to_all: bool,
+                   ) -> tuple[list[StageFlows], dict[tuple[int, int], Flow], FlowIndex]:
+    """The flows of every stage, the p2p flows between neighbours and their index (built once
+    per placement: a search revisits one placement under many plans; an engine resets the
+    counters it uses)."""
     stage_flows = [_stage_flows(topology, calibration, i, p, all_to_all) for i, p in enumerate(placements)]
     pp = len(placements)
     p2p: dict[tuple[int, int], Flow] = {}
     for i in range(pp):
         for j in sorted({(i + 1) % pp, (i - 1) % pp} - {i}):
             p2p[(i, j)] = _p2p_flow(topology, calibration, placements, transfer_strategy, i, j)
-    return stage_flows, p2p
+    return stage_flows, p2p, _flow_index(_all_flows(stage_flows, p2p), topology.num_resources)
 
 
 def _stage_flows(topo: Topology, cal: Calibration, i: int, placement: StagePlacement, all_to_all: bool) -> StageFlows:
