@@ -608,7 +608,7 @@ def _all_flows(stage_flows: list[StageFlows], p2p: dict[tuple[int, int], Flow]) 
     return [f for s in stage_flows for f in _own_flows(s)] + list(p2p.values())
 
 
-@lru_cache(maxsize=2048)
+@lru_cache(maxsize=128)
 def _machine_flows(topology: Topology, placements: tuple[StagePlacement, ...], calibration: Calibration,
                    transfer_strategy: int, all_to_all: bool,
                    ) -> tuple[list[StageFlows], dict[tuple[int, int], Flow], FlowIndex]:
