@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Annotated
@@ -64,7 +63,7 @@ def optimize_command(
     """Search the fastest mapping of MODEL on HW; re-running the same command resumes."""
     from palm_search.search.baseline import choose_baseline  # optuna and pandas: only for the search
     from palm_search.search.driver import open_search, optimize, run_baseline
-    from palm_search.views.outputs import dashboard_command, write_outputs
+    from palm_search.views.outputs import dashboard_command, strict_json, write_outputs
     from palm_search.views.render import print_search_summary
 
     spec = resolve_spec(study_file, model, hw, trials=trials, sampler=sampler, seed=seed,
@@ -94,7 +93,7 @@ def optimize_command(
     summary["baseline_note"] = note
     summary["dashboard"] = dashboard_command(directory, storage)
     if json_output:
-        typer.echo(json.dumps(summary, default=str))
+        typer.echo(strict_json(summary))
     else:
         print_search_summary(summary)
 

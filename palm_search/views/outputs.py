@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pandas as pd
@@ -53,7 +55,24 @@ def baseline_row(frame: pd.DataFrame) -> dict | None:
     if frame.empty or "baseline" not in frame:
         return None
     rows = frame[frame["baseline"] == True]  # noqa: E712
-    return rows.iloc[0].to_dict() if len(rows) else None
+    return plain(rows.iloc[0].to_dict()) if len(rows) else None
+
+
+def plain(value: Any) -> Any:
+    """``value`` with every NaN or infinite float (pandas' missing value) as None, so that it
+    is strict JSON (RFC 8259 has no NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def strict_json(document: Any, indent: int | None = None) -> str:
+    """``document`` as strict JSON (:func:`plain`; other objects as their ``str``)."""
+    return json.dumps(plain(document), indent=indent, default=str, allow_nan=False)
 
 
 def write_outputs(search: Search, run_dir: Path) -> dict:
@@ -68,7 +87,7 @@ def write_outputs(search: Search, run_dir: Path) -> dict:
         best = {"model": search.spec.model, "hardware": candidate.hardware.name, "network": search.spec.network,
                 "strategy": summary["best"]["strategy"], "machine": hardware_tables(candidate.hardware),
                 "result": summary["best"]}
-        (run_dir / "best.json").write_text(json.dumps(best, indent=2, default=str))
+        (run_dir / "best.json").write_text(strict_json(best, indent=2))
     return summary
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import optuna
 import pytest
 from optuna.trial import TrialState
 from typer.testing import CliRunner
@@ -14,6 +15,7 @@ from palm_search.commands.cli import app
 from palm_search.search.baseline import choose_baseline
 from palm_search.search.driver import open_search, optimize, run_baseline
 from palm_search.search.space import ScriptedTrial, candidate_builder, enumerate_points
+from palm_search.search.storage import journal_storage
 from palm_search.search.study import load_study
 from simulator import simulate
 
@@ -235,3 +237,26 @@ def test_the_screened_space_is_exactly_the_points_that_fit_memory():
     fitting = {s for s in fitting if not simulator.check_memory(model, hardware, s)}
     walked = [screened(ScriptedTrialFor(p)).strategy for p in enumerate_points(screened, 10**5)]
     assert fitting and len(walked) == len(set(walked)) and set(walked) == fitting
+
+
+def _strict(text: str) -> dict:
+    """Parse ``text`` as strict JSON (RFC 8259: no NaN or Infinity)."""
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not JSON: {constant}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_screened_search_estimates_every_point_and_simulates_the_best_in_order(tmp_path):
+    result = runner.invoke(app, ["optimize", "--study", str(STUDY), "--hw", str(DATA / "mini-mesh.toml"),
+                                 "--fidelity", "screen", "--trials", "6", "--jobs", "1",
+                                 "--run-dir", str(tmp_path / "s"), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = _strict(result.stdout)
+    _strict((tmp_path / "s" / "best.json").read_text())
+    search = open_search(load_study(STUDY).replace(hardware=str(DATA / "mini-mesh.toml"), fidelity="full",
+                                                   sampler="exhaustive"), run_dir=tmp_path / "walk")
+    assert doc["screen"]["points"] == len(search.points) > 6
+    assert doc["trials"] == 6 and doc["screen"]["queued"] == 5
+    study = optuna.load_study(study_name="small", storage=journal_storage(tmp_path / "s"))
+    estimates = [t.user_attrs["screen_samples_per_s"] for t in study.trials if not t.user_attrs["baseline"]]
+    assert len(estimates) == 5 and estimates == sorted(estimates, reverse=True)
