@@ -92,6 +92,8 @@ def test_report_is_self_contained(run_dir):
     assert '<script src="http' not in page and "<script src='http" not in page
     for anchor in ("summary", "top-mappings", "history", "parallel-coordinates", "importance", "best-vs-baseline"):
         assert f"id='{anchor}'" in page
+    assert "class='note'>not available" not in page  # plotly is a dependency: every study plot is drawn
+    assert page.count("class=\"plotly-graph-div\"") >= 3
     assert page.count("data:image/png;base64,") >= 3
 
 
