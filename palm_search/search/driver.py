@@ -180,7 +180,7 @@ def enqueue_points(search: Search) -> None:
     if search.points is not None:
         for params in search.points:
             study.enqueue_trial(params)
-    elif search.screened is not None:
+    elif search.screened is not None and search.spec.trials > 1:
         ranked, seconds = screen(search.build, search.model, search.hardware, search.screened, search.jobs,
                                  _backend(search))
         enqueue_screened(study, ranked, search.spec.trials - 1, seconds)
