@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Annotated
 
@@ -157,8 +158,14 @@ def dashboard_cmd(
     journal = run_dir / JOURNAL
     if not journal.is_file():
         raise InputError(f"dashboard: {journal} does not exist (run palm-search optimize first)")
-    typer.echo(f"optuna-dashboard on http://{host}:{port}/ (Ctrl-C stops)", err=True)
     from palm_search.views.artifacts import artifact_store
 
+    with socket.socket() as probe:  # optuna-dashboard reports a busy port as a traceback
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise InputError(f"dashboard: cannot listen on {host}:{port} ({error.strerror}); choose --port") from None
+    typer.echo(f"optuna-dashboard on http://{host}:{port}/ (Ctrl-C stops)", err=True)
     run_server(JournalStorage(JournalFileBackend(str(journal))), host=host, port=port,
                artifact_store=artifact_store(run_dir))

@@ -29,6 +29,8 @@ if TYPE_CHECKING:  # optuna is imported where used: `palm-search simulate` start
     from optuna.storages import RDBStorage
 
 JOURNAL = "study.journal"
+ARTIFACTS = "artifacts"
+"""The run directory's Optuna artifact store (the mappings' pictures and traces)."""
 HEARTBEAT_INTERVAL_S = 5
 """Seconds between two heartbeats of a RUNNING trial (Optuna wants an integer)."""
 GRACE_PERIOD_S = 30

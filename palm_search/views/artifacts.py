@@ -21,12 +21,12 @@ import optuna
 from joblib import Parallel, delayed
 from optuna.artifacts import FileSystemArtifactStore, get_all_artifact_meta, upload_artifact
 
+from palm_search.search.storage import ARTIFACTS
 from palm_search.views.outputs import baseline_row, top_mappings, trials_frame
 from palm_search.views.plots import write_plots
 from simulator import Hardware, ModelSpec, Strategy, simulate_timeline
 from simulator.trace import write_chrome_trace
 
-ARTIFACTS = "artifacts"
 MAPPINGS = "mappings"
 MIMETYPES = {".png": "image/png", ".svg": "image/svg+xml", ".json": "application/json"}
 

@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 
 from palm_search.search.driver import Search, candidate_of
 from palm_search.search.screen import rank_agreement
-from palm_search.search.storage import JOURNAL
+from palm_search.search.storage import ARTIFACTS
 from simulator import Hardware, hardware_from_tables, hardware_tables
 from simulator.strategy_loader import read_json_document
 
@@ -111,8 +111,12 @@ def read_best(path: Path) -> tuple[str | None, Hardware | None]:
 
 
 def dashboard_command(run_dir: Path, storage: str | None) -> str:
-    """The shell command that opens the study in optuna-dashboard."""
-    return f"optuna-dashboard {storage or run_dir / JOURNAL}"
+    """The shell command that opens the study in optuna-dashboard with the mappings' pictures:
+    ``palm-search dashboard RUN_DIR`` for a journal, ``optuna-dashboard URL --artifact-dir`` for
+    an RDB study."""
+    if storage:
+        return f"optuna-dashboard {storage} --artifact-dir {run_dir / ARTIFACTS}"
+    return f"palm-search dashboard {run_dir}"
 
 
 def _summary(search: Search, frame: pd.DataFrame, top: pd.DataFrame, run_dir: Path) -> dict:

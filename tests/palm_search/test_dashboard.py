@@ -55,3 +55,25 @@ def test_dashboard_serves_the_study(tmp_path):
 def test_dashboard_of_a_missing_run_is_exit_code_2(tmp_path):
     result = CliRunner().invoke(app, ["dashboard", str(tmp_path / "nothing")])
     assert result.exit_code == 2 and "does not exist" in result.stderr
+
+
+def test_a_busy_port_is_one_line_and_exit_code_2(tmp_path):
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / "study.journal").write_text("")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "palm_search", "dashboard", str(run_dir), "--port", str(port)],
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and f"cannot listen on 127.0.0.1:{port}" in done.stderr
+
+
+def test_the_printed_dashboard_command_serves_the_pictures(tmp_path):
+    from palm_search.views.outputs import dashboard_command
+
+    assert dashboard_command(tmp_path, None) == f"palm-search dashboard {tmp_path}"
+    url = "postgresql://palm@db/palm"
+    assert dashboard_command(tmp_path, url) == f"optuna-dashboard {url} --artifact-dir {tmp_path / 'artifacts'}"
