@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from palm_search.search.run_control import INTERRUPTED_EXIT_CODE, Executor, check_executor, stop_on_sigint
 from palm_search.search.study import StudySpec, load_study
@@ -125,21 +134,40 @@ def _describe(p) -> str:
 
 
 class _progress_bar:
-    """A rich progress bar on stderr (hidden when stderr is not a terminal)."""
+    """A rich progress bar with its ETA on stderr; when stderr is not a terminal (a log file, CI),
+    a plain line at every tenth of the work instead (:class:`_ProgressLines`)."""
 
     def __init__(self, total: int, label: str = "trials") -> None:
         console = Console(stderr=True)
         self.progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
-                                 disable=not console.is_terminal)
+                                 TextColumn("{task.description}"), TimeElapsedColumn(), TextColumn("eta"),
+                                 TimeRemainingColumn(), console=console, disable=not console.is_terminal)
+        self.lines = None if console.is_terminal else _ProgressLines(label, total)
         self.total = total
 
     def __enter__(self):
         self.progress.start()
-        return self.progress, self.progress.add_task("", total=self.total)
+        return self.lines or self.progress, self.progress.add_task("", total=self.total)
 
     def __exit__(self, *exc) -> None:
         self.progress.stop()
+
+
+class _ProgressLines:
+    """Progress as plain lines on stderr, one per tenth of ``total`` (the ``update`` of rich's
+    ``Progress`` that the search calls)."""
+
+    def __init__(self, label: str, total: int) -> None:
+        self.label, self.total, self.shown = label, total, 0
+        self.started = time.monotonic()
+
+    def update(self, task: TaskID, completed: int = 0, total: int | None = None, description: str = "") -> None:
+        self.total = total or self.total
+        step = max(self.total // 10, 1)
+        if completed >= self.shown + step or (completed == self.total and completed > self.shown):
+            self.shown = completed
+            typer.echo(f"{self.label} {completed}/{self.total} after {time.monotonic() - self.started:.0f} s"
+                       f" {description}".rstrip(), err=True)
 
 
 def dashboard_cmd(

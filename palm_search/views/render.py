@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -85,22 +86,51 @@ def print_search_summary(summary: dict, console: Console | None = None) -> None:
         state = f"{base.get('samples_per_s', 0):.4g} samples/s" if base.get("feasible") else \
             f"infeasible: {base.get('reason')}"
         console.print(f"baseline ({summary.get('baseline_note', '')}): {state}")
-    table = Table(title=f"top {len(summary['top'])} mappings")
-    columns = {"tp": "tp", "pp": "pp", "dp": "dp", "microbatch_size": "mb", "schedule": "schedule",
-               "recompute": "recomp", "zero_stage": "zero", "placement": "placement", "group_layout": "groups",
-               "samples_per_s": "samples/s", "mfu": "MFU", "peak_memory_GiB": "GiB/dev",
-               "bubble_fraction": "bubble", "speedup": "speedup"}
-    for header in ("#", *columns.values()):
-        table.add_column(header, justify="right", overflow="fold")
-    for row in summary["top"]:
-        table.add_row(str(row["number"]), *(_cell(row.get(c)) for c in columns))
-    console.print(table)
+    console.print(_top_table(summary["top"], narrow=console.width < WIDE_TABLE_COLUMNS))
+    if console.width < WIDE_TABLE_COLUMNS:
+        console.print(NARROW_LEGEND)
     if summary.get("pareto_front"):
         console.print("Pareto front (samples/s vs peak memory per device): " + "; ".join(
             f"#{p['trial']} {p['samples_per_s']:.4g}/s at {p['peak_memory_GiB']:.3g} GiB"
             for p in summary["pareto_front"]))
     console.print(f"run directory: {summary['run_dir']} (best.json, trials.csv)\n"
                   f"open the study: {summary['dashboard']}")
+
+
+WIDE_TABLE_COLUMNS = 120
+"""Terminal width from which the top-mappings table shows every column."""
+NARROW_LEGEND = ("tp.pp.dp: parallel degrees; mb: microbatch; i1f1b: interleaved 1F1B; recomp: sel(ective);"
+                 " z: ZeRO stage; x base: speed-up over the baseline")
+WIDE = {"tp": "tp", "pp": "pp", "dp": "dp", "microbatch_size": "mb", "schedule": "schedule",
+        "recompute": "recomp", "zero_stage": "zero", "placement": "placement", "group_layout": "groups",
+        "samples_per_s": "samples/s", "mfu": "MFU", "peak_memory_GiB": "GiB/dev",
+        "bubble_fraction": "bubble", "speedup": "speedup"}
+"""The top-mappings table's columns on a wide terminal: row key -> header."""
+
+
+def _top_table(top: list[dict], narrow: bool) -> Table:
+    """The top mappings: every column of :data:`WIDE`, or (``narrow``) the ones that fit 80
+    columns, degrees in one (``tp.pp.dp``) and the legend :data:`NARROW_LEGEND`."""
+    if not narrow:
+        table = Table(title=f"top {len(top)} mappings")
+        for header in ("#", *WIDE.values()):
+            table.add_column(header, justify="right", overflow="fold")
+        for row in top:
+            table.add_row(str(row["number"]), *(_cell(row.get(c)) for c in WIDE))
+        return table
+    table = Table(title=f"top {len(top)} mappings", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
+    for header in ("#", "tp.pp.dp", "mb", "schedule", "recomp", "z", "placement", "samples/s", "MFU", "x base"):
+        table.add_column(header, justify="right", no_wrap=True, min_width=len(header))
+    for row in top:
+        mfu, speedup = row.get("mfu"), row.get("speedup")
+        table.add_row(str(row["number"]), f"{row.get('tp')}.{row.get('pp')}.{row.get('dp')}",
+                      _cell(row.get("microbatch_size")),
+                      {"interleaved-1f1b": "i1f1b"}.get(row.get("schedule"), _cell(row.get("schedule"))),
+                      {"selective": "sel"}.get(row.get("recompute"), _cell(row.get("recompute"))),
+                      _cell(row.get("zero_stage")), _cell(row.get("placement")), _cell(row.get("samples_per_s")),
+                      f"{mfu:.1%}" if isinstance(mfu, float) else "-",
+                      f"{speedup:.3g}x" if isinstance(speedup, float) else "-")
+    return table
 
 
 def _cell(value) -> str:

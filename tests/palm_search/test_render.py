@@ -1,0 +1,43 @@
+"""The search summary fits an 80-column terminal: one line per mapping, nothing folded or cut."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from palm_search.views.render import print_search_summary
+
+
+def _row(number: int, **fields) -> dict:
+    row = {"number": number, "tp": 32, "pp": 80, "dp": 16, "microbatch_size": 16, "schedule": "interleaved-1f1b",
+           "recompute": "selective", "zero_stage": 3, "placement": "s-shape-transposed", "group_layout": "strided",
+           "samples_per_s": 1234.5678, "mfu": 0.4567, "peak_memory_GiB": 71.25, "bubble_fraction": 0.0123,
+           "speedup": 12.345}
+    return {**row, **fields}
+
+
+def _summary(top: list[dict]) -> dict:
+    return {"study": "s", "trials": 50, "feasible": 50, "failed": 0, "sampler": "screen (sharing)", "top": top,
+            "baseline": {}, "run_dir": "runs/s", "dashboard": "palm-search dashboard runs/s"}
+
+
+def _printed(width: int, top: list[dict]) -> list[str]:
+    console = Console(width=width, record=True, file=open("/dev/null", "w"))  # noqa: SIM115 - closed with the console
+    print_search_summary(_summary(top), console)
+    return console.export_text().splitlines()
+
+
+def test_the_top_mappings_fit_80_columns_one_line_each_with_a_legend():
+    top = [_row(n) for n in range(100, 110)]
+    lines = _printed(80, top)
+    assert max(len(line) for line in lines) <= 80
+    rows = [line for line in lines if line.split() and line.split()[0] in {str(n) for n in range(100, 110)}]
+    assert len(rows) == 10  # no row folded onto a second line
+    assert all("s-shape-transposed" in r and "32.80.16" in r and "i1f1b" in r and "45.7%" in r for r in rows)
+    assert any("tp.pp.dp: parallel degrees" in line for line in lines)
+
+
+def test_a_wide_terminal_shows_every_column():
+    lines = _printed(160, [_row(1)])
+    header = next(line for line in lines if "samples/s" in line)
+    for column in ("groups", "GiB/dev", "bubble", "speedup"):
+        assert column in header
