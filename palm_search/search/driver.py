@@ -93,6 +93,10 @@ class Search:
     """The points to screen with the estimate (``fidelity`` screen; see :mod:`.screen`)."""
 
 
+METRIC_NAMES = {"throughput": "samples/s", "memory": "peak memory per device (GiB)"}
+"""What each objective's value is, as the study names it (optuna-dashboard labels its axes so)."""
+
+
 def storage_for(run_dir: Path, url: str | None):
     """The study storage: ``url`` (an RDB URL, with heartbeats) or the run directory's journal file.
 
@@ -138,6 +142,9 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
                     deterministic=deterministic)
     search.points, search.screened = points, screened
     if not study.trials:
+        with warnings.catch_warnings():  # experimental since Optuna 3.2, unchanged through 5
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([METRIC_NAMES[o] for o in spec.objectives])
         study.set_user_attr("spec", spec_to_attrs(spec))
         sampler = "exhaustive" if points is not None else f"screen ({spec.network})" if screened else spec.sampler
         study.set_user_attr("sampler", sampler)

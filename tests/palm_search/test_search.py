@@ -260,3 +260,8 @@ def test_a_screened_search_estimates_every_point_and_simulates_the_best_in_order
     study = optuna.load_study(study_name="small", storage=journal_storage(tmp_path / "s"))
     estimates = [t.user_attrs["screen_samples_per_s"] for t in study.trials if not t.user_attrs["baseline"]]
     assert len(estimates) == 5 and estimates == sorted(estimates, reverse=True)
+
+
+def test_the_study_names_its_objectives(tmp_path):
+    search = _run(tmp_path, sampler="random", trials=4)
+    assert search.study.metric_names == ["samples/s"]
