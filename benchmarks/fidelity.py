@@ -24,7 +24,7 @@ import pandas as pd
 from joblib import Parallel, delayed
 from optuna.trial import FixedTrial
 
-from palm_search.search.screen import screen
+from palm_search.search.screen import screen, spearman
 from palm_search.search.space import candidate_builder, enumerate_points
 from palm_search.search.study import StudySpec
 from simulator import load_hardware, load_model, simulate
@@ -45,11 +45,6 @@ def evaluate(params: dict) -> dict:
 
 
 SPEC = StudySpec(model="T-145B", hardware="wafer")
-
-
-def spearman(a: pd.Series, b: pd.Series) -> float:
-    """Rank correlation (Pearson's on ranks, ties averaged)."""
-    return float(a.rank().corr(b.rank()))
 
 
 def main() -> None:

@@ -231,10 +231,12 @@ class Engine:
         for j, cost in enumerate(self.costs):
             i = j % pp
             per_stage[i] += self._alone_s(i, cost.forward)
+            self.stats[i].compute_s += cost.forward.compute_s
             if j < len(self.costs) - 1:
                 per_stage[i] += self._send_alone_s(i, (j + 1) % pp, cost.activation_send_bytes)
             if self.training:
                 per_stage[i] += self._alone_s(i, cost.backward)
+                self.stats[i].compute_s += cost.backward.compute_s
                 if j > 0:
                     per_stage[i] += self._send_alone_s(i, (j - 1) % pp, cost.gradient_send_bytes)
         for flow in self.flows:
@@ -254,11 +256,10 @@ class Engine:
         return EngineRun(makespan, self.stats, self.flows, moved, 0, index=self.index), max(period, busiest / m)
 
     def _alone_s(self, i: int, cost: PassCost) -> float:
-        """Time of a pass that waits for nothing (s), its stage's stats kept per microbatch."""
+        """Time of a pass that waits for nothing (s), its stage's stall and communication kept."""
         seg, stats = self._segments(i, cost), self.stats[i]
         stall = max(seg.dram_s - seg.compute_s, 0.0)
         exposed = self._collectives_time(i, cost.exposed_dp_collectives, dp=True)[0]
-        stats.compute_s += cost.compute_s
         stats.dram_stall_s += seg.count * stall
         stats.communication_s += seg.count * seg.collective_s + exposed
         return seg.count * (seg.compute_s + stall + seg.collective_s) + exposed
@@ -278,9 +279,7 @@ class Engine:
         collectives = tuple(c for cost in chunks for c in cost.dp_collectives)
         duration = self._collectives_time(i, collectives, dp=True)[0]
         stats = self.stats[i]
-        compute = stats.compute_s
         steps = sum(self._alone_s(i, cost.optimizer_step) for cost in chunks)
-        stats.compute_s = compute  # the steps' compute is optimizer time, as in the engine
         stats.optimizer_s = sum(c.optimizer_step.compute_s for c in chunks)
         stats.communication_s += duration
         return duration + steps
