@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 import numpy as np
@@ -359,34 +359,33 @@ class Engine:
 
     def _shared_pass(self, i: int, cost: PassCost, microbatch: int) -> Generator[simpy.Event, Any, None]:
         """A pass under bandwidth sharing: each segment computes while its DRAM stream moves, then
-        its TP collectives move; each waits on its transfer (what :meth:`_pass_end` books)."""
-        env, net, stats, flows = self.env, self.sharing, self.stats[i], self.stage_flows[i]
+        its TP collectives move, then ZeRO-3's exposed reduce-scatter (what :meth:`_pass_end`
+        books), as one :meth:`~simulator.network.sharing.SharingNetwork.sequence`."""
+        net, stats, flows = self.sharing, self.stats[i], self.stage_flows[i]
         assert net is not None
         seg = self._segments(i, cost)
-        for _ in range(seg.count):
-            t = env.now
-            if seg.dram_s and flows.dram is not None:
-                arrived = yield net.transfer(flows.dram, seg.dram_s, flows.dram.latency_s, seg.compute_s)
-                stats.dram_stall_s += env.now - t - seg.compute_s
-                if self.record:
-                    self._trace(flows.dram, f"stage {i}", "dram", t, arrived - t, seg.dram_bytes, microbatch)
-            elif seg.compute_s:
-                yield env.timeout(seg.compute_s)
-            if seg.collective_s:
-                t = env.now
-                yield net.transfer(flows.tp, seg.collective_s, seg.collective_latency_s)
-                stats.communication_s += env.now - t
-                if self.record:
-                    self._trace(flows.tp, f"stage {i}", "tp collectives", t, env.now - t, seg.collective_bytes,
-                                microbatch)
-            self.events += 2
+        segment: list[tuple[str, float, Flow | None, float, float, float]] = []
+        if seg.dram_s and flows.dram is not None:
+            segment.append(("dram", seg.dram_bytes, flows.dram, seg.dram_s, flows.dram.latency_s, seg.compute_s))
+        elif seg.compute_s:
+            segment.append(("compute", 0.0, None, seg.compute_s, 0.0, 0.0))
+        if seg.collective_s:
+            segment.append(("tp collectives", seg.collective_bytes, flows.tp, seg.collective_s,
+                            seg.collective_latency_s, 0.0))
+        phases = segment * seg.count
         if cost.exposed_dp_collectives:
             duration, moved, latency = self._collectives_time(i, cost.exposed_dp_collectives, dp=True)
-            t = env.now
-            yield net.transfer(flows.dp, duration, latency)
-            stats.communication_s += env.now - t
-            if self.record:
-                self._trace(flows.dp, f"stage {i}", "zero-3 reduce-scatter", t, env.now - t, moved, microbatch)
+            phases.append(("zero-3 reduce-scatter", moved, flows.dp, duration, latency, 0.0))
+        self.events += 2 * seg.count
+        times = yield net.sequence([phase[2:] for phase in phases])
+        for (name, size, flow, *_), (start, arrived, end) in zip(phases, times, strict=True):
+            if name == "dram":
+                stats.dram_stall_s += end - start - seg.compute_s
+            elif name != "compute":
+                stats.communication_s += end - start
+            if self.record and flow is not None:
+                self._trace(flow, f"stage {i}", name, start, (arrived if name == "dram" else end) - start, size,
+                            microbatch)
 
     def _pass_end(self, i: int, cost: PassCost, now: float, microbatch: int = -1) -> float:
         """Finish time of a pass started at ``now`` with booked resources: per segment, compute
@@ -464,8 +463,10 @@ class Engine:
         message = self._message((kind, k, microbatch))
         self.events += 2
         if flow is not None and size_bytes > 0 and self.sharing is not None:
-            sent = self.env.event()
-            self.env.process(self._shared_send(flow, i, dst, kind, microbatch, size_bytes, sent, message))
+            per_edge = self._p2p_bytes(flow, i, size_bytes)
+            sent = self.sharing.sequence([(flow, flow.step_time_s(per_edge), flow.latency_s, 0.0)])
+            sent.callbacks.append(partial(self._shared_regroup, flow, i, dst, kind, microbatch, size_bytes,
+                                          per_edge, message))
             return sent
         end = sent_s = now
         if flow is not None and size_bytes > 0:
@@ -480,23 +481,30 @@ class Engine:
         self.env.timeout(end - now).callbacks.append(lambda _event: _succeed(message))
         return sent_s
 
-    def _shared_send(self, flow: Flow, i: int, dst: int, kind: str, microbatch: int, size_bytes: float,
-                     sent: simpy.Event, message: simpy.Event) -> Generator[simpy.Event, Any, None]:
-        """:meth:`_send` under bandwidth sharing: the transfer, then the regroup."""
-        per_edge = self._p2p_bytes(flow, i, size_bytes)
-        start = self.env.now
-        yield self.sharing.transfer(flow, flow.step_time_s(per_edge), flow.latency_s)  # type: ignore[union-attr]
+    def _shared_regroup(self, flow: Flow, i: int, dst: int, kind: str, microbatch: int, size_bytes: float,
+                        per_edge: float, message: simpy.Event, sent: simpy.Event) -> None:
+        """:meth:`_send` under bandwidth sharing, once the transfer has ended: the regroup, then
+        the message is delivered."""
+        net = self.sharing
+        assert net is not None
         if self.record:
-            self._trace_p2p(flow, i, dst, kind, microbatch, start, self.env.now - start, per_edge)
-        sent.succeed()
+            start, _, end = sent.value[0]  # type: ignore[index]
+            self._trace_p2p(flow, i, dst, kind, microbatch, start, end - start, per_edge)
         regroup = self._regroup_cost(dst, size_bytes)
-        if regroup is not None:
-            tp, duration, moved, latency = regroup
-            start = self.env.now
-            yield self.sharing.transfer(tp, duration, latency)  # type: ignore[union-attr]
-            if self.record:
-                self._trace(tp, f"{i}->{dst}", f"regroup mb {microbatch}", start, self.env.now - start,
-                            moved * tp.num_edges, microbatch, kind="p2p")
+        if regroup is None:
+            message.succeed()
+            return
+        tp, duration, moved, latency = regroup
+        regrouped = net.sequence([(tp, duration, latency, 0.0)])
+        regrouped.callbacks.append(partial(self._delivered, tp, i, dst, microbatch, moved, message))
+
+    def _delivered(self, tp: Flow, i: int, dst: int, microbatch: int, moved: float, message: simpy.Event,
+                   regrouped: simpy.Event) -> None:
+        """A regroup under bandwidth sharing has ended: deliver ``message``."""
+        if self.record:
+            start, _, end = regrouped.value[0]  # type: ignore[index]
+            self._trace(tp, f"{i}->{dst}", f"regroup mb {microbatch}", start, end - start, moved * tp.num_edges,
+                        microbatch, kind="p2p")
         message.succeed()
 
     def _p2p_bytes(self, flow: Flow, i: int, size_bytes: float) -> float:

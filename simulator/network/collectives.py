@@ -37,9 +37,10 @@ STEPS_PER_RING = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n
                   "reduce_scatter": lambda n: n - 1}
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Flow:
-    """A traffic pattern on the topology and its timing.
+    """A traffic pattern on the topology and its timing (an entity: equal and hashed by identity,
+    as the counters it carries belong to one engine's flows).
 
     Attributes:
         name: readable name (e.g. ``stage3 tp``).

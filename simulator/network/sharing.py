@@ -17,6 +17,12 @@ and a transfer alone runs at ``1 / seconds_per_byte``: its duration is then PALM
 no shared resource this backend gives exactly the analytical backend's times. Latency (the route's,
 per step) is not bandwidth and is added after the bytes, unshared.
 
+A pass is a train of transfers back to back (:meth:`SharingNetwork.sequence`). While none of the
+flows it uses meets another live transfer, its phases run at their alone rates and need no event
+each: the train is one timer. The first transfer that would share with it turns the train back
+into its current transfer and the phases after it (*materialises* it), exactly the state
+phase-by-phase transfers would have reached, so the result equals the phase-by-phase one.
+
 Only resources that two flows use can bind more than one transfer; each group of resources used
 by exactly the same flows keeps only its undominated occupancy vectors, and instances of one flow
 share its own bottleneck (a constraint per flow with occupancy ``seconds_per_byte``). Max-min
@@ -26,9 +32,10 @@ of transfers it touches.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
+from typing import Any
 
 import simpy
 
@@ -56,16 +63,49 @@ class Transfer:
     constraints: tuple[tuple[int, float], ...] = field(default=())
 
 
+Phase = tuple[Flow | None, float, float, float]
+"""One phase of a :meth:`SharingNetwork.sequence`: (flow, or None for a plain wait; duration alone
+s; latency part of it s; not before s after the phase starts)."""
+
+PhaseTimes = tuple[float, float, float]
+"""When a phase started, its bytes arrived and it ended (s)."""
+
+
+@dataclass(slots=True, eq=False)
+class _Train:
+    """A sequence running alone: ``phases`` (flow index or -1) from ``start_s``; phase ``j`` ends
+    at ``ends[j]``; ``live`` until it ends or is materialised."""
+
+    phases: list[tuple[int, float, float, float]]
+    flows: frozenset[int]
+    start_s: float
+    ends: list[float]
+    done: simpy.Event
+    live: bool = True
+
+    def times(self, upto: int) -> list[PhaseTimes]:
+        """(start, arrival, end) of the phases before ``upto``, as run alone."""
+        starts = [self.start_s, *self.ends[:upto - 1]] if upto else []
+        return [(t, t + self.phases[j][1], self.ends[j]) for j, t in enumerate(starts)]
+
+
 class SharingNetwork:
     """Max-min fair bandwidth sharing between concurrent transfers (see the module docstring).
 
     Use: :meth:`start` once per engine run with the run's environment and flows, then
-    :meth:`transfer` for every transfer; each returns an event that fires when it ends.
+    :meth:`transfer` for every transfer or :meth:`sequence` for a train of them; each returns an
+    event that fires when it ends.
+
+    Args:
+        trains: run a :meth:`sequence` alone as one timer while nothing shares with it (False
+            runs every phase as its own transfer: the plain implementation, for tests).
     """
 
     name = "sharing"
 
-    def __init__(self) -> None:
+    def __init__(self, trains: bool = True) -> None:
+        self.trains = trains
+        self._trains: list[set[_Train]] = []
         self._env: simpy.Environment | None = None
         self._index: dict[int, int] = {}
         self._constraints: list[tuple[tuple[int, float], ...]] = []
@@ -77,6 +117,7 @@ class SharingNetwork:
         """Forget the run (a new engine run calls :meth:`start`)."""
         self._env = None
         self._active = []
+        self._trains = []
 
     def uses_contention(self) -> bool:
         """Flows of one run affect each other (the engine sets up its flows for them)."""
@@ -87,16 +128,10 @@ class SharingNetwork:
         computed once here, see :func:`constraints_of`)."""
         self._env = env
         self._active = [set() for _ in flows]
+        self._trains = [set() for _ in flows]
         if [id(f) for f in flows] != list(self._index):
-            self._index = {id(f): k for k, f in enumerate(flows)}
-            self._constraints = constraints_of(flows)
-            self._spb = [f.seconds_per_byte for f in flows]
-            users: dict[int, set[int]] = {}
-            for k, pairs in enumerate(self._constraints):
-                for c, _ in pairs:
-                    users.setdefault(c, set()).add(k)
-            self._neighbours = [tuple(sorted(set().union(*(users[c] for c, _ in pairs))))
-                                for pairs in self._constraints]
+            structure = _structure(tuple(flows))
+            self._index, self._constraints, self._spb, self._neighbours = structure
 
     def transfer(self, flow: Flow, duration_s: float, latency_s: float = 0.0,
                  not_before_s: float = 0.0) -> simpy.Event:
@@ -110,9 +145,14 @@ class SharingNetwork:
         env = self._env
         if env is None:
             raise RuntimeError("SharingNetwork.start must be called before a transfer")
+        return self._transfer(self._index[id(flow)], duration_s, latency_s, not_before_s)
+
+    def _transfer(self, k: int, duration_s: float, latency_s: float, not_before_s: float) -> simpy.Event:
+        """:meth:`transfer` of flow index ``k`` (-1: a plain wait)."""
+        env = self._env
+        assert env is not None
         done = env.event()
-        k = self._index[id(flow)]
-        spb, now = self._spb[k], env.now
+        spb, now = self._spb[k] if k >= 0 else 0.0, env.now
         work = max(duration_s - latency_s, 0.0)
         if spb <= 0.0 or work <= 0.0:
             end = now + duration_s
@@ -121,13 +161,120 @@ class SharingNetwork:
         t = Transfer(flow=k, remaining=work / spb, latency_s=latency_s, not_before_s=now + not_before_s,
                      done=done, since_s=now, constraints=self._constraints[k])
         active = self._active
-        alone = not any(active[n] and self._live(n, now) for n in self._neighbours[k])
+        alone = self._quiet((k,), now)
         active[k].add(t)
         if alone:  # the common case: the component is this transfer, at its own rate
             self._schedule(t, 1.0 / spb, alone=True)
         else:
             self._refill(self._component([k], now), now)
         return done
+
+    def sequence(self, phases: Sequence[Phase]) -> simpy.Event:
+        """An event that fires when ``phases`` have run one after another, each as
+        :meth:`transfer` runs it (a phase without a flow is a plain wait); its value is each
+        phase's :data:`PhaseTimes`.
+
+        Raises:
+            RuntimeError: :meth:`start` was not called for this run.
+        """
+        env = self._env
+        if env is None:
+            raise RuntimeError("SharingNetwork.start must be called before a sequence")
+        indexed = [(self._index[id(f)] if f is not None else -1, d, lat, nb) for f, d, lat, nb in phases]
+        return self._sequence(indexed)
+
+    def _sequence(self, phases: list[tuple[int, float, float, float]]) -> simpy.Event:
+        env = self._env
+        assert env is not None
+        now, done = env.now, env.event()
+        flows = frozenset(k for k, *_ in phases if k >= 0)
+        if not (self.trains and self._quiet(flows, now)):
+            env.process(self._stepwise(phases, done))
+            return done
+        ends, t = [], now
+        for _, duration, _, not_before in phases:
+            t += max(duration, not_before)
+            ends.append(t)
+        train = _Train(phases, flows, now, ends, done)
+        for k in flows:
+            self._trains[k].add(train)
+        env.timeout(t - now).callbacks.append(partial(self._train_end, train))
+        return done
+
+    def _stepwise(self, phases: list[tuple[int, float, float, float]],
+                  done: simpy.Event) -> Generator[simpy.Event, Any, None]:
+        """Run the first phase as a transfer, then the others as a sequence (a train again if
+        nothing shares with them by then)."""
+        env = self._env
+        assert env is not None
+        times: list[PhaseTimes] = []
+        for j, (k, duration, latency, not_before) in enumerate(phases):
+            if j and self.trains:
+                times += yield self._sequence(phases[j:])
+                break
+            start = env.now
+            arrived = yield self._transfer(k, duration, latency, not_before)
+            times.append((start, arrived, env.now))
+        done.succeed(times)
+
+    def _train_end(self, train: _Train, _event: simpy.Event) -> None:
+        if train.live:
+            self._drop(train)
+            train.done.succeed(train.times(len(train.phases)))
+
+    def _drop(self, train: _Train) -> None:
+        train.live = False
+        for k in train.flows:
+            self._trains[k].discard(train)
+
+    def _quiet(self, flows: Sequence[int] | frozenset[int], now: float) -> bool:
+        """Whether no live transfer shares a constraint with ``flows``, after materialising the
+        trains that could (they would share from now on)."""
+        active, trains = self._active, self._trains
+        quiet = True
+        for k in flows:
+            for n in self._neighbours[k]:
+                if trains[n]:
+                    for train in list(trains[n]):
+                        self._materialise(train, now)
+                if quiet and active[n] and self._live(n, now):
+                    quiet = False
+        return quiet
+
+    def _materialise(self, train: _Train, now: float) -> None:
+        """Turn ``train`` into what phase-by-phase transfers would be at ``now``: its current
+        phase's transfer (alone so far) and a process for the phases after it."""
+        env = self._env
+        assert env is not None
+        j = next((j for j, end in enumerate(train.ends) if end > now), None)
+        if j is None:  # ends now: its timer fires next
+            return
+        self._drop(train)
+        start = train.ends[j - 1] if j else train.start_s
+        k, duration, latency, not_before = train.phases[j]
+        spb = self._spb[k] if k >= 0 else 0.0
+        fluid_end = start + max(duration - latency, 0.0)
+        if spb > 0.0 and fluid_end > now:
+            t = Transfer(flow=k, remaining=(fluid_end - now) / spb, latency_s=latency,
+                         not_before_s=start + not_before, done=env.event(), since_s=now,
+                         constraints=self._constraints[k])
+            self._active[k].add(t)
+            self._schedule(t, 1.0 / spb, alone=True)
+            current = t.done
+        else:
+            current = env.timeout(train.ends[j] - now, start + duration)
+        env.process(self._resume(train, j, start, current))
+
+    def _resume(self, train: _Train, j: int, start: float,
+                current: simpy.Event) -> Generator[simpy.Event, Any, None]:
+        """A materialised train: wait for phase ``j`` (started at ``start``), run the rest."""
+        env = self._env
+        assert env is not None
+        arrived = yield current
+        times = [*train.times(j), (start, arrived, env.now)]
+        if j + 1 < len(train.phases):
+            times += yield self._sequence(train.phases[j + 1:])
+        train.done.succeed(times)
 
     def _live(self, k: int, now: float) -> bool:
         """Whether flow ``k`` has transfers still moving bytes at ``now`` (forgetting those whose
@@ -204,6 +351,23 @@ class SharingNetwork:
             env.timeout(delay).callbacks.append(partial(_fire, t.done, arrived))
         else:
             t.done.succeed(arrived)
+
+
+_Structure = tuple[dict[int, int], list[tuple[tuple[int, float], ...]], list[float], list[tuple[int, ...]]]
+
+
+@lru_cache(maxsize=128)
+def _structure(flows: tuple[Flow, ...]) -> _Structure:
+    """Of ``flows``: position by id, constraints (:func:`constraints_of`), seconds per byte and the
+    flows each shares a constraint with (itself included). Flows hash by identity, and the engine
+    reuses one placement's flows across runs, so this is computed once per placement."""
+    constraints = constraints_of(flows)
+    users: dict[int, set[int]] = {}
+    for k, pairs in enumerate(constraints):
+        for c, _ in pairs:
+            users.setdefault(c, set()).add(k)
+    neighbours = [tuple(sorted(set().union(*(users[c] for c, _ in pairs)))) for pairs in constraints]
+    return {id(f): k for k, f in enumerate(flows)}, constraints, [f.seconds_per_byte for f in flows], neighbours
 
 
 def _fire(event: simpy.Event, value: float, _cause: simpy.Event) -> None:
