@@ -32,7 +32,7 @@ of transfers it touches.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from typing import Any
@@ -111,6 +111,7 @@ class SharingNetwork:
         self._constraints: list[tuple[tuple[int, float], ...]] = []
         self._spb: list[float] = []
         self._neighbours: list[tuple[int, ...]] = []
+        self._rates: Callable[[tuple[int, ...]], list[float]] = _no_rates
         self._active: list[set[Transfer]] = []
 
     def reset(self) -> None:
@@ -131,7 +132,7 @@ class SharingNetwork:
         self._trains = [set() for _ in flows]
         if [id(f) for f in flows] != list(self._index):
             structure = _structure(tuple(flows))
-            self._index, self._constraints, self._spb, self._neighbours = structure
+            self._index, self._constraints, self._spb, self._neighbours, self._rates = structure
 
     def transfer(self, flow: Flow, duration_s: float, latency_s: float = 0.0,
                  not_before_s: float = 0.0) -> simpy.Event:
@@ -293,7 +294,7 @@ class SharingNetwork:
         stack = list(seeds)
         while stack:
             for n in neighbours[stack.pop()]:
-                if n not in seen and self._live(n, now):
+                if active[n] and n not in seen and self._live(n, now):
                     seen.add(n)
                     stack.append(n)
         return [t for k in seen for t in active[k]]
@@ -304,7 +305,8 @@ class SharingNetwork:
             t.remaining = max(t.remaining - t.rate * (now - t.since_s), 0.0)
             t.since_s = now
         alone = len(transfers) == 1
-        rates = max_min_rates([t.constraints for t in transfers])
+        transfers = sorted(transfers, key=_flow_of)
+        rates = self._rates(tuple(t.flow for t in transfers))
         for t, rate in zip(transfers, rates, strict=True):
             if rate != t.rate or alone != t.alone:
                 self._schedule(t, rate, alone)
@@ -342,7 +344,7 @@ class SharingNetwork:
         t.version = -1
         active = self._active
         active[t.flow].discard(t)
-        touched = [n for n in self._neighbours[t.flow] if self._live(n, now)]
+        touched = [n for n in self._neighbours[t.flow] if active[n] and self._live(n, now)]
         if touched:
             self._refill(self._component(touched, now), now)
         arrived = now + t.latency_s
@@ -353,21 +355,41 @@ class SharingNetwork:
             t.done.succeed(arrived)
 
 
-_Structure = tuple[dict[int, int], list[tuple[tuple[int, float], ...]], list[float], list[tuple[int, ...]]]
+RATES_CACHED = 4096
+"""Components whose max-min rates each placement remembers (a pipeline repeats a few
+combinations of concurrent transfers many times)."""
+
+_Structure = tuple[dict[int, int], list[tuple[tuple[int, float], ...]], list[float], list[tuple[int, ...]],
+                   Callable[[tuple[int, ...]], list[float]]]
 
 
 @lru_cache(maxsize=128)
 def _structure(flows: tuple[Flow, ...]) -> _Structure:
     """Of ``flows``: position by id, constraints (:func:`constraints_of`), seconds per byte and the
-    flows each shares a constraint with (itself included). Flows hash by identity, and the engine
-    reuses one placement's flows across runs, so this is computed once per placement."""
+    flows each shares a constraint with (itself included), and the max-min rates of transfers of
+    the given flows (sorted), memoised. Flows hash by identity, and the engine reuses one
+    placement's flows across runs, so this is computed once per placement."""
     constraints = constraints_of(flows)
     users: dict[int, set[int]] = {}
     for k, pairs in enumerate(constraints):
         for c, _ in pairs:
             users.setdefault(c, set()).add(k)
     neighbours = [tuple(sorted(set().union(*(users[c] for c, _ in pairs)))) for pairs in constraints]
-    return {id(f): k for k, f in enumerate(flows)}, constraints, [f.seconds_per_byte for f in flows], neighbours
+
+    @lru_cache(maxsize=RATES_CACHED)
+    def rates(of_flows: tuple[int, ...]) -> list[float]:
+        return max_min_rates([constraints[k] for k in of_flows])
+
+    return ({id(f): k for k, f in enumerate(flows)}, constraints, [f.seconds_per_byte for f in flows], neighbours,
+            rates)
+
+
+def _no_rates(_flows: tuple[int, ...]) -> list[float]:
+    raise RuntimeError("SharingNetwork.start must be called before a transfer")
+
+
+def _flow_of(t: Transfer) -> int:
+    return t.flow
 
 
 def _fire(event: simpy.Event, value: float, _cause: simpy.Event) -> None:
