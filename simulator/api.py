@@ -227,20 +227,22 @@ def _simulate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network:
 
 
 SHORT_WINDOW = (4, 8)
-"""Microbatches of the two short runs that may replace ``(p, 2p)`` (schedules without chunks)."""
+"""Microbatches of the first two short runs that may replace ``(p, 2p)`` (schedules without
+chunks, ``p`` above the first); each next pair doubles them while the longer run has at most
+``p``."""
 PERIOD_AGREEMENT = 0.01
 """Largest relative gap between the short runs' period and the closed-form steady state
 (:meth:`Engine.estimate`) for the short runs to be trusted."""
 
 
 def _run(engine: Engine, m: int, pp: int, steady_state: bool, training: bool) -> _Outcome:
-    """Full run, or two short runs and a linear extrapolation: of 4 and 8 microbatches when
-    their period per microbatch agrees with the closed-form steady state (a cost linear in the
-    pipeline depth), else of ``p`` and ``2p`` (the steady state of 1F1B is reached after ``p``)."""
+    """Full run, or two runs and a linear extrapolation: of ``(4, 8)``, ``(8, 16)``... microbatches,
+    the first pair whose period per microbatch agrees with the closed-form steady state (a cost
+    near linear in the pipeline depth when one does), else of ``p`` and ``2p`` (the steady state
+    of 1F1B is reached after ``p``)."""
     m_a, m_b = pp, 2 * pp
     if not training or (steady_state and m > m_b):
-        cheaper = engine.schedule.num_chunks == 1 and SHORT_WINDOW[0] < pp
-        short = _short_run(engine, m) if cheaper else None
+        short = _short_run(engine, m, pp) if engine.schedule.num_chunks == 1 else None
         if short is not None:
             return short
         a, b = engine.run(m_a), engine.run(m_b)
@@ -249,17 +251,24 @@ def _run(engine: Engine, m: int, pp: int, steady_state: bool, training: bool) ->
     return _Outcome(run=engine.run(m), simulated_microbatches=m, extrapolated=False, period_s=0.0)
 
 
-def _short_run(engine: Engine, m: int) -> _Outcome | None:
-    """The extrapolation from :data:`SHORT_WINDOW`, or None if its period and the closed-form
-    steady state differ by more than :data:`PERIOD_AGREEMENT`."""
+def _short_run(engine: Engine, m: int, pp: int) -> _Outcome | None:
+    """The extrapolation from the first pair of :data:`SHORT_WINDOW` and its doublings (the longer
+    run at most ``pp`` microbatches) whose period is within :data:`PERIOD_AGREEMENT` of the
+    closed-form steady state, or None."""
     m_a, m_b = SHORT_WINDOW
-    steady = engine.estimate(m)[1]
-    a, b = engine.run(m_a), engine.run(m_b)
-    period = _period(a, b, m_b - m_a)
-    if abs(period - steady) > PERIOD_AGREEMENT * steady:
+    if m_a >= pp:
         return None
-    return _Outcome(run=_extrapolate(a, b, m_a, m_b, m), simulated_microbatches=m_a + m_b, extrapolated=True,
-                    period_s=period)
+    steady = engine.estimate(m)[1]
+    a, simulated = engine.run(m_a), m_a
+    while m_b == SHORT_WINDOW[1] or m_b <= pp:
+        b = engine.run(m_b)
+        simulated += m_b
+        period = _period(a, b, m_b - m_a)
+        if abs(period - steady) <= PERIOD_AGREEMENT * steady:
+            return _Outcome(run=_extrapolate(a, b, m_a, m_b, m), simulated_microbatches=simulated,
+                            extrapolated=True, period_s=period)
+        a, m_a, m_b = b, m_b, 2 * m_b
+    return None
 
 
 def _busy_s(stats: StageStats) -> float:

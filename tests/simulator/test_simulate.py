@@ -37,6 +37,17 @@ def test_deep_pipelines_extrapolate_from_a_few_microbatches_when_the_period_is_t
     assert short.iteration_time_s == pytest.approx(full.iteration_time_s, rel=5e-3)
 
 
+def test_when_the_first_short_runs_are_not_yet_steady_doubled_ones_are_tried_before_p_and_2p():
+    # PP 20 of T-18B at TP 4: the period of 4 and 8 microbatches is not yet the steady one, that
+    # of 8 and 16 is; 4 + 8 + 16 microbatches are simulated instead of 20 + 40.
+    model, strategy = load_model("T-18B"), Strategy(tp=4, pp=20, recompute="full", global_batch_size=96)
+    wide = dataclasses.replace(WAFER, network=dataclasses.replace(WAFER.network, dies_x=10, dies_y=4))
+    full = simulate(model, wide, strategy, steady_state=False)
+    short = simulate(model, wide, strategy)
+    assert short.simulated_microbatches == 4 + 8 + 16
+    assert short.iteration_time_s == pytest.approx(full.iteration_time_s, rel=5e-3)
+
+
 def test_over_capacity_is_reported_not_simulated():
     model = load_model("T-145B")
     result = simulate(model, WAFER, Strategy(tp=8, dp=2, pp=20, recompute="none"))
