@@ -21,10 +21,10 @@ data-parallel collectives and the optimizer step (PALM's Gradient Update).
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import simpy
@@ -33,10 +33,13 @@ from simulator.costs import Collective, PassCost, StageCost
 from simulator.hardware.spec import Calibration, Hardware
 from simulator.network.backends import NetworkBackend
 from simulator.network.collectives import Flow, all_pairs_edges, make_flow, ring_edges
-from simulator.network.sharing import SharingNetwork
+from simulator.network.sharing import Phase, SharingNetwork
 from simulator.network.topology import Edge, Topology
 from simulator.placement import StagePlacement
 from simulator.schedules import Pass, PipelineSchedule
+
+_T = TypeVar("_T")
+_Phase = tuple[str, float, Flow | None, float, float, float]
 
 
 @dataclass(slots=True)
@@ -156,6 +159,7 @@ class Engine:
         self.stage_flows, self.p2p, self.index = _machine_flows(topology, placements, hardware.calibration,
                                                                 transfer_strategy, all_to_all)
         self.flows = _all_flows(self.stage_flows, self.p2p)
+        self._memos: dict[tuple[str, int, int], tuple[Any, list[tuple[Flow, float]]]] = {}
         self.sharing = network if isinstance(network, SharingNetwork) else None
         self.booking = None if isinstance(network, SharingNetwork) else network
         if self.booking is not None and self.booking.uses_contention():
@@ -335,7 +339,27 @@ class Engine:
         if self.record:
             self.records.append(PassRecord(i, p.kind, p.microbatch, p.chunk, now, self.env.now, cost.recompute_s))
 
+    def _memo(self, kind: str, i: int, cost: PassCost, compute: Callable[[], _T]) -> _T:
+        """``compute()`` for pass ``cost`` of stage ``i``, remembered for the engine's life with the
+        bytes it counted on the stage's own flows, which a remembered answer counts again."""
+        key = (kind, i, id(cost))
+        memo = self._memos.get(key)
+        if memo is None:
+            own = _own_flows(self.stage_flows[i])
+            before = [f.bytes_moved for f in own]
+            value = compute()
+            memo = self._memos[key] = (value, [(f, f.bytes_moved - b) for f, b in zip(own, before, strict=True)
+                                               if f.bytes_moved != b])
+            return value
+        for flow, moved in memo[1]:
+            flow.bytes_moved += moved
+        return memo[0]  # type: ignore[no-any-return]
+
     def _segments(self, i: int, cost: PassCost) -> Segments:
+        """The segments of ``cost`` on stage ``i`` (remembered, :meth:`_memo`)."""
+        return self._memo("segments", i, cost, lambda: self._segments_of(i, cost))
+
+    def _segments_of(self, i: int, cost: PassCost) -> Segments:
         """The segments of ``cost`` on stage ``i`` (and count the bytes they move): the TP
         collectives, plus what compute does not hide of the overlapped ones (TP multicasts and
         overlap; under the whole compute, the replicas' weight multicast and ZeRO-3's prefetched
@@ -361,10 +385,26 @@ class Engine:
         """A pass under bandwidth sharing: each segment computes while its DRAM stream moves, then
         its TP collectives move, then ZeRO-3's exposed reduce-scatter (what :meth:`_pass_end`
         books), as one :meth:`~simulator.network.sharing.SharingNetwork.sequence`."""
-        net, stats, flows = self.sharing, self.stats[i], self.stage_flows[i]
+        net, stats = self.sharing, self.stats[i]
         assert net is not None
-        seg = self._segments(i, cost)
-        segment: list[tuple[str, float, Flow | None, float, float, float]] = []
+        seg, phases, transfers = self._memo("phases", i, cost, lambda: self._phases(i, cost))
+        self.events += 2 * seg.count
+        times = yield net.sequence(transfers)
+        for (name, size, flow, *_), (start, arrived, end) in zip(phases, times, strict=True):
+            if name == "dram":
+                stats.dram_stall_s += end - start - seg.compute_s
+            elif name != "compute":
+                stats.communication_s += end - start
+            if self.record and flow is not None:
+                self._trace(flow, f"stage {i}", name, start, (arrived if name == "dram" else end) - start, size,
+                            microbatch)
+
+    def _phases(self, i: int, cost: PassCost) -> tuple[Segments, list[_Phase], list[Phase]]:
+        """The segments of a pass under sharing, its named phases (name, bytes over all edges,
+        then a :data:`~simulator.network.sharing.Phase`) and those phases' transfers."""
+        flows = self.stage_flows[i]
+        seg = self._segments_of(i, cost)
+        segment: list[_Phase] = []
         if seg.dram_s and flows.dram is not None:
             segment.append(("dram", seg.dram_bytes, flows.dram, seg.dram_s, flows.dram.latency_s, seg.compute_s))
         elif seg.compute_s:
@@ -376,16 +416,8 @@ class Engine:
         if cost.exposed_dp_collectives:
             duration, moved, latency = self._collectives_time(i, cost.exposed_dp_collectives, dp=True)
             phases.append(("zero-3 reduce-scatter", moved, flows.dp, duration, latency, 0.0))
-        self.events += 2 * seg.count
-        times = yield net.sequence([phase[2:] for phase in phases])
-        for (name, size, flow, *_), (start, arrived, end) in zip(phases, times, strict=True):
-            if name == "dram":
-                stats.dram_stall_s += end - start - seg.compute_s
-            elif name != "compute":
-                stats.communication_s += end - start
-            if self.record and flow is not None:
-                self._trace(flow, f"stage {i}", name, start, (arrived if name == "dram" else end) - start, size,
-                            microbatch)
+        transfers: list[Phase] = [(flow, duration, latency, wait) for _, _, flow, duration, latency, wait in phases]
+        return seg, phases, transfers
 
     def _pass_end(self, i: int, cost: PassCost, now: float, microbatch: int = -1) -> float:
         """Finish time of a pass started at ``now`` with booked resources: per segment, compute
