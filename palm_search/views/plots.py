@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection, PatchCollection
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
@@ -21,6 +22,8 @@ PASS_COLOURS = {"F": "#4C72B0", "B": "#DD8452", "R": "#8172B3", "U": "#C44E52", 
 PASS_LABELS = {"F": "forward", "B": "backward", "R": "recompute", "U": "gradient update", "bubble": "bubble (idle)"}
 HEAT = colormaps["inferno_r"].with_extremes(bad="#D9D9D9")
 PICTURES = ("timeline", "placement", "heatmap")
+TIGHT_PAD_IN = 0.1
+"""Margin around a picture's drawn content (inches; matplotlib's ``savefig.pad_inches``)."""
 
 
 def write_plots(timeline: Timeline, directory: str | Path) -> list[Path]:
@@ -30,9 +33,10 @@ def write_plots(timeline: Timeline, directory: str | Path) -> list[Path]:
     written = []
     for name, plot in zip(PICTURES, (plot_timeline, plot_placement, plot_heatmap), strict=True):
         figure = plot(timeline)
-        for suffix in ("png", "svg"):
+        box = figure.get_tightbbox(FigureCanvasAgg(figure).get_renderer()).padded(TIGHT_PAD_IN)
+        for suffix in ("png", "svg"):  # one layout for both ("tight" would lay the figure out per file)
             path = directory / f"{name}.{suffix}"
-            figure.savefig(path, dpi=110, bbox_inches="tight")
+            figure.savefig(path, dpi=110, bbox_inches=box)
             written.append(path)
     return written
 
