@@ -13,7 +13,7 @@ This package imports neither optuna, typer, spaces nor palm_search.
 """
 
 from simulator.api import check_memory, simulate, simulate_timeline, simulate_with_records
-from simulator.errors import InputError, PalmError, SimulationError
+from simulator.errors import BudgetExceeded, InputError, PalmError, SimulationError
 from simulator.hardware.loader import hardware_from_tables, hardware_presets, load_hardware
 from simulator.hardware.spec import Hardware
 from simulator.hardware.writer import hardware_tables, hardware_to_toml
@@ -27,7 +27,8 @@ from simulator.workload.spec import ModelSpec
 __version__ = "0.1.0"
 
 __all__ = [
-    "Hardware", "InputError", "ModelSpec", "PalmError", "SimulationError", "SimulationResult", "check_memory",
+    "BudgetExceeded", "Hardware", "InputError", "ModelSpec", "PalmError", "SimulationError", "SimulationResult",
+    "check_memory",
     "StageReport", "Strategy", "hardware_from_tables", "hardware_presets", "hardware_tables",
     "hardware_to_toml", "load_hardware", "load_model", "load_strategy",
     "model_presets", "num_microbatches", "simulate", "simulate_timeline", "simulate_with_records",

@@ -12,6 +12,7 @@ Inference reports steady-state throughput (PALM §V-A3: fill and drain ignored).
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, fields, replace
@@ -44,7 +45,8 @@ ESTIMATE = "estimate"
 
 def simulate(
     model: ModelSpec, hardware: Hardware, strategy: Strategy, *, network: str = DEFAULT_NETWORK,
-    steady_state: bool = True, record: bool = False,
+    steady_state: bool = True, record: bool = False, time_limit_s: float | None = None,
+    event_limit: int | None = None,
 ) -> SimulationResult:
     """Simulate one iteration of ``strategy`` for ``model`` on ``hardware``.
 
@@ -58,29 +60,33 @@ def simulate(
             closed form bounded by the busiest resource, for screening).
         steady_state: extrapolate from two short runs when there are many microbatches.
         record: keep per-pass records (see :func:`simulate_with_records`).
+        time_limit_s: wall-clock budget of the whole call (s); None: unbounded.
+        event_limit: most events one engine run may take; None: unbounded.
 
     Returns:
         The result; ``feasible`` is False (and nothing is simulated) when memory is exceeded.
 
     Raises:
         InputError: the strategy does not fit the model or machine (degrees, batch, precision).
+        BudgetExceeded: the simulation ran past ``time_limit_s`` or ``event_limit``.
     """
-    return simulate_with_records(model, hardware, strategy, network=network,
-                                 steady_state=steady_state, record=record)[0]
+    return simulate_with_records(model, hardware, strategy, network=network, steady_state=steady_state,
+                                 record=record, time_limit_s=time_limit_s, event_limit=event_limit)[0]
 
 
 def simulate_with_records(
     model: ModelSpec, hardware: Hardware, strategy: Strategy, *, network: str = DEFAULT_NETWORK,
-    steady_state: bool = True, record: bool = True,
+    steady_state: bool = True, record: bool = True, time_limit_s: float | None = None,
+    event_limit: int | None = None,
 ) -> tuple[SimulationResult, list[PassRecord]]:
     """Like :func:`simulate`, also returning the pass records of the (last) engine run."""
-    done = _simulate(model, hardware, strategy, network, steady_state, record)
+    done = _simulate(model, hardware, strategy, network, steady_state, record, _Budget(time_limit_s, event_limit))
     return done.result, done.run.records if done.run else []
 
 
 def simulate_timeline(
     model: ModelSpec, hardware: Hardware, strategy: Strategy, *, network: str = DEFAULT_NETWORK,
-    window_microbatches: int | None = None, steady_state: bool = True,
+    window_microbatches: int | None = None, steady_state: bool = True, time_limit_s: float | None = None,
 ) -> Timeline:
     """Simulate ``strategy`` (as :func:`simulate`) and record a window of the iteration.
 
@@ -92,10 +98,11 @@ def simulate_timeline(
 
     Raises:
         InputError: as :func:`simulate`; ``window_microbatches`` below 1.
+        BudgetExceeded: the three runs took more than ``time_limit_s`` (s) of wall clock.
     """
     if window_microbatches is not None and window_microbatches < 1:
         raise InputError(f"window_microbatches must be >= 1, got {window_microbatches}")
-    done = _simulate(model, hardware, strategy, network, steady_state, False)
+    done = _simulate(model, hardware, strategy, network, steady_state, False, _Budget(time_limit_s))
     if done.run is None or done.engine is None:
         return Timeline(result=done.result, passes=(), bookings=(), window_microbatches=0, window_s=0.0,
                         topology=done.topology, placements=done.placements, utilisation={})
@@ -202,10 +209,23 @@ def _prepare(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: 
                      memory_bytes=memory_bytes, in_flight=in_flight, started=started)
 
 
+@dataclass(frozen=True, slots=True)
+class _Budget:
+    """A simulation's wall-clock (s) and event budget (None: unbounded)."""
+
+    time_limit_s: float | None = None
+    event_limit: int | None = None
+
+    def deadline_s(self) -> float:
+        """The ``time.perf_counter()`` value the budget ends at."""
+        return math.inf if self.time_limit_s is None else time.perf_counter() + self.time_limit_s
+
+
 def _simulate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str, steady_state: bool,
-              record: bool) -> _Simulated:
+              record: bool, budget: _Budget) -> _Simulated:
     if network != ESTIMATE and network not in BACKENDS:
         raise InputError(f"network must be one of {[*sorted(BACKENDS), ESTIMATE]}, got {network!r}")
+    deadline = budget.deadline_s()
     prepared = _prepare(model, hardware, strategy, network)
     topology, placements = prepared.topology, prepared.placements
     reason = legality.memory_shortfall(hardware, prepared.memory_bytes, prepared.in_flight)
@@ -216,7 +236,8 @@ def _simulate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network:
                     schedule=legality.schedule_of(strategy),
                     network=network_backend("analytical" if network == ESTIMATE else network),
                     training=strategy.mode == "training", transfer_strategy=strategy.transfer_strategy,
-                    p2p_blocking=strategy.p2p_blocking, record=record)
+                    p2p_blocking=strategy.p2p_blocking, record=record, deadline_s=deadline,
+                    event_limit=budget.event_limit)
     if network == ESTIMATE:
         run, period = engine.estimate(prepared.num_microbatches)
         outcome = _Outcome(run=run, simulated_microbatches=0, extrapolated=False, period_s=period)

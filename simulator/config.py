@@ -15,6 +15,7 @@ Units live in key names (see ``UNITS``) and are converted to SI exactly once, he
 from __future__ import annotations
 
 import math
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,18 @@ UNITS: dict[str, tuple[str, float]] = {
 
 SOURCE_SUFFIX = "_source"
 
+PLAUSIBLE: dict[str, tuple[float, float, str]] = {
+    "_efficiency": (0.01, 1.0, "an achieved fraction of peak; under 1% is a unit slip"),
+    "_bytes_per_s": (1e6, 1e17, "1 MB/s to 100 PB/s, about 5x Cerebras WSE-3's whole-wafer SRAM bandwidth"),
+    "_flop_per_s": (1e6, 1e18, "up to 1 EFLOP/s a device, 8x Cerebras WSE-3's 125 PFLOP/s"),
+    "_bytes": (1e3, 1e15, "1 kB to 1 PB a device; an NVL72 rack holds 13.5 TB of HBM"),
+    "_s": (0.0, 1.0, "at most 1 s: a latency or overhead that long is a unit slip"),
+    "": (1.0, 2.0**20, "a count of at most 2^20"),
+}
+"""SI suffix of a hardware quantity -> (minimum, maximum, why): the plausible range a file's
+value must lie in, wide enough for any chip announced and narrow enough to catch a wrong unit or
+a typo (longest suffix first; no suffix: a count)."""
+
 
 def split_unit(key: str) -> tuple[str, str, float]:
     """Split a file key into its stem, the SI name and the factor to SI.
@@ -68,12 +81,43 @@ def read_toml(path: str | Path, display: str | None = None) -> Table:
     Raises:
         InputError: the file is missing or not valid TOML (with tomllib's line and column).
     """
+    return parse_toml(read_text_file(path, display), display or str(path))
+
+
+MAX_INPUT_BYTES = 16 * 2**20
+"""Largest input file read (bytes): a model, hardware, strategy or study file is a few kB; one of
+16 MiB is a wrong path, and reading it would only delay the error."""
+
+
+def read_text_file(path: str | Path, display: str | None = None) -> str:
+    """The UTF-8 text of the input file ``path``, checked before it is opened.
+
+    Raises:
+        InputError: one line naming the file: missing, unreadable, a symlink loop, not a regular
+            file (a directory, a FIFO, a device: opening a FIFO would wait for a writer), larger
+            than :data:`MAX_INPUT_BYTES`, or not UTF-8 text.
+    """
     name = display or str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        info = Path(path).stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError(f"{name}: not a regular file (a {_file_kind(info.st_mode)})")
+        if info.st_size > MAX_INPUT_BYTES:
+            raise InputError(f"{name}: {info.st_size:,} bytes, more than an input file's "
+                             f"{MAX_INPUT_BYTES:,}")
+        data = Path(path).read_bytes()
     except OSError as error:
-        raise InputError(f"{name}: cannot read file ({error.strerror})") from None
-    return parse_toml(text, name)
+        raise InputError(f"{name}: cannot read file ({error.strerror or error})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InputError(f"{name}: not UTF-8 text (byte {data[error.start]:#04x} at offset {error.start})") from None
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
+             (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"))
+    return next((name for test, name in kinds if test(mode)), "special file")
 
 
 def parse_toml(text: str, display: str) -> Table:
@@ -211,8 +255,8 @@ class Table:
     def take_quantity(self, key: str, *, integer: bool = False) -> tuple[str, float]:
         """The quantity ``key`` converted to SI, with its SI name; range follows the name.
 
-        Times (``_s``) may be zero; efficiencies (``*_efficiency``) lie in (0, 1]; everything
-        else must be positive.
+        The value must lie in the quantity's plausible range (:data:`PLAUSIBLE`): times may be
+        zero, efficiencies lie in [0.01, 1], counts in [1, 2^20]...
 
         Returns:
             ``(si_name, value)``, e.g. ``("hop_latency_s", 1e-9)`` for ``hop_latency_ns = 1``.
@@ -221,13 +265,15 @@ class Table:
             InputError: missing, wrong type or out of range.
         """
         _, si_name, factor = split_unit(key)
-        maximum = 1.0 if si_name.endswith("_efficiency") else math.inf
-        value = self.take_number(key, integer=integer, inclusive=si_name.endswith("_s")
-                                 and not si_name.endswith("_per_s"), maximum=maximum)
-        if integer and factor == 1.0:
-            return si_name, value
+        minimum, maximum, reason = plausible_range(si_name)
+        value = self.take_number(key, integer=integer, inclusive=True, minimum=-math.inf)
         # dividing by an exact inverse keeps 5 us == 5e-06 exactly (5 * 1e-6 is not)
-        return si_name, float(value * factor if factor >= 1 else value / round(1 / factor))
+        si = value if integer and factor == 1.0 else float(value * factor if factor >= 1 else value / round(1 / factor))
+        if not minimum <= si <= maximum:
+            unit = key[len(split_unit(key)[0]):].lstrip("_") or "(count)"
+            low, high = (minimum / factor, maximum / factor)
+            raise self.error(f"key '{key}' must be in [{low:g}, {high:g}] {unit} ({reason}), got {_show(value)}")
+        return si_name, si
 
     def take_source(self, key: str) -> str:
         """The citation ``<key>_source`` that every numeric key carries.
@@ -249,6 +295,11 @@ class Table:
         for key in self.data:
             if key not in self._taken:
                 raise self.error(f"unknown key '{key}'")
+
+
+def plausible_range(si_name: str) -> tuple[float, float, str]:
+    """(minimum, maximum, why) of the quantity ``si_name`` (:data:`PLAUSIBLE`); times may be 0."""
+    return PLAUSIBLE[next(s for s in sorted(PLAUSIBLE, key=len, reverse=True) if si_name.endswith(s))]
 
 
 def _range(kind: str, minimum: float, inclusive: bool, maximum: float) -> str:

@@ -21,6 +21,9 @@ data-parallel collectives and the optimizer step (PALM's Gradient Update).
 
 from __future__ import annotations
 
+import math
+import sys
+import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
@@ -30,6 +33,7 @@ import numpy as np
 import simpy
 
 from simulator.costs import Collective, PassCost, StageCost
+from simulator.errors import BudgetExceeded
 from simulator.hardware.spec import Calibration, Hardware
 from simulator.network.backends import NetworkBackend
 from simulator.network.collectives import Flow, all_pairs_edges, make_flow, ring_edges
@@ -142,13 +146,20 @@ class Engine:
         transfer_strategy: 1 or 2 (PALM Fig. 11).
         p2p_blocking: a stage waits for its sends to land (``Strategy.p2p_blocking``).
         record: keep a :class:`PassRecord` per pass and a :class:`TraceRecord` per flow booking.
+        deadline_s: ``time.perf_counter()`` value past which a run stops.
+        event_limit: most events one run may take.
+
+    Raises (from :meth:`run`):
+        BudgetExceeded: past ``deadline_s`` or ``event_limit``, checked after every pass.
     """
 
     def __init__(
         self, *, hardware: Hardware, topology: Topology, placements: tuple[StagePlacement, ...],
         costs: tuple[StageCost, ...], schedule: PipelineSchedule, network: NetworkBackend | SharingNetwork,
         training: bool, transfer_strategy: int = 1, p2p_blocking: bool = False, record: bool = False,
+        deadline_s: float = math.inf, event_limit: int | None = None,
     ) -> None:
+        self.deadline_s, self.event_limit = deadline_s, event_limit if event_limit is not None else sys.maxsize
         self.topology, self.placements, self.costs = topology, placements, costs
         self.schedule, self.network, self.training = schedule, network, training
         self.transfer_strategy, self.p2p_blocking, self.record = transfer_strategy, p2p_blocking, record
@@ -312,6 +323,8 @@ class Engine:
                 yield self._message(waits_on)
             cost = self.costs[j].forward if forward else self.costs[j].backward
             yield from self._pass(i, cost, p)
+            if self.events > self.event_limit or time.perf_counter() > self.deadline_s:
+                self._stop()
             sent: float | simpy.Event = self.env.now
             if forward and j < last:
                 sent = self._send(i, j, j + 1, "act", p.microbatch, self.costs[j].activation_send_bytes)
@@ -327,6 +340,14 @@ class Engine:
         if self.training:
             yield from self._gradient_update(i)
         self.stats[i].finish_s = self.env.now
+
+    def _stop(self) -> None:
+        """Raise :class:`BudgetExceeded` for the budget that ran out."""
+        if self.events > self.event_limit:
+            raise BudgetExceeded(f"simulation stopped after {self.events:,} events, over its budget of "
+                                 f"{self.event_limit:,} (at {self.env.now:.4g} s of simulated time)")
+        raise BudgetExceeded(f"simulation stopped at its wall-clock budget after {self.events:,} events"
+                             f" (at {self.env.now:.4g} s of simulated time)")
 
     def _pass(self, i: int, cost: PassCost, p: Pass) -> Generator[simpy.Event, Any, None]:
         now = self.env.now

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from simulator.config import read_toml
+from simulator.config import read_text_file, read_toml
 from simulator.errors import InputError
 from simulator.strategy import Strategy
 
@@ -47,10 +47,8 @@ def read_json_document(path: str | Path) -> Any:
     """
     name = str(path)
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as error:
-        raise InputError(f"{name}: cannot read file ({error.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        return json.loads(read_text_file(path))
+    except (json.JSONDecodeError, RecursionError) as error:
         raise InputError(f"{name}: invalid JSON: {error}") from None
 
 

@@ -10,8 +10,10 @@ import typer
 
 from palm_search.commands.optimize import dashboard_cmd, optimize_command
 from palm_search.commands.worker import worker_cmd
+from palm_search.search.study import DEFAULT_EVAL_TIMEOUT_S, MAX_EVAL_TIMEOUT_S
 from palm_search.views.render import print_result
 from simulator import (
+    BudgetExceeded,
     Hardware,
     InputError,
     ModelSpec,
@@ -119,6 +121,8 @@ def simulate_command(
     json_output: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False,
     trace: Annotated[Path | None, Opt(help="Write the timeline as a Chrome trace (Perfetto) JSON file.")] = None,
     plots: Annotated[Path | None, Opt(help="Write timeline, placement, heatmap PNG/SVG into this directory.")] = None,
+    eval_timeout: Annotated[float, Opt(help="Wall-clock budget of the simulation (s); over it, one line and exit 2.",
+                                       min=1e-3, max=MAX_EVAL_TIMEOUT_S)] = DEFAULT_EVAL_TIMEOUT_S,
 ) -> None:
     """Simulate one training (or inference) iteration of MODEL on HW with one strategy."""
     values = locals()
@@ -126,7 +130,10 @@ def simulate_command(
     try:
         strategy = build_strategy(strategy_file, overrides, stage_layers, stage_devices)
         model_spec, hardware = _model_and_machine(model, hw, strategy_file)
-        result = _simulate_and_draw(model_spec, hardware, strategy, network, steady_state, trace, plots)
+        result = _simulate_and_draw(model_spec, hardware, strategy, network, steady_state, trace, plots,
+                                    eval_timeout)
+    except BudgetExceeded as error:
+        fail(f"{error}; --eval-timeout {eval_timeout:g} s (give more to wait longer)")
     except PalmError as error:
         fail(str(error))
     if json_output:
@@ -152,13 +159,17 @@ def _model_and_machine(model: str | None, hw: str | None, strategy_file: Path | 
 
 
 def _simulate_and_draw(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str,
-                       steady_state: bool, trace: Path | None, plots: Path | None) -> SimulationResult:
-    """One simulation; with a trace or plots asked, the recorded one (three engine runs in all)."""
+                       steady_state: bool, trace: Path | None, plots: Path | None,
+                       time_limit_s: float) -> SimulationResult:
+    """One simulation within ``time_limit_s``; with a trace or plots asked, the recorded one
+    (three engine runs in all)."""
     if not (trace or plots):
-        return simulate(model, hardware, strategy, network=network, steady_state=steady_state)
+        return simulate(model, hardware, strategy, network=network, steady_state=steady_state,
+                        time_limit_s=time_limit_s)
     from palm_search.views.report import write_visuals
 
-    timeline = simulate_timeline(model, hardware, strategy, network=network, steady_state=steady_state)
+    timeline = simulate_timeline(model, hardware, strategy, network=network, steady_state=steady_state,
+                                 time_limit_s=time_limit_s)
     for path in write_visuals(timeline, trace, plots):
         typer.echo(f"wrote {path}", err=True)
     return timeline.result

@@ -60,6 +60,9 @@ def optimize_command(
         " and the space exceeds the budget (up to 20,000 points)."))] = None,
     top: Annotated[int | None, Opt(help="Mappings shown at the end.")] = None,
     artifacts_top: Annotated[int | None, Opt(help="Top trials given a trace and pictures (0: none).")] = None,
+    eval_timeout: Annotated[float | None, Opt(help=(
+        "Wall-clock budget of one simulation (s, default 60): over it, its trial fails with the reason"
+        " and the search goes on."))] = None,
     jobs: Annotated[int, Opt(help="Simulator worker processes (default: all cores).")] = 0,
     deterministic: Annotated[bool, Opt("--deterministic/--asynchronous", help=(
         "Synchronous batches (default): the same command and seed give the same trials for any --jobs."
@@ -78,7 +81,7 @@ def optimize_command(
 
     spec = resolve_spec(study_file, model, hw, trials=trials, sampler=sampler, seed=seed,
                         objectives=tuple(objective) if objective else None, network=network, top=top,
-                        artifacts_top=artifacts_top, fidelity=fidelity)
+                        artifacts_top=artifacts_top, fidelity=fidelity, eval_timeout_s=eval_timeout)
     _check_jobs(jobs)
     check_executor(executor, scheduler)
     directory = run_dir or Path("runs") / spec.name

@@ -268,7 +268,7 @@ def run_baseline(search: Search, baseline: Strategy) -> None:
     if any(t.user_attrs.get("baseline") for t in search.study.get_trials(deepcopy=False)):
         return
     candidate = Candidate(hardware=search.hardware, strategy=baseline)
-    record = evaluate(search.model, search.hardware, baseline, search.spec.network)
+    record = evaluate(search.model, search.hardware, baseline, search.spec.network, search.spec.eval_timeout_s)
     trial = search.study.ask(fixed_distributions={})
     search.cache[key_of(search, candidate)] = record
     tell(search, trial, candidate, record, cached=False, baseline=True)
@@ -352,12 +352,14 @@ def finish(search: Search, asked: Asked, record: dict, on_progress: Callable[[Pr
 
 def run_here(search: Search, candidate: Candidate) -> dict:
     """Evaluate ``candidate`` in this process."""
-    return search.evaluator(search.model, candidate.hardware, candidate.strategy, search.spec.network)
+    return search.evaluator(search.model, candidate.hardware, candidate.strategy, search.spec.network,
+                            search.spec.eval_timeout_s)
 
 
 def _task(search: Search, candidate: Candidate) -> Any:
     """The joblib task evaluating ``candidate``."""
-    return delayed(search.evaluator)(search.model, candidate.hardware, candidate.strategy, search.spec.network)
+    return delayed(search.evaluator)(search.model, candidate.hardware, candidate.strategy, search.spec.network,
+                                     search.spec.eval_timeout_s)
 
 
 def _run_batches(search: Search, pending: list[optuna.Trial], on_progress: Callable[[Progress], None]) -> None:
@@ -455,7 +457,7 @@ def _stream(search: Search, pending: list[optuna.Trial], waiting: dict[int, Aske
                 continue
             waiting[trial.number] = asked
             yield delayed(_numbered)(search.evaluator, trial.number, search.model, asked.candidate,
-                                     search.spec.network)
+                                     search.spec.network, search.spec.eval_timeout_s)
 
     stream = Parallel(n_jobs=search.jobs, backend=_backend(search), return_as="generator_unordered",
                       pre_dispatch=str(2 * max(search.jobs, 1)))(tasks())
@@ -469,6 +471,6 @@ def _stream(search: Search, pending: list[optuna.Trial], waiting: dict[int, Aske
 
 
 def _numbered(evaluator: Callable[..., dict], number: int, model: ModelSpec, candidate: Candidate,
-              network: str) -> tuple[int, dict]:
+              network: str, time_limit_s: float) -> tuple[int, dict]:
     """Worker task: the trial number with its evaluation record."""
-    return number, evaluator(model, candidate.hardware, candidate.strategy, network)
+    return number, evaluator(model, candidate.hardware, candidate.strategy, network, time_limit_s)

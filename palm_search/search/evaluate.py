@@ -38,10 +38,12 @@ def record_of(result: SimulationResult, capacity_bytes: float) -> dict:
     }
 
 
-def evaluate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str) -> dict:
-    """Simulate ``strategy``; never raises (an exception becomes ``{"error": message}``)."""
+def evaluate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str,
+             time_limit_s: float | None = None) -> dict:
+    """Simulate ``strategy`` within ``time_limit_s`` of wall clock (s; None: unbounded); never
+    raises (an exception, a budget exceeded included, becomes ``{"error": message}``)."""
     try:
-        result = simulate(model, hardware, strategy, network=network)
+        result = simulate(model, hardware, strategy, network=network, time_limit_s=time_limit_s)
         return record_of(result, hardware.device_memory_bytes())
     except Exception as error:  # noqa: BLE001 - a failing evaluation must not stop a search
         last = traceback.extract_tb(error.__traceback__)[-1:]

@@ -18,6 +18,7 @@ Study files are TOML (see ``studies/t145b-wafer.toml``)::
                              # auto (screen when the sampler is auto and the space exceeds the budget)
     top = 10                 # mappings shown at the end
     artifacts_top = 3        # top trials re-simulated for trace and pictures (Optuna artifacts); 0: none
+    eval_timeout_s = 60      # wall-clock budget of one simulation (s): over it, the trial fails and the search goes on
 
     [search]
     dimensions = ["degrees", "microbatch_size", "schedule", ...]   # spaces.training.DIMENSIONS
@@ -56,6 +57,11 @@ SCREENED_TRIALS = 50
 DEFAULT_SEARCHED = ("degrees", "microbatch_size", "schedule", "recompute", "sequence_parallel",
                     "zero_stage", "groups", "placement")
 DEFAULT_MICROBATCH_SIZES = (1, 2, 4, 8, 16)
+DEFAULT_EVAL_TIMEOUT_S = 60.0
+"""Wall-clock budget of one simulation in a search (s): a T-145B wafer mapping takes 0.03-5 s, so a
+minute is an input built wrong, and its trial fails instead of holding a worker."""
+MAX_EVAL_TIMEOUT_S = 86_400.0
+"""Largest evaluation budget accepted (s): a day."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,6 +82,7 @@ class StudySpec:
     fidelity: str = "auto"
     top: int = 10
     artifacts_top: int = 3
+    eval_timeout_s: float = DEFAULT_EVAL_TIMEOUT_S
     searched: tuple[str, ...] = DEFAULT_SEARCHED
     microbatch_sizes: tuple[int, ...] = DEFAULT_MICROBATCH_SIZES
     device_counts: tuple[int, ...] = ()
@@ -96,6 +103,9 @@ class StudySpec:
                 raise InputError(f"study: `{key}` must be >= 1, got {getattr(self, key)}")
         if not 0 <= self.seed < 2**32:  # numpy's seed range, used by every Optuna sampler
             raise InputError(f"study: `seed` must be in [0, 2**32), got {self.seed}")
+        if not 0 < self.eval_timeout_s <= MAX_EVAL_TIMEOUT_S:
+            raise InputError(f"study: `eval_timeout_s` must be in (0, {MAX_EVAL_TIMEOUT_S:g}] s,"
+                             f" got {self.eval_timeout_s}")
         if self.artifacts_top < 0:
             raise InputError(f"study: `artifacts_top` must be >= 0, got {self.artifacts_top}")
         if not self.name:
@@ -161,6 +171,8 @@ def _study_values(study: Table) -> dict:
         if study.has(key):
             values[key] = int(study.take_number(key, integer=True, minimum=0,
                                                 inclusive=key in ("seed", "artifacts_top")))
+    if study.has("eval_timeout_s"):
+        values["eval_timeout_s"] = float(study.take_number("eval_timeout_s", maximum=MAX_EVAL_TIMEOUT_S))
     study.finish()
     return values
 

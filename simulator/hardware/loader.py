@@ -52,6 +52,10 @@ from simulator.strategy import MATH_FIDELITIES, PRECISIONS
 
 D = TypeVar("D")
 
+MAX_DEVICES = 2**18
+"""Most devices (cores, GPUs, chips) a hardware file may describe: a 2^18-core mesh's topology
+takes about 4 s and 0.5 GB to build; a file asking for more is a typo or a wrong unit."""
+
 _PRESET_DIR = "presets"
 _PRESET_DISPLAY = "simulator/hardware/presets/{}.toml"
 _UNIT_HINT = {"_bytes_per_s": "GB_per_s", "_flop_per_s": "TFLOP_per_s", "_bytes": "GB", "_s": "us"}
@@ -137,7 +141,11 @@ def _build(root: Table, name: str) -> Hardware:
                                  sources, required=False) if device.has("math_fidelity") else {})
     device_fields = _field_types(Hardware, {"sram_bytes", "sram_bandwidth_bytes_per_s"})
     device_values = _read_quantities(device, device_fields, sources, subtables=("peak", "math_fidelity"))
-    network = _read_dataclass(root.take_table(kind), NETWORK_KINDS[kind], sources)
+    network_table = root.take_table(kind)
+    network = _read_dataclass(network_table, NETWORK_KINDS[kind], sources)
+    if network.num_devices > MAX_DEVICES:
+        raise network_table.error(f"{network.num_devices:,} devices, more than the {MAX_DEVICES:,} a machine may have"
+                                  " (its topology would take minutes; model a larger machine with coarser devices)")
     calibration = _read_dataclass(root.take_table("calibration"), Calibration, sources)
     calibration = dataclasses.replace(calibration, sources={
         split_unit(key.removeprefix("calibration."))[1]: text

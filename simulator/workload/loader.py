@@ -34,6 +34,18 @@ _ARCHITECTURES: tuple[str, ...] = get_args(Architecture)
 _COUNTS = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "sequence_length", "vocab_size",
            "global_batch_size")
 _TRANSFORMER_ONLY = ("hidden_size", "num_heads", "ffn_hidden_size")
+MAX_COUNTS = {
+    "num_layers": 20_000,          # 100x the deepest published LLMs (Llama 3 405B: 126 layers)
+    "hidden_size": 2**21,          # ~100x the widest (Megatron 1T: 25,600)
+    "num_heads": 2**16,            # ~500x the most (Megatron 1T: 160)
+    "ffn_hidden_size": 2**23,      # ~100x the widest (Megatron 1T: 102,400)
+    "sequence_length": 2**27,      # ~13x the longest context announced (Llama 4 Scout: 10M tokens)
+    "vocab_size": 2**25,           # ~130x the largest (Gemma: 256k)
+    "global_batch_size": 2**24,    # ~100x the largest published batches (in samples)
+    "image_size": 2**16,           # a 65,536-pixel side, ~300x ImageNet's 224
+}
+"""Largest value a model file may give each count: about 100x what any published model has (in
+the comments), so a typo or a wrong unit is refused instead of simulated for hours."""
 
 
 def model_presets() -> list[str]:
@@ -91,9 +103,11 @@ def _build(table: Table, name: str) -> tuple[ModelSpec, list[str]]:
     architecture = cast(Architecture, table.take_string("architecture", _ARCHITECTURES))
     transformer = architecture != "resnet50"
     zero_ok = () if transformer else _TRANSFORMER_ONLY
-    counts = {key: int(table.take_number(key, integer=True, inclusive=key in zero_ok)) for key in _COUNTS}
+    counts = {key: int(table.take_number(key, integer=True, inclusive=key in zero_ok, maximum=MAX_COUNTS[key]))
+              for key in _COUNTS}
     has_image = table.has("image_size")
-    image_size = int(table.take_number("image_size", integer=True, inclusive=transformer)) if has_image else 0
+    image_size = int(table.take_number("image_size", integer=True, inclusive=transformer,
+                                       maximum=MAX_COUNTS["image_size"])) if has_image else 0
     if transformer and image_size:
         raise table.error(f"key 'image_size' is for resnet50 only, got {image_size} for {architecture!r}")
     if not transformer and not image_size:

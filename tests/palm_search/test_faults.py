@@ -27,11 +27,11 @@ HW = DATA / "mini-mesh.toml"
 runner = CliRunner()
 
 
-def dies_on_tp_2(model, hardware, strategy, network):
+def dies_on_tp_2(model, hardware, strategy, network, time_limit_s):
     """An evaluator whose worker process dies (as on out-of-memory) for every strategy with TP 2."""
     if strategy.tp == 2:
         os._exit(1)
-    return evaluate(model, hardware, strategy, network)
+    return evaluate(model, hardware, strategy, network, time_limit_s)
 
 
 @pytest.mark.parametrize("deterministic", [True, False])
@@ -125,3 +125,15 @@ def test_a_corrupt_best_json_is_a_one_line_error(tmp_path, content):
     line = _one_line_exit_2(runner.invoke(app, ["simulate", "--model", "T-1.7B", "--hw", str(HW),
                                                 "--strategy", str(best)]))
     assert "best.json" in line
+
+
+def test_a_simulation_over_its_budget_fails_its_trial_and_the_search_goes_on(tmp_path):
+    # A budget no simulation can meet (1 us): every trial stops at its first check, fails with
+    # the reason, and the two workers take the next trials until the study holds all of them.
+    spec = load_study(STUDY).replace(hardware=str(HW), sampler="random", trials=8, eval_timeout_s=1e-6,
+                                     network="sharing")
+    search = open_search(spec, run_dir=tmp_path / "run", jobs=2, deterministic=True)
+    optimize(search)
+    trials = search.study.trials
+    assert len(trials) == 8 and all(t.state == TrialState.FAIL for t in trials)
+    assert all("BudgetExceeded: simulation stopped at its wall-clock budget" in t.user_attrs["error"] for t in trials)

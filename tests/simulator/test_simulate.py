@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import simulator
-from simulator import Strategy, load_hardware, load_model, simulate
+from simulator import BudgetExceeded, Strategy, load_hardware, load_model, simulate
 
 WAFER = load_hardware("wafer")
 A100 = load_hardware("a100-cluster")
@@ -124,3 +124,14 @@ def test_a_waiting_switch_moves_time_one_way_only(switch, sign, inert, strategy,
 
 def test_public_api_is_importable_from_the_package():
     assert callable(simulator.simulate) and callable(simulator.load_strategy)
+
+
+def test_a_simulation_over_its_event_or_time_budget_stops_with_the_reason():
+    model, strategy = load_model("T-18B"), Strategy(tp=8, dp=2, pp=20, recompute="full")
+    whole = simulate(model, WAFER, strategy)
+    assert simulate(model, WAFER, strategy, event_limit=whole.events_simulated * 2,
+                    time_limit_s=600).iteration_time_s == whole.iteration_time_s
+    with pytest.raises(BudgetExceeded, match="over its budget of 100"):
+        simulate(model, WAFER, strategy, event_limit=100)
+    with pytest.raises(BudgetExceeded, match="wall-clock budget"):
+        simulate(model, WAFER, strategy, time_limit_s=1e-9)
