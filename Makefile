@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test fuzz bench lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+fuzz: $(STAMP)
+	FUZZ_CASES=2000 $(BIN)/python -m pytest -s tests/palm_search/test_fuzz.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/simulator_speed.py

@@ -270,9 +270,9 @@ class Table:
         # dividing by an exact inverse keeps 5 us == 5e-06 exactly (5 * 1e-6 is not)
         si = value if integer and factor == 1.0 else float(value * factor if factor >= 1 else value / round(1 / factor))
         if not minimum <= si <= maximum:
-            unit = key[len(split_unit(key)[0]):].lstrip("_") or "(count)"
-            low, high = (minimum / factor, maximum / factor)
-            raise self.error(f"key '{key}' must be in [{low:g}, {high:g}] {unit} ({reason}), got {_show(value)}")
+            unit = (" " + key[len(split_unit(key)[0]) + 1:]) if key != split_unit(key)[0] else ""
+            low, high = (f"{bound / factor:,.7g}" for bound in (minimum, maximum))
+            raise self.error(f"key '{key}' must be in [{low}, {high}]{unit} ({reason}), got {_show(value)}")
         return si_name, si
 
     def take_source(self, key: str) -> str:

@@ -7,89 +7,25 @@ kept in pytest's cache under ``palm_search/bad_input_cases``.
 
 from __future__ import annotations
 
-import json
-import math
 import signal
 import tempfile
-import tomllib
 from pathlib import Path
 
 import pytest
+from fuzzing import BASES, DATA, mutated, to_toml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from palm_search.commands.cli import STRATEGY_FLAGS, app
 
-DATA = Path(__file__).parent / "data"
-ROOT = Path(__file__).resolve().parents[2]
-MODELS = tomllib.loads((ROOT / "simulator/workload/presets/models.toml").read_text())
-BASES = {
-    "model": {"model": {k: v for k, v in MODELS["T-1.7B"].items() if k != "aliases"}},
-    "hardware": tomllib.loads((DATA / "mini-mesh.toml").read_text()),
-    "strategy": {"strategy": {"tp": 2, "pp": 2, "dp": 2, "microbatch_size": 1, "global_batch_size": 16,
-                              "schedule": "1f1b", "recompute": "full"}},
-    "study": {**tomllib.loads((DATA / "small-study.toml").read_text())},
-}
-BASES["study"]["study"] = {**BASES["study"]["study"], "hardware": str(DATA / "mini-mesh.toml"), "trials": 4}
-BAD_VALUES = ["text", "", -1, 0, -0.5, math.nan, math.inf, -math.inf, 1e308, 10**18, 2**63 - 1, True, 2.5, [],
-              [1, "x"], {"nested": 1}]
 RUN_SECONDS = 30
 runner = CliRunner()
 tried = {"cases": 0}
 
 
-def _paths(document: dict, prefix: tuple = ()) -> list[tuple]:
-    """Every key path of a nested document (tables and leaves)."""
-    out = []
-    for key, value in document.items():
-        out.append((*prefix, key))
-        if isinstance(value, dict):
-            out += _paths(value, (*prefix, key))
-    return out
-
-
 def _mutated(kind: str, data) -> dict:
-    document = json.loads(json.dumps(BASES[kind]))
-    path = data.draw(st.sampled_from(_paths(document)), label="path")
-    parent = document
-    for key in path[:-1]:
-        parent = parent[key]
-    operation = data.draw(st.sampled_from(["drop", "value", "unknown"]), label="operation")
-    if operation == "drop":
-        del parent[path[-1]]
-    elif operation == "value":
-        parent[path[-1]] = data.draw(st.sampled_from(BAD_VALUES), label="value")
-    else:
-        parent["unknown_key_" + str(path[-1])] = 1
-    return document
-
-
-def _toml(document: dict, prefix: str = "") -> str:
-    """A minimal TOML writer (scalars, arrays, nested tables) that can also write NaN and inf."""
-    lines, tables = [], []
-    for key, value in document.items():
-        if isinstance(value, dict):
-            tables.append((key, value))
-        else:
-            lines.append(f"{json.dumps(key)} = {_value(value)}")
-    text = "\n".join(lines) + "\n"
-    for key, value in tables:
-        name = f"{prefix}.{json.dumps(key)}" if prefix else json.dumps(key)
-        text += f"\n[{name}]\n" + _toml(value, name)
-    return text
-
-
-def _value(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, list):
-        return "[" + ", ".join(_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {_value(v)}" for k, v in value.items()) + "}"
-    return json.dumps(value)
+    return data.draw(mutated(kind))
 
 
 class _Hang(Exception):
@@ -142,7 +78,7 @@ def test_mutated_model_hardware_and_strategy_files_never_crash_simulate(kind, da
         for name in ("model", "hardware", "strategy"):
             document = _mutated(name, data) if name == kind else BASES[name]
             files[name] = Path(directory) / f"{name}.toml"
-            files[name].write_text(_toml(document))
+            files[name].write_text(to_toml(document))
         _invoke(["simulate", "--model", str(files["model"]), "--hw", str(files["hardware"]),
                  "--strategy", str(files["strategy"]), "--network", "analytical", "--json"])
 
@@ -153,7 +89,7 @@ def test_mutated_model_hardware_and_strategy_files_never_crash_simulate(kind, da
 def test_mutated_study_files_never_crash_optimize_nor_leave_a_run_directory(data):
     with tempfile.TemporaryDirectory() as directory:
         study = Path(directory) / "study.toml"
-        study.write_text(_toml(_mutated("study", data)))
+        study.write_text(to_toml(_mutated("study", data)))
         run_dir = Path(directory) / "run"
         result = _invoke(["optimize", "--study", str(study), "--jobs", "1", "--network", "analytical",
                           "--run-dir", str(run_dir), "--json"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
 import tomllib
 from importlib import resources
@@ -14,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.config import parse_toml, split_unit
+from simulator.config import MAX_INPUT_BYTES, parse_toml, split_unit
 from simulator.errors import InputError
 from simulator.hardware.loader import hardware_presets, load_hardware
 from simulator.network.cluster import Cluster
@@ -168,7 +169,8 @@ def test_missing_source(tmp_path):
 def test_negative_number(tmp_path):
     path = write(tmp_path, replace_line(preset_text("wafer"), "fp16_TFLOP_per_s", "fp16_TFLOP_per_s = -3"))
     message = raises_one_line(lambda: load_hardware(path), str(path), "[device.peak]", "fp16_TFLOP_per_s")
-    assert message == f"{path} [device.peak]: key 'fp16_TFLOP_per_s' must be a positive number, got -3"
+    assert message.startswith(f"{path} [device.peak]: key 'fp16_TFLOP_per_s' must be in [1e-06, 1,000,000] TFLOP_per_s")
+    assert message.endswith("got -3")
 
 
 @pytest.mark.parametrize(("key", "line"), [
@@ -371,3 +373,48 @@ def test_h200_is_the_h100_cluster_with_more_and_faster_memory():
     assert dataclasses.replace(h100.network, **memory) == h200.network
     assert dataclasses.replace(h100.calibration, memory_bound_efficiency=0.835) == h200.calibration
     assert h100.peak_flop_per_s == h200.peak_flop_per_s and h100.peak_flop_per_s["bf16"] == 989.4e12
+
+
+@pytest.mark.parametrize(("key", "value", "shown"), [
+    ("gemm_efficiency", "1e-300", "[0.01, 1]"),        # a fraction of peak
+    ("sram_MB", "1e300", "[0.001, 1e+09] MB"),          # 1 kB to 1 PB a device
+    ("dram_bandwidth_GB_per_s", "1e-300", "[0.001, 1e+08] GB_per_s"),
+    ("hop_latency_ns", "5e9", "[0, 1e+09] ns"),         # at most a second
+    ("dies_x", "2000000", "[1, 1,048,576]"),            # a count
+])
+def test_implausible_quantities_are_refused_with_their_range_and_reason(tmp_path, key, value, shown):
+    path = write(tmp_path, replace_line(preset_text("wafer"), key, f"{key} = {value}"))
+    message = raises_one_line(lambda: load_hardware(path), str(path), key, shown, "got ")
+    assert "(" in message.split(shown, 1)[1]  # the reason follows the range
+
+
+def test_more_devices_than_a_machine_may_have_is_refused(tmp_path):
+    text = replace_line(preset_text("wafer"), "dies_x", "dies_x = 1000")
+    path = write(tmp_path, replace_line(text, "dies_y", "dies_y = 100"))
+    raises_one_line(lambda: load_hardware(path), str(path), "[mesh]", "1,600,000 devices", "262,144")
+
+
+def test_model_counts_beyond_any_published_model_are_refused(tmp_path):
+    path = write(tmp_path, replace_line(MODEL_TOML, "num_layers", "num_layers = 1000000"))
+    raises_one_line(lambda: load_model(path), str(path), "num_layers", "20000", "1000000")
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "loop", "binary", "huge", "missing"])
+def test_every_unreadable_input_file_is_one_line_naming_it(tmp_path, kind):
+    path = tmp_path / "hw.toml"
+    expected = {"directory": "not a regular file (a directory)", "fifo": "not a regular file (a FIFO)",
+                "loop": "cannot read file", "binary": "not UTF-8 text (byte 0xff at offset 3)",
+                "huge": "more than an input file's", "missing": "cannot read file"}[kind]
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)  # opening it would wait for a writer: it must be refused before
+    elif kind == "loop":
+        path.symlink_to(path)
+    elif kind == "binary":
+        path.write_bytes(b"a =\xff\xfe")
+    elif kind == "huge":
+        with path.open("wb") as file:
+            file.truncate(MAX_INPUT_BYTES + 1)
+    for load in (load_hardware, load_model, load_strategy):
+        raises_one_line(lambda load=load: load(path), str(path), expected)
