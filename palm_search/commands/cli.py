@@ -200,7 +200,19 @@ def _user_errors(command):
     return run
 
 
-app.command("optimize")(_user_errors(optimize_command))
+def _resumable(command):
+    """``optimize`` with an operating-system error (a full disk...) as one line that says the run
+    can resume: every trial told before it is in the study."""
+    @wraps(command)
+    def run(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except OSError as error:
+            fail(f"{os_error(error)}; the trials told before it are kept: fix this and run the same command to resume")
+    return run
+
+
+app.command("optimize")(_user_errors(_resumable(optimize_command)))
 app.command("dashboard")(_user_errors(dashboard_cmd))
 app.command("worker")(_user_errors(worker_cmd))
 
@@ -222,7 +234,16 @@ def main() -> None:
     except typer.Abort:
         typer.echo("error: aborted", err=True)
         raise SystemExit(130) from None
+    except OSError as error:  # a full disk, a read-only directory...: the machine's answer, one line
+        typer.echo(f"error: {os_error(error)}", err=True)
+        raise SystemExit(2) from None
     raise SystemExit(code or 0)
+
+
+def os_error(error: OSError) -> str:
+    """One line for an operating-system error: the file (when known), the reason and errno."""
+    where = f"{error.filename}: " if error.filename else ""
+    return f"{where}{error.strerror or error} (errno {error.errno})"
 
 
 @app.command("validate")

@@ -17,6 +17,7 @@ server, a corrupt journal), never a driver traceback.
 
 from __future__ import annotations
 
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -75,9 +76,7 @@ def journal_storage(run_dir: Path) -> optuna.storages.JournalStorage:
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / JOURNAL
     if path.is_file() and path.stat().st_size and not _ends_with_newline(path):
-        # Optuna skips an unterminated last record as "being written", then appends to it.
-        raise InputError(f"{path}: corrupt or truncated journal (the last record is cut off); "
-                         "restore it or use another --run-dir")
+        _drop_unfinished_record(path)
     try:
         storage = JournalStorage(JournalFileBackend(str(path)))
         storage.get_all_studies()  # replays the whole log now, so damage shows here
@@ -144,6 +143,26 @@ def fail_stale(study: optuna.Study) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             optuna.storages.fail_stale_trials(study)
+
+
+def _drop_unfinished_record(path: Path) -> None:
+    """Cut the journal's unterminated last record (a write interrupted by kill -9 or a full disk;
+    Optuna would skip it as "being written", then append to it) under Optuna's own lock, and say
+    so on stderr in one line. The records before it, every trial told before the interruption,
+    are kept; the cut record's trial is evaluated again on resume."""
+    from optuna.storages.journal import JournalFileSymlinkLock
+
+    lock = JournalFileSymlinkLock(str(path))
+    lock.acquire()
+    try:
+        data = path.read_bytes()
+        kept = data.rfind(b"\n") + 1
+        with path.open("r+b") as file:
+            file.truncate(kept)
+    finally:
+        lock.release()
+    print(f"{path}: dropped its unfinished last record ({len(data) - kept:,} bytes, left by an interrupted write);"
+          " the records before it are kept", file=sys.stderr)
 
 
 def _ends_with_newline(path: Path) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -106,15 +107,124 @@ def _one_line_exit_2(result) -> str:
     return lines[0]
 
 
-def test_a_truncated_journal_is_a_one_line_error(tmp_path):
-    args = ["optimize", "--study", str(STUDY), "--hw", str(HW), "--trials", "4", "--sampler", "random",
-            "--jobs", "1", "--run-dir", str(tmp_path / "r"), "--json"]
+def test_a_journal_cut_inside_a_record_loses_that_record_only_and_resumes(tmp_path):
+    # As a kill -9 or a full disk leave it: the unterminated last record is dropped (one line on
+    # stderr), every trial told before it is kept, and the run completes its trials.
+    args = ["optimize", "--study", str(STUDY), "--hw", str(HW), "--trials", "6", "--sampler", "random",
+            "--jobs", "1", "--artifacts-top", "0", "--run-dir", str(tmp_path / "r"), "--json"]
     assert runner.invoke(app, args).exit_code == 0
     journal = tmp_path / "r" / "study.journal"
     data = journal.read_bytes()
-    journal.write_bytes(data[: len(data) // 2])
-    line = _one_line_exit_2(runner.invoke(app, args))
-    assert "study.journal" in line and "corrupt or truncated" in line
+    cut = data.index(b"\n", len(data) // 2) + 20  # 20 bytes into the record after the middle
+    journal.write_bytes(data[:cut])
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(journal)))
+    [name] = optuna.get_all_study_names(storage)  # Optuna's reading skips the unterminated record
+    told = optuna.load_study(study_name=name, storage=storage).trials
+    kept = {t.number: t.values for t in told if t.state == TrialState.COMPLETE}
+    assert journal.read_bytes() == data[:cut]
+    args[args.index("--trials") + 1] = "10"
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "dropped its unfinished last record" in result.stderr
+    trials = _study(tmp_path / "r").trials
+    assert sum(t.state.is_finished() for t in trials) == 10
+    assert all(trials[n].values == values for n, values in kept.items())
+
+
+def test_kill_9_of_the_driver_loses_no_told_trial_and_the_same_command_resumes(tmp_path):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(_optimize_args(run_dir), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while _finished(run_dir) < 5 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process.poll() is None, "optimize ended before it could be killed"
+    process.kill()
+    process.wait(timeout=30)
+    told = {t.number: t.values for t in _study(run_dir).trials if t.state == TrialState.COMPLETE}
+    assert told
+    resumed = subprocess.run(_optimize_args(run_dir), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    trials = _study(run_dir).trials
+    assert sum(t.state == TrialState.COMPLETE or bool(t.user_attrs.get("error")) for t in trials) == 30
+    assert all(trials[n].values == values for n, values in told.items())
+    assert sum(t.user_attrs.get("baseline", False) for t in trials) == 1
+
+
+def _children(pid: int) -> list[int]:
+    """Process ids whose parent is ``pid`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_kill_9_of_a_worker_process_from_outside_fails_its_trials_and_the_search_finishes(tmp_path):
+    run_dir = tmp_path / "run"
+    args = _optimize_args(run_dir)
+    args[args.index("analytical")] = "contention"  # simulations long enough to be killed mid-way
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline, workers = time.monotonic() + 60, []
+    while process.poll() is None and time.monotonic() < deadline and not workers:
+        workers = [p for child in _children(process.pid) for p in [child, *_children(child)]
+                   if "loky" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")] if _finished(run_dir) >= 3 \
+            else []
+        time.sleep(0.05)
+    assert workers, "no worker process to kill"
+    os.kill(workers[-1], signal.SIGKILL)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr[-2000:]
+    trials = _study(run_dir).trials
+    assert sum(t.state == TrialState.COMPLETE or bool(t.user_attrs.get("error")) for t in trials) == 30
+
+
+def _small_optimize(run_dir: Path, trials: int = 30) -> list[str]:
+    return [sys.executable, "-m", "palm_search", "optimize", "--study", str(STUDY), "--hw", str(HW),
+            "--sampler", "random", "--trials", str(trials), "--jobs", "1", "--network", "analytical",
+            "--run-dir", str(run_dir), "--json"]
+
+
+def test_a_full_disk_is_one_line_and_the_same_command_resumes_when_there_is_room(tmp_path):
+    # The file-size limit stands for a full disk: a write past it fails (EFBIG) as one past the
+    # end of the disk does (ENOSPC); Python ignores SIGXFSZ, so the write raises.
+    run_dir = tmp_path / "run"
+
+    def small_disk() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (40_000, 40_000))
+
+    full = subprocess.run(_small_optimize(run_dir), capture_output=True, text=True, timeout=300,
+                          preexec_fn=small_disk)
+    lines = [line for line in full.stderr.splitlines() if line.strip() and not line.startswith("trials ")]
+    assert full.returncode == 2 and len(lines) == 1, full.stderr[-2000:]
+    assert "File too large" in lines[0] and "resume" in lines[0]
+    told = {t.number: t.values for t in _study(run_dir).trials if t.state == TrialState.COMPLETE}
+    resumed = subprocess.run(_small_optimize(run_dir), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    trials = _study(run_dir).trials
+    assert sum(t.state.is_finished() for t in trials) == 30
+    assert all(trials[n].values == values for n, values in told.items())
+
+
+def _without_root(args: list[str]) -> list[str]:
+    """``args`` run so that permission bits apply: as is for a user, in a user namespace for
+    root (unshare --user: root's capabilities stay outside it, the file owner bits apply)."""
+    return args if os.geteuid() else ["unshare", "--user", *args]
+
+
+def test_a_read_only_run_directory_is_one_line_and_nothing_is_written(tmp_path):
+    parent = tmp_path / "read-only"
+    parent.mkdir()
+    parent.chmod(0o555)
+    done = subprocess.run(_without_root(_small_optimize(parent / "run", trials=3)), capture_output=True, text=True,
+                          timeout=300)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
+    assert "Permission denied" in lines[0] and str(parent / "run") in lines[0]
+    assert list(parent.iterdir()) == []
 
 
 @pytest.mark.parametrize("content", ['{"strategy": {"tp": 2,', "", "[1, 2]", '{"strategy": {"tp": "eight"}}',
