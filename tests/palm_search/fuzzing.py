@@ -209,7 +209,8 @@ OPTIMIZE_FLAGS = ("trials", "sampler", "seed", "objective", "network", "fidelity
 FLAG_VALUES = st.one_of(st.sampled_from(["-1", "0", "1", "2", "3", "nan", "inf", "1e-300", "1e308",
                                          "99999999999999999999", "", "x", "1f1b", "gpipe", "full", "line",
                                          "0,1;2,3", "3,3", "-", "--", "\u00e9"]),
-                        st.text(max_size=8))
+                        st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=8))
+"""Flag values; no NUL (a command line cannot hold one) nor lone surrogates (nor encode them)."""
 
 
 @st.composite
