@@ -27,15 +27,25 @@ from simulator import (
     simulate,
     simulate_timeline,
 )
+from simulator import __version__ as SIMULATOR_VERSION
 from simulator.strategy import PLACEMENTS, PRECISIONS
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Simulate and search parallel mappings of large-model training.")
+app = typer.Typer(no_args_is_help=True, help="Simulate and search parallel mappings of large-model training.")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"palm-search {SIMULATOR_VERSION}")
+        raise typer.Exit()
 
 
 @app.callback()
-def palm_search() -> None:
-    """Simulate and search parallel mappings of large-model training (after PALM, arXiv 2406.03868)."""
+def palm_search(
+    version: Annotated[bool, Opt("--version", callback=_print_version, is_eager=True,
+                                 help="Print the version and exit.")] = False,
+) -> None:
+    """Simulate and search parallel mappings of large-model training (after PALM, arXiv 2406.03868).
+    Shell completion: palm-search --install-completion."""
 
 
 STRATEGY_FLAGS = ("tp", "pp", "dp", "microbatch_size", "global_batch_size", "schedule", "num_chunks",

@@ -59,3 +59,10 @@ def test_the_command_line_starts_without_the_search_libraries():
     code = "import sys, palm_search.commands.cli; print(sorted({'optuna', 'pandas'} & set(sys.modules)))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"
+
+
+def test_version_is_the_installed_distributions():
+    from importlib.metadata import version
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"palm-search {version('palm-search')}"
