@@ -14,9 +14,11 @@ Units live in key names (see ``UNITS``) and are converted to SI exactly once, he
 
 from __future__ import annotations
 
+import difflib
 import math
 import stat
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -286,15 +288,30 @@ class Table:
             raise self.error(f"key '{key}{SOURCE_SUFFIX}' must cite a source, got ''")
         return source
 
-    def finish(self) -> None:
-        """Reject every key that was not taken.
+    def finish(self, known: Sequence[str] = ()) -> None:
+        """Reject every key that was not taken, each with the closest of ``known`` (the keys the
+        table may hold) when one is close (``hop_latency_ms``: did you mean ``hop_latency_ns``?).
 
         Raises:
-            InputError: naming the first unknown key.
+            InputError: naming every unknown key.
         """
-        for key in self.data:
-            if key not in self._taken:
-                raise self.error(f"unknown key '{key}'")
+        unknown = [key for key in self.data if key not in self._taken]
+        if unknown:
+            raise self.error("; ".join(_unknown(key, known) for key in unknown))
+
+
+def _unknown(key: str, known: Sequence[str]) -> str:
+    cited = key.removesuffix(SOURCE_SUFFIX)
+    if cited != key and cited in known:
+        return f"key '{key}' cites '{cited}', which the table does not give"
+    return f"unknown key '{key}'{did_you_mean(key, known)}"
+
+
+def did_you_mean(key: str, known: Sequence[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``known`` to ``key`` (difflib's ratio >= 0.6),
+    else ``""``."""
+    close = difflib.get_close_matches(key, list(known), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def plausible_range(si_name: str) -> tuple[float, float, str]:

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from palm_search.commands.hardware import hardware_app, new_hardware
 from palm_search.commands.optimize import dashboard_cmd, optimize_command
 from palm_search.commands.worker import worker_cmd
 from palm_search.search.study import DEFAULT_EVAL_TIMEOUT_S, MAX_EVAL_TIMEOUT_S
@@ -223,6 +224,8 @@ def _resumable(command):
 
 
 app.command("optimize")(_user_errors(_resumable(optimize_command)))
+hardware_app.command("new")(_user_errors(new_hardware))
+app.add_typer(hardware_app, name="hardware")
 app.command("dashboard")(_user_errors(dashboard_cmd))
 app.command("worker")(_user_errors(worker_cmd))
 

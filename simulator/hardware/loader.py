@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import simulator.network  # noqa: F401 - registers every network kind in NETWORK_KINDS
-from simulator.config import SOURCE_SUFFIX, Table, parse_toml, read_toml, split_unit
+from simulator.config import SOURCE_SUFFIX, UNITS, Table, parse_toml, read_toml, split_unit
 from simulator.errors import InputError
 from simulator.hardware.spec import DATAFLOWS, DRAM_ACCESSES, NETWORK_KINDS, Calibration, Hardware
 from simulator.strategy import MATH_FIDELITIES, PRECISIONS
@@ -131,26 +131,32 @@ def _build(root: Table, name: str) -> Hardware:
         InputError: unknown or missing key, wrong type, or value out of range.
     """
     sources: dict[str, str] = {}
+    problems: list[InputError] = []
     kind = root.take_string("kind", tuple(NETWORK_KINDS))
     device = root.take_table("device")
     precisions = {f"{p}_flop_per_s": "float" for p in PRECISIONS}
-    peak = _read_quantities(device.take_table("peak"), precisions, sources, required=False)
+    peak = _read_quantities(device.take_table("peak"), precisions, sources, problems, required=False)
     if not peak:
-        raise device.error("table 'peak' needs one of fp32/fp16/bf16_TFLOP_per_s, int8_TOP_per_s")
+        problems.append(device.error("table 'peak' needs one of fp32/fp16/bf16_TFLOP_per_s, int8_TOP_per_s"))
     fidelity = (_read_quantities(device.take_table("math_fidelity"), dict.fromkeys(MATH_FIDELITIES, "int"),
-                                 sources, required=False) if device.has("math_fidelity") else {})
+                                 sources, problems, required=False) if device.has("math_fidelity") else {})
     device_fields = _field_types(Hardware, {"sram_bytes", "sram_bandwidth_bytes_per_s"})
-    device_values = _read_quantities(device, device_fields, sources, subtables=("peak", "math_fidelity"))
+    device_values = _read_quantities(device, device_fields, sources, problems, subtables=("peak", "math_fidelity"))
     network_table = root.take_table(kind)
-    network = _read_dataclass(network_table, NETWORK_KINDS[kind], sources)
+    network = _read_dataclass(network_table, NETWORK_KINDS[kind], sources, problems)
+    calibration = _read_dataclass(root.take_table("calibration"), Calibration, sources, problems)
+    try:
+        root.finish(known=("kind", "base", "device", kind, "calibration"))
+    except InputError as error:
+        problems.append(error)
+    _raise_all(root.file, problems)
+    assert network is not None and calibration is not None
     if network.num_devices > MAX_DEVICES:
         raise network_table.error(f"{network.num_devices:,} devices, more than the {MAX_DEVICES:,} a machine may have"
                                   " (its topology would take minutes; model a larger machine with coarser devices)")
-    calibration = _read_dataclass(root.take_table("calibration"), Calibration, sources)
     calibration = dataclasses.replace(calibration, sources={
         split_unit(key.removeprefix("calibration."))[1]: text
         for key, text in sources.items() if key.startswith("calibration.")})
-    root.finish()
     return Hardware(name=name, network=network, calibration=calibration, sources=sources,
                     peak_flop_per_s={key.removesuffix("_flop_per_s"): v for key, v in peak.items()},
                     math_fidelity_phases={key: int(v) for key, v in fidelity.items()}, **device_values)
@@ -162,19 +168,34 @@ def _field_types(cls: type, names: set[str] | None = None) -> dict[str, str]:
             if f.name != "sources" and (names is None or f.name in names)}
 
 
-def _read_dataclass(table: Table, cls: type[D], sources: dict[str, str]) -> D:
-    """Build ``cls`` from a table holding exactly its fields, each with a unit and a source.
-
-    Raises:
-        InputError: unknown, missing or repeated key, wrong type, or value out of range.
-    """
+def _read_dataclass(table: Table, cls: type[D], sources: dict[str, str], problems: list[InputError]) -> D | None:
+    """Build ``cls`` from a table holding exactly its fields, each with a unit and a source; None
+    (the table's problems added to ``problems``) when they do not make one."""
     optional = {f.name for f in dataclasses.fields(cls)  # type: ignore[arg-type]
                 if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
-    values = _read_quantities(table, _field_types(cls), sources, optional=optional)
+    before = len(problems)
+    values = _read_quantities(table, _field_types(cls), sources, problems, optional=optional)
+    if len(problems) > before:
+        return None
     try:
         return cls(**values)
     except InputError as error:
-        raise table.error(str(error).split(": ", 1)[-1]) from None
+        problems.append(table.error(str(error).split(": ", 1)[-1]))
+        return None
+
+
+def _raise_all(file: str, problems: list[InputError]) -> None:
+    """Raise one :class:`InputError` stating every problem of ``file`` (one line: a file's
+    problems are fixed in one edit, not one per run).
+
+    Raises:
+        InputError: ``file: N problems: [table] ...; [table] ...`` (or the one problem as is).
+    """
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        parts = [str(p).removeprefix(file).lstrip(": ") for p in problems]
+        raise InputError(f"{file}: {len(problems)} problems: " + "; ".join(parts))
 
 
 CHOICES: dict[str, tuple[str, ...]] = {"Dataflow": DATAFLOWS, "DramAccess": DRAM_ACCESSES}
@@ -184,37 +205,63 @@ POINTS = "tuple[tuple[int, int], ...]"
 """Annotation of a field holding grid positions (``[[x, y], ...]`` in a file)."""
 
 
-def _read_quantities(table: Table, wanted: dict[str, str], sources: dict[str, str], *,
-                     required: bool = True, subtables: tuple[str, ...] = (),
+def _read_quantities(table: Table, wanted: dict[str, str], sources: dict[str, str], problems: list[InputError],
+                     *, required: bool = True, subtables: tuple[str, ...] = (),
                      optional: set[str] | None = None) -> dict[str, Any]:
     """Read the quantities whose SI names are in ``wanted`` (name -> ``"int"``/``"float"``, a
-    :data:`CHOICES` annotation or :data:`POINTS`).
+    :data:`CHOICES` annotation or :data:`POINTS`); every unknown, missing (when ``required``,
+    unless ``optional``) or repeated key, wrong type or range goes into ``problems``.
 
     Each key's citation goes into ``sources`` under ``"<table path>.<key>"``.
-
-    Raises:
-        InputError: unknown, missing (when ``required``, unless ``optional``) or repeated key,
-            wrong type, range.
     """
     values: dict[str, Any] = {}
+    seen: set[str] = set()
     for key in table.keys():
         stem, si_name, _ = split_unit(key)
         if key.endswith(SOURCE_SUFFIX) or key in subtables or si_name not in wanted:
             continue
-        if si_name in values:
-            raise table.error(f"key '{key}' repeats quantity '{stem}' given in another unit")
-        if wanted[si_name] in CHOICES:
-            values[si_name] = table.take_string(key, CHOICES[wanted[si_name]])
-        elif wanted[si_name] == POINTS:
-            values[si_name] = table.take_points(key)
-        else:
-            values[si_name] = table.take_quantity(key, integer=wanted[si_name] == "int")[1]
-        sources[f"{table.path}.{key}"] = table.take_source(key)
-    missing = [name for name in wanted if name not in values and name not in (optional or set())]
-    if required and missing:
-        raise table.error(f"missing key '{_hint(missing[0])}'")
-    table.finish()
+        try:
+            values[si_name] = _read_value(table, key, wanted[si_name], si_name in seen)
+        except InputError as error:
+            problems.append(error)
+        try:
+            sources[f"{table.path}.{key}"] = table.take_source(key)
+        except InputError as error:
+            problems.append(error)
+        seen.add(si_name)
+    missing = [name for name in wanted if name not in seen and name not in (optional or set())]
+    if required:
+        problems += [table.error(f"missing key '{_hint(name)}'") for name in missing]
+    known = [key for name in wanted for key in _file_keys(name)] + list(subtables)
+    try:
+        table.finish(known=known + [key + SOURCE_SUFFIX for key in known])
+    except InputError as error:
+        problems.append(error)
     return values
+
+
+def _file_keys(si_name: str) -> list[str]:
+    """Every key a file may give the quantity ``si_name`` by (``hop_latency_s``: ``hop_latency_ns``,
+    ``hop_latency_us``, ``hop_latency_s``), for suggestions."""
+    stem, si_suffix = next(((si_name.removesuffix(si), si) for _, (si, _) in
+                            sorted(UNITS.items(), key=lambda item: -len(item[1][0])) if si_name.endswith(si)),
+                           (si_name, ""))
+    return [stem + unit for unit, (si, _) in UNITS.items() if si == si_suffix] if si_suffix else [si_name]
+
+
+def _read_value(table: Table, key: str, annotation: str, repeated: bool) -> Any:
+    """The value of ``key`` as its field's ``annotation`` asks.
+
+    Raises:
+        InputError: a quantity given twice (``repeated``), wrong type or range.
+    """
+    if repeated:
+        raise table.error(f"key '{key}' repeats quantity '{split_unit(key)[0]}' given in another unit")
+    if annotation in CHOICES:
+        return table.take_string(key, CHOICES[annotation])
+    if annotation == POINTS:
+        return table.take_points(key)
+    return table.take_quantity(key, integer=annotation == "int")[1]
 
 
 def _hint(si_name: str) -> str:

@@ -146,7 +146,7 @@ def test_unknown_key_named_with_file_and_table(tmp_path):
     text = text.replace("[mesh]\n", "[mesh]\nbandwith_GB_per_s = 1\n", 1)
     path = write(tmp_path, text)
     message = raises_one_line(lambda: load_hardware(path), str(path), "[mesh]", "bandwith_GB_per_s")
-    assert message == f"{path} [mesh]: unknown key 'bandwith_GB_per_s'"
+    assert message == f"{path} [mesh]: unknown key 'bandwith_GB_per_s' (did you mean 'dram_bandwidth_GB_per_s'?)"
 
 
 def test_preset_errors_name_the_package_path():
@@ -418,3 +418,16 @@ def test_every_unreadable_input_file_is_one_line_naming_it(tmp_path, kind):
             file.truncate(MAX_INPUT_BYTES + 1)
     for load in (load_hardware, load_model, load_strategy):
         raises_one_line(lambda load=load: load(path), str(path), expected)
+
+
+def test_every_problem_of_a_hardware_file_comes_in_one_message_with_the_near_misses_named(tmp_path):
+    text = replace_line(preset_text("wafer"), "hop_latency_ns", "hop_latency_ms = 1")  # not a unit
+    text = replace_line(text, "dies_x", "dies_x = 0")
+    text = replace_line(text, "gemm_efficiency", "gemm_efficency = 0.9")  # a typo
+    path = write(tmp_path, text)
+    message = raises_one_line(lambda: load_hardware(path), str(path), "5 problems",
+                              "key 'dies_x' must be in [1,", "missing key 'hop_latency_us'",
+                              "unknown key 'hop_latency_ms' (did you mean 'hop_latency_s'?)",
+                              "key 'hop_latency_ns_source' cites 'hop_latency_ns', which the table does not give",
+                              "unknown key 'gemm_efficency' (did you mean 'gemm_efficiency'?)")
+    assert message.count("[mesh]") == 3 and message.count("[calibration]") == 2
