@@ -30,7 +30,7 @@ ELSEWHERE = {
 def readme_commands() -> list[str]:
     """The README's ``palm-search`` command lines, continuations joined, comments dropped."""
     blocks = re.findall(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    lines = [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
+    lines = [line.strip() for block in blocks for line in block.replace("\\\n", " ").splitlines()]
     commands = [line.split(" # ")[0].strip() for line in lines if line.startswith(".venv/bin/palm-search")]
     return [" ".join(c.split()) for c in commands]
 
@@ -50,9 +50,13 @@ def scratch(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("command", [c for c in readme_commands() if not any(m in f" {c} " for m in ELSEWHERE)])
 def test_every_readme_command_runs_as_printed(command, scratch):
-    args = shlex.split(command)
+    args, into = shlex.split(command), None
+    if ">" in args:  # a redirection: stdout into the file, as the shell would
+        args, into = args[:args.index(">")], args[args.index(">") + 1]
     if args[1] == "optimize":
         args += ["--trials", "3", "--artifacts-top", "1"]
     done = subprocess.run(args, cwd=scratch, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    if into:
+        (scratch / into).write_text(done.stdout)
     assert "Traceback" not in done.stderr and "infeasible" not in done.stdout
