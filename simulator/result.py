@@ -6,6 +6,12 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+SCHEMA_VERSION = 2
+"""Version of the JSON documents palm-search writes: ``simulate --json`` (a result's fields),
+``optimize --json`` (the run's summary) and a run's ``best.json``. Version 2 gives each quantity
+one name in all of them: ``trial`` (an Optuna trial number, also the ``trials.csv`` column),
+``model_flops_utilisation``, ``samples_per_s``...; README "Outputs" lists the keys."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StageReport:
@@ -114,9 +120,13 @@ class SimulationResult:
         return sum(s.bubble_s for s in self.stages) / len(self.stages) / self.iteration_time_s
 
     def to_dict(self) -> dict[str, Any]:
-        """A dict of plain JSON types."""
-        return asdict(self)
+        """A dict of plain JSON types, led by ``schema_version`` (:data:`SCHEMA_VERSION`)."""
+        return {"schema_version": SCHEMA_VERSION, **asdict(self)}
 
     def to_json(self, indent: int | None = 2) -> str:
-        """The result as a JSON document."""
-        return json.dumps(self.to_dict(), indent=indent)
+        """The result as a strict JSON document (RFC 8259: no NaN or infinity).
+
+        Raises:
+            ValueError: a field is not finite (a bug: every quantity of a result is).
+        """
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)

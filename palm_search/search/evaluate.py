@@ -13,7 +13,8 @@ import traceback
 from simulator import Hardware, ModelSpec, SimulationResult, Strategy, simulate
 from simulator import __version__ as SIMULATOR_VERSION
 
-RECORD_KEYS = ("feasible", "reason", "samples_per_s", "tokens_per_s", "iteration_time_s", "mfu",
+RECORD_KEYS = ("feasible", "reason", "samples_per_s", "tokens_per_s", "iteration_time_s",
+               "model_flops_utilisation",
                "bubble_fraction", "peak_memory_bytes", "memory_over_capacity_bytes", "wall_time_s",
                "events_simulated", "extrapolated", "error")
 """Keys of an evaluation record (also the trials' user attributes and ``trials.csv`` columns)."""
@@ -30,7 +31,7 @@ def record_of(result: SimulationResult, capacity_bytes: float) -> dict:
     return {
         "feasible": result.feasible, "reason": result.reason, "samples_per_s": result.samples_per_s,
         "tokens_per_s": result.tokens_per_s, "iteration_time_s": result.iteration_time_s,
-        "mfu": result.model_flops_utilisation, "bubble_fraction": result.bubble_fraction,
+        "model_flops_utilisation": result.model_flops_utilisation, "bubble_fraction": result.bubble_fraction,
         "peak_memory_bytes": result.peak_memory_bytes,
         "memory_over_capacity_bytes": max(result.peak_memory_bytes - capacity_bytes, 0.0),
         "wall_time_s": result.wall_time_s, "events_simulated": result.events_simulated,

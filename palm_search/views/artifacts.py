@@ -60,10 +60,10 @@ def render_mapping(model: ModelSpec, hardware: Hardware, strategy: Strategy, net
 def chosen_trials(study: optuna.Study, k: int) -> list[int]:
     """Trial numbers to illustrate: the top ``k`` distinct feasible mappings and the baseline."""
     frame = trials_frame(study)
-    numbers = [int(n) for n in top_mappings(frame, k)["number"]] if k and len(frame) else []
+    numbers = [int(n) for n in top_mappings(frame, k)["trial"]] if k and len(frame) else []
     base = baseline_row(frame)
-    if base is not None and base.get("feasible") and int(base["number"]) not in numbers:
-        numbers.append(int(base["number"]))
+    if base is not None and base.get("feasible") and int(base["trial"]) not in numbers:
+        numbers.append(int(base["trial"]))
     return numbers
 
 

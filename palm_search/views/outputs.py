@@ -15,11 +15,12 @@ from palm_search.search.driver import Search, candidate_of
 from palm_search.search.screen import rank_agreement
 from palm_search.search.storage import ARTIFACTS
 from simulator import Hardware, hardware_from_tables, hardware_tables
+from simulator.result import SCHEMA_VERSION
 from simulator.strategy_loader import read_json_document
 
-COLUMNS = ("number", "tp", "pp", "dp", "microbatch_size", "schedule", "num_chunks", "recompute",
+COLUMNS = ("trial", "tp", "pp", "dp", "microbatch_size", "schedule", "num_chunks", "recompute",
            "sequence_parallel", "zero_stage", "placement", "group_layout", "group_order", "samples_per_s",
-           "mfu", "peak_memory_GiB", "bubble_fraction", "speedup", "feasible", "cached", "baseline")
+           "model_flops_utilisation", "peak_memory_GiB", "bubble_fraction", "speedup", "feasible", "cached", "baseline")
 
 
 def trials_frame(study: optuna.Study) -> pd.DataFrame:
@@ -27,7 +28,7 @@ def trials_frame(study: optuna.Study) -> pd.DataFrame:
     rows = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
         attrs = trial.user_attrs
-        row = {"number": trial.number, "state": trial.state.name, **attrs.get("strategy", {})}
+        row = {"trial": trial.number, "state": trial.state.name, **attrs.get("strategy", {})}
         row.update({k: v for k, v in attrs.items() if k != "strategy"})
         row["peak_memory_GiB"] = (attrs.get("peak_memory_bytes") or 0.0) / 2**30
         rows.append(row)
@@ -84,7 +85,8 @@ def write_outputs(search: Search, run_dir: Path) -> dict:
     summary = _summary(search, frame, top, run_dir)
     if summary["best"] is not None:
         candidate = candidate_of(search, search.study.trials[summary["best"]["trial"]])
-        best = {"model": search.spec.model, "hardware": candidate.hardware.name, "network": search.spec.network,
+        best = {"schema_version": SCHEMA_VERSION, "model": search.spec.model, "hardware": candidate.hardware.name,
+                "network": search.spec.network,
                 "strategy": summary["best"]["strategy"], "machine": hardware_tables(candidate.hardware),
                 "result": summary["best"]}
         (run_dir / "best.json").write_text(strict_json(best, indent=2))
@@ -122,13 +124,14 @@ def dashboard_command(run_dir: Path, storage: str | None) -> str:
 def _summary(search: Search, frame: pd.DataFrame, top: pd.DataFrame, run_dir: Path) -> dict:
     best = None
     if len(top):
-        number = int(top.iloc[0]["number"])
+        number = int(top.iloc[0]["trial"])
         trial = search.study.trials[number]
         best = {"trial": number, "strategy": trial.user_attrs["strategy"],
                 **{k: v for k, v in trial.user_attrs.items() if k != "strategy"}}
     failed = int((frame["state"] == "FAIL").sum()) if len(frame) else 0
     return {
-        "study": search.spec.name, "model": search.spec.model, "hardware": search.spec.hardware,
+        "schema_version": SCHEMA_VERSION, "study": search.spec.name, "model": search.spec.model,
+        "hardware": search.spec.hardware,
         "objectives": list(search.spec.objectives), "sampler": search.study.user_attrs.get("sampler"),
         "memory_prescreen": search.study.user_attrs.get("memory_prescreen"),
         "screen": _screen(search.study),

@@ -103,7 +103,7 @@ NARROW_LEGEND = ("tp.pp.dp: parallel degrees; mb: microbatch; i1f1b: interleaved
                  " z: ZeRO stage; x base: speed-up over the baseline")
 WIDE = {"tp": "tp", "pp": "pp", "dp": "dp", "microbatch_size": "mb", "schedule": "schedule",
         "recompute": "recomp", "zero_stage": "zero", "placement": "placement", "group_layout": "groups",
-        "samples_per_s": "samples/s", "mfu": "MFU", "peak_memory_GiB": "GiB/dev",
+        "samples_per_s": "samples/s", "model_flops_utilisation": "MFU", "peak_memory_GiB": "GiB/dev",
         "bubble_fraction": "bubble", "speedup": "speedup"}
 """The top-mappings table's columns on a wide terminal: row key -> header."""
 
@@ -116,14 +116,14 @@ def _top_table(top: list[dict], narrow: bool) -> Table:
         for header in ("#", *WIDE.values()):
             table.add_column(header, justify="right", overflow="fold")
         for row in top:
-            table.add_row(str(row["number"]), *(_cell(row.get(c)) for c in WIDE))
+            table.add_row(str(row["trial"]), *(_cell(row.get(c)) for c in WIDE))
         return table
     table = Table(title=f"top {len(top)} mappings", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
     for header in ("#", "tp.pp.dp", "mb", "schedule", "recomp", "z", "placement", "samples/s", "MFU", "x base"):
         table.add_column(header, justify="right", no_wrap=True, min_width=len(header))
     for row in top:
-        mfu, speedup = row.get("mfu"), row.get("speedup")
-        table.add_row(str(row["number"]), f"{row.get('tp')}.{row.get('pp')}.{row.get('dp')}",
+        mfu, speedup = row.get("model_flops_utilisation"), row.get("speedup")
+        table.add_row(str(row["trial"]), f"{row.get('tp')}.{row.get('pp')}.{row.get('dp')}",
                       _cell(row.get("microbatch_size")),
                       {"interleaved-1f1b": "i1f1b"}.get(row.get("schedule"), _cell(row.get("schedule"))),
                       {"selective": "sel"}.get(row.get("recompute"), _cell(row.get("recompute"))),

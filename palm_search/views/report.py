@@ -166,9 +166,9 @@ def _comparison(study: optuna.Study, spec: dict, frame: pd.DataFrame, run_dir: P
     top, base = top_mappings(frame, 1), baseline_row(frame)
     if not len(top):
         return _section("best-vs-baseline", "Best mapping and baseline", "<p>No feasible mapping.</p>")
-    columns = [("best", int(top.iloc[0]["number"]))]
+    columns = [("best", int(top.iloc[0]["trial"]))]
     if base is not None and base.get("feasible"):
-        columns.append(("baseline", int(base["number"])))
+        columns.append(("baseline", int(base["trial"])))
     folders = {label: _pictures(study, spec, number, run_dir, on_progress) for label, number in columns}
     body = ""
     for picture in PICTURES:

@@ -8,9 +8,10 @@ from palm_search.views.render import print_search_summary
 
 
 def _row(number: int, **fields) -> dict:
-    row = {"number": number, "tp": 32, "pp": 80, "dp": 16, "microbatch_size": 16, "schedule": "interleaved-1f1b",
+    row = {"trial": number, "tp": 32, "pp": 80, "dp": 16, "microbatch_size": 16, "schedule": "interleaved-1f1b",
            "recompute": "selective", "zero_stage": 3, "placement": "s-shape-transposed", "group_layout": "strided",
-           "samples_per_s": 1234.5678, "mfu": 0.4567, "peak_memory_GiB": 71.25, "bubble_fraction": 0.0123,
+           "samples_per_s": 1234.5678, "model_flops_utilisation": 0.4567, "peak_memory_GiB": 71.25,
+           "bubble_fraction": 0.0123,
            "speedup": 12.345}
     return {**row, **fields}
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import optuna
+import pandas as pd
 import pytest
 from optuna.trial import TrialState
 from typer.testing import CliRunner
@@ -265,3 +266,31 @@ def test_a_screened_search_estimates_every_point_and_simulates_the_best_in_order
 def test_the_study_names_its_objectives(tmp_path):
     search = _run(tmp_path, sampler="random", trials=4)
     assert search.study.metric_names == ["samples/s"]
+
+
+def _keys(document) -> set[str]:
+    """Every key of a nested JSON document."""
+    if isinstance(document, dict):
+        return set(document) | {k for v in document.values() for k in _keys(v)}
+    if isinstance(document, list):
+        return {k for v in document for k in _keys(v)}
+    return set()
+
+
+def test_every_json_output_is_strict_versioned_and_names_each_quantity_once(tmp_path):
+    from simulator.result import SCHEMA_VERSION
+
+    found = runner.invoke(app, ["optimize", "--study", str(STUDY), "--hw", str(DATA / "mini-mesh.toml"),
+                                "--trials", "4", "--jobs", "1", "--run-dir", str(tmp_path / "r"), "--json"])
+    assert found.exit_code == 0, found.output
+    best_path = tmp_path / "r" / "best.json"
+    replay = runner.invoke(app, ["simulate", "--strategy", str(best_path), "--json"])
+    assert replay.exit_code == 0, replay.output
+    summary, best, simulated = _strict(found.stdout), _strict(best_path.read_text()), _strict(replay.stdout)
+    for document in (summary, best, simulated):
+        assert document["schema_version"] == SCHEMA_VERSION
+        assert not {"mfu", "number"} & _keys(document)  # one name each: model_flops_utilisation, trial
+    columns = set(pd.read_csv(tmp_path / "r" / "trials.csv").columns)
+    assert {"trial", "model_flops_utilisation"} <= columns and not {"mfu", "number"} & columns
+    assert best["result"]["trial"] == summary["best"]["trial"] == summary["top"][0]["trial"]
+    assert best["result"]["model_flops_utilisation"] == simulated["model_flops_utilisation"]

@@ -78,7 +78,7 @@ def test_top_trials_get_artifacts(run_dir):
 
     study = load_run(run_dir)
     attached = trial_artifacts(study)
-    for number in top_mappings(trials_frame(study), 2)["number"]:
+    for number in top_mappings(trials_frame(study), 2)["trial"]:
         assert {"trace.json", "timeline.png", "placement.svg", "heatmap.png"} <= set(attached[int(number)])
         _check_pictures(run_dir / "mappings" / f"trial-{int(number)}")
     assert set(study.user_attrs["artifacts"]) == {str(n) for n in attached}
