@@ -60,7 +60,7 @@ class StageStats:
 @dataclass(slots=True)
 class PassRecord:
     """One executed pass, for traces: stage, kind (F, B, U), microbatch, chunk, start, end (s);
-    ``recompute_s`` is the recompute part of a backward pass's compute (s)."""
+    ``recompute_s`` is the recompute part of a backward pass's ``compute_s`` (s)."""
 
     stage: int
     kind: str
@@ -69,6 +69,7 @@ class PassRecord:
     start_s: float
     end_s: float
     recompute_s: float = 0.0
+    compute_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -358,7 +359,8 @@ class Engine:
             yield self.env.timeout(self._pass_end(i, cost, now, p.microbatch) - now)
         self.stats[i].compute_s += cost.compute_s
         if self.record:
-            self.records.append(PassRecord(i, p.kind, p.microbatch, p.chunk, now, self.env.now, cost.recompute_s))
+            self.records.append(PassRecord(i, p.kind, p.microbatch, p.chunk, now, self.env.now, cost.recompute_s,
+                                           cost.compute_s))
 
     def _memo(self, kind: str, i: int, cost: PassCost, compute: Callable[[], _T]) -> _T:
         """``compute()`` for pass ``cost`` of stage ``i``, remembered for the engine's life with the

@@ -101,7 +101,10 @@ def _pass_slices(p: PassRecord) -> list[Slice]:
         return [Slice("stage", lane, "update", p.start_s, p.end_s, {**args, "kind": "U"})]
     label = f" {p.microbatch}" + (f" c{p.chunk}" if p.chunk else "")
     if p.kind == "B" and p.recompute_s > 0:
-        split = p.start_s + p.recompute_s
+        # the recompute's share of the pass's compute, of the pass's time (which DRAM stalls and
+        # collectives stretch alike)
+        split = p.start_s + (p.end_s - p.start_s) * min(p.recompute_s / p.compute_s, 1.0) if p.compute_s \
+            else p.start_s + p.recompute_s
         return [Slice("stage", lane, "R" + label, p.start_s, split, {**args, "kind": "R"}),
                 Slice("stage", lane, "B" + label, split, p.end_s, {**args, "kind": "B"})]
     return [Slice("stage", lane, p.kind + label, p.start_s, p.end_s, {**args, "kind": p.kind})]

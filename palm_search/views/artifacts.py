@@ -23,12 +23,17 @@ from optuna.artifacts import FileSystemArtifactStore, get_all_artifact_meta, upl
 
 from palm_search.search.storage import ARTIFACTS
 from palm_search.views.outputs import baseline_row, top_mappings, trials_frame
-from palm_search.views.plots import write_plots
+from palm_search.views.plots import PICTURES, write_plots
 from simulator import Hardware, ModelSpec, Strategy, simulate_timeline
 from simulator.trace import write_chrome_trace
 
 MAPPINGS = "mappings"
 MIMETYPES = {".png": "image/png", ".svg": "image/svg+xml", ".json": "application/json"}
+
+
+ARTIFACT_FILES = frozenset({"trace.json", *(f"{p}.png" for p in PICTURES)})
+"""The files an illustrated trial holds: its Chrome trace and its pictures (PNG: the dashboard
+shows images, and one format keeps its list free of duplicates)."""
 
 
 def artifact_store(run_dir: Path) -> FileSystemArtifactStore:
@@ -54,7 +59,7 @@ def render_mapping(model: ModelSpec, hardware: Hardware, strategy: Strategy, net
     directory.mkdir(parents=True, exist_ok=True)
     if not timeline.result.feasible:
         return []
-    return [write_chrome_trace(timeline, directory / "trace.json"), *write_plots(timeline, directory)]
+    return [write_chrome_trace(timeline, directory / "trace.json"), *write_plots(timeline, directory, ("png",))]
 
 
 def chosen_trials(study: optuna.Study, k: int) -> list[int]:
@@ -73,9 +78,10 @@ def attach_artifacts(study: optuna.Study, model: ModelSpec, hardware: Hardware, 
     """Render the files of :func:`chosen_trials` on ``jobs`` joblib worker processes and upload
     them from this process as they arrive; files a trial already holds (a resumed run) are not
     uploaded twice. Returns the trial numbers illustrated."""
-    numbers = chosen_trials(study, k)
+    chosen = chosen_trials(study, k)
     store = artifact_store(run_dir)
     index = dict(study.user_attrs.get("artifacts", {}))
+    numbers = [n for n in chosen if not ARTIFACT_FILES <= set(index.get(str(n), {}))]  # drawn once, not per run
     tasks = (delayed(render_mapping)(model, hardware, Strategy.from_dict(study.trials[n].user_attrs["strategy"]),
                                      network, mapping_dir(run_dir, n)) for n in numbers)
     on_progress(0, len(numbers))
@@ -88,7 +94,7 @@ def attach_artifacts(study: optuna.Study, model: ModelSpec, hardware: Hardware, 
                 held[path.name] = _upload(study, store, path, f"trial-{number}-{path.name}")
     study.set_user_attr("artifacts", index)
     on_progress(len(numbers), len(numbers))
-    return numbers
+    return chosen
 
 
 def _upload(study: optuna.Study, store: FileSystemArtifactStore, path: Path, name: str) -> str:

@@ -2,7 +2,9 @@
 the placement of stages and TP groups on the machine, and link / DRAM-port utilisation.
 
 Each ``plot_*`` function takes a :class:`simulator.trace.Timeline` and returns a matplotlib
-``Figure``; :func:`write_plots` saves all three as PNG and SVG.
+``Figure`` sized for a paper (7.2 in wide, a two-column page's text width; 7-9 pt labels);
+:func:`write_plots` saves all three in the formats asked (PNG for the dashboard; PNG, SVG and PDF
+for ``simulate --plots``).
 """
 
 from __future__ import annotations
@@ -18,23 +20,27 @@ from matplotlib.patches import Rectangle
 
 from simulator.trace import Timeline, stage_slices
 
-PASS_COLOURS = {"F": "#4C72B0", "B": "#DD8452", "R": "#8172B3", "U": "#C44E52", "bubble": "#E6E6E6"}
+PASS_COLOURS = {"F": "#4C72B0", "B": "#DD8452", "R": "#55A868", "U": "#C44E52", "bubble": "#E6E6E6"}
 PASS_LABELS = {"F": "forward", "B": "backward", "R": "recompute", "U": "gradient update", "bubble": "bubble (idle)"}
-HEAT = colormaps["inferno_r"].with_extremes(bad="#D9D9D9")
+HEAT = colormaps["YlOrRd"].with_extremes(bad="#D9D9D9")
+"""Utilisation colours: pale yellow to dark red (not black: die borders are black)."""
+WIDTH_IN = 7.2
+"""Width of every picture (inches): a two-column page's text width."""
+PAPER_FORMATS = ("png", "svg", "pdf")
 PICTURES = ("timeline", "placement", "heatmap")
 TIGHT_PAD_IN = 0.1
 """Margin around a picture's drawn content (inches; matplotlib's ``savefig.pad_inches``)."""
 
 
-def write_plots(timeline: Timeline, directory: str | Path) -> list[Path]:
-    """Write timeline, placement and heatmap as ``.png`` and ``.svg`` into ``directory``."""
+def write_plots(timeline: Timeline, directory: str | Path, formats: tuple[str, ...] = PAPER_FORMATS) -> list[Path]:
+    """Write timeline, placement and heatmap into ``directory``, one file per format (suffix)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for name, plot in zip(PICTURES, (plot_timeline, plot_placement, plot_heatmap), strict=True):
         figure = plot(timeline)
         box = figure.get_tightbbox(FigureCanvasAgg(figure).get_renderer()).padded(TIGHT_PAD_IN)
-        for suffix in ("png", "svg"):  # one layout for both ("tight" would lay the figure out per file)
+        for suffix in formats:  # one layout for all ("tight" would lay the figure out per file)
             path = directory / f"{name}.{suffix}"
             figure.savefig(path, dpi=110, bbox_inches=box)
             written.append(path)
@@ -43,8 +49,8 @@ def write_plots(timeline: Timeline, directory: str | Path) -> list[Path]:
 
 def _title(timeline: Timeline) -> str:
     r, s = timeline.result, timeline.result.strategy
-    return (f"{r.model} on {r.hardware}: tp {s['tp']} pp {s['pp']} dp {s['dp']}, microbatch {s['microbatch_size']},"
-            f" {s['schedule']}, recompute {s['recompute']}, placement {s['placement']}")
+    return (f"{r.model} on {r.hardware}: TP {s['tp']} x PP {s['pp']} x DP {s['dp']}, microbatch {s['microbatch_size']},"
+            f" {s['schedule']}, {s['placement']}")
 
 
 # -- timeline ------------------------------------------------------------------------------------
@@ -54,8 +60,8 @@ def plot_timeline(timeline: Timeline) -> Figure:
     """Gantt chart of the recorded window: stages top to bottom, passes coloured by kind, the
     microbatch number inside slices wide enough to hold it."""
     pp = len(timeline.placements)
-    width_in = 16.0
-    figure = Figure(figsize=(width_in, 1.6 + 0.32 * max(pp, 3)))
+    width_in = WIDTH_IN
+    figure = Figure(figsize=(width_in, 1.5 + 0.24 * max(pp, 3)))
     axes = figure.add_subplot()
     window = timeline.window_s or 1.0
     label_s = window * 0.16 / width_in
@@ -66,21 +72,21 @@ def plot_timeline(timeline: Timeline) -> Figure:
         bars.setdefault((y, kind), []).append((s.start_s, s.end_s - s.start_s))
         if kind in "FBR" and s.end_s - s.start_s >= label_s:
             axes.text((s.start_s + s.end_s) / 2, y, str(s.args["microbatch"]), ha="center", va="center",
-                      fontsize=6, color="white")
+                      fontsize=7, color="white")
     for (y, kind), spans in bars.items():  # one collection per stage and kind: matplotlib rescales per call
         axes.broken_barh(spans, (y - 0.4, 0.8), facecolors=PASS_COLOURS[kind],
                          edgecolor="white" if kind != "bubble" else "none", linewidth=0.3)
     axes.set_ylim(pp - 0.5, -0.5)
     axes.set_xlim(0, window)
-    axes.set_yticks(range(pp), [f"stage {i}" for i in range(pp)], fontsize=7 if pp > 12 else 9)
-    axes.set_xlabel("time in the simulated window (s)")
+    axes.set_yticks(range(pp), [f"stage {i}" for i in range(pp)], fontsize=7 if pp > 12 else 8)
+    axes.tick_params(axis="x", labelsize=8)
     r = timeline.result
-    axes.set_title(f"{_title(timeline)}\nwindow of {timeline.window_microbatches} of {r.num_microbatches} "
-                   f"microbatches per replica; iteration {r.iteration_time_s:.4g} s, bubble "
-                   f"{r.bubble_fraction:.1%} (whole iteration)", fontsize=10)
+    axes.set_xlabel(f"time (s) in a window of {timeline.window_microbatches} of {r.num_microbatches} microbatches;"
+                    f" iteration {r.iteration_time_s:.4g} s, bubble {r.bubble_fraction:.1%}", fontsize=8)
+    axes.set_title(_title(timeline), fontsize=9)
     handles = [Rectangle((0, 0), 1, 1, color=c) for c in PASS_COLOURS.values()]
-    axes.legend(handles, PASS_LABELS.values(), loc="upper center", bbox_to_anchor=(0.5, -0.04 - 1.0 / (pp + 6)),
-                ncol=5, frameon=False, fontsize=9)
+    axes.legend(handles, PASS_LABELS.values(), loc="upper center", bbox_to_anchor=(0.5, -0.12 - 1.2 / (pp + 6)),
+                ncol=5, frameon=False, fontsize=8)
     return figure
 
 
@@ -101,9 +107,8 @@ class _Grid:
         self.box_name = drawing.box_name
 
     def figure(self, extra_width_in: float = 0.0) -> tuple[Figure, object]:
-        scale = min(0.62, 14.0 / self.width, 14.0 / self.height)
-        figure = Figure(figsize=(max(6.5, self.width * scale + 1.5 + extra_width_in),
-                                 max(3.5, self.height * scale + 1.6)))
+        scale = min(0.62, (WIDTH_IN - 0.6 - extra_width_in) / self.width, 9.0 / self.height)
+        figure = Figure(figsize=(WIDTH_IN, max(3.0, self.height * scale + 1.2)))
         axes = figure.add_subplot()
         axes.set_xlim(-1, self.width)
         axes.set_ylim(self.height, -1)
@@ -141,15 +146,15 @@ def plot_placement(timeline: Timeline) -> Figure:
             cells = {grid.position(d) for d in group}
             for x, y in cells:
                 squares.append(((x, y), colours[stage]))
-                axes.text(x, y, f"s{stage}\nt{group_index}", ha="center", va="center", fontsize=6.5 if small else 8)
+                axes.text(x, y, f"s{stage}\nt{group_index}", ha="center", va="center", fontsize=5 if small else 7)
             _outline(axes, cells)
     used = {d for p in timeline.placements for d in p.devices}
     squares += [(grid.position(d), "#F2F2F2") for d in grid.devices if d not in used]
     _squares(axes, [xy for xy, _ in squares], [c for _, c in squares], 0.9)
     grid.draw_boxes(axes)
-    axes.set_title(f"{_title(timeline)}\ncell: s<pipeline stage> t<TP group of the stage>; dark outline: one TP"
-                   f" group; thick black: {grid.box_name}",
-                   fontsize=9)
+    axes.set_title(f"{_title(timeline)}\ncell: s<pipeline stage> t<TP group of the stage: the stage's TP groups are"
+                   f" its data-parallel replicas>;\ndark outline: one TP group; thick black: {grid.box_name}",
+                   fontsize=8)
     return figure
 
 
@@ -187,9 +192,9 @@ def plot_heatmap(timeline: Timeline) -> Figure:
     grid.draw_boxes(axes)
     figure.colorbar(_mappable(norm), ax=axes, fraction=0.03, pad=0.02,
                     label="utilisation over the iteration (log scale)")
-    hot = sorted(timeline.utilisation.items(), key=lambda kv: -kv[1])[:4]
+    hot = sorted(timeline.utilisation.items(), key=lambda kv: -kv[1])[:3]
     hottest = ", ".join(f"{name} {u:.0%}" for name, u in hot if u > 0) or "no traffic"
-    axes.set_title(f"{_title(timeline)}\n{grid.drawing.legend}; hottest: {hottest}", fontsize=9)
+    axes.set_title(f"{_title(timeline)}\n{grid.drawing.legend};\nhottest: {hottest}", fontsize=8)
     return figure
 
 

@@ -16,11 +16,14 @@ MINI = str(DATA / "mini-mesh.toml")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _check_pictures(directory: Path) -> None:
+def _check_pictures(directory: Path, paper: bool = True) -> None:
+    """PNG pictures, and with ``paper`` their SVG and PDF too."""
     for name in ("timeline", "placement", "heatmap"):
         assert (directory / f"{name}.png").read_bytes()[:8] == PNG_MAGIC
-        root = ElementTree.parse(directory / f"{name}.svg").getroot()
-        assert root.tag.endswith("svg")
+        if paper:
+            root = ElementTree.parse(directory / f"{name}.svg").getroot()
+            assert root.tag.endswith("svg")
+            assert (directory / f"{name}.pdf").read_bytes()[:5] == b"%PDF-"
 
 
 def test_simulate_writes_trace_and_plots_in_three_engine_runs(tmp_path, monkeypatch):
@@ -64,11 +67,13 @@ def test_infeasible_strategy_is_a_one_line_error(tmp_path):
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     directory = tmp_path_factory.mktemp("run")
-    result = CliRunner().invoke(app, ["optimize", "--study", str(DATA / "small-study.toml"), "--hw", MINI,
-                                      "--trials", "8", "--jobs", "1", "--artifacts-top", "2",
-                                      "--run-dir", str(directory), "--json"])
+    result = CliRunner().invoke(app, _OPTIMIZE + ["--run-dir", str(directory)])
     assert result.exit_code == 0, result.output
     return directory
+
+
+_OPTIMIZE = ["optimize", "--study", str(DATA / "small-study.toml"), "--hw", MINI, "--trials", "8", "--jobs", "1",
+             "--artifacts-top", "2", "--json"]
 
 
 def test_top_trials_get_artifacts(run_dir):
@@ -79,9 +84,17 @@ def test_top_trials_get_artifacts(run_dir):
     study = load_run(run_dir)
     attached = trial_artifacts(study)
     for number in top_mappings(trials_frame(study), 2)["trial"]:
-        assert {"trace.json", "timeline.png", "placement.svg", "heatmap.png"} <= set(attached[int(number)])
-        _check_pictures(run_dir / "mappings" / f"trial-{int(number)}")
+        assert sorted(attached[int(number)]) == ["heatmap.png", "placement.png", "timeline.png", "trace.json"]
+        _check_pictures(run_dir / "mappings" / f"trial-{int(number)}", paper=False)
     assert set(study.user_attrs["artifacts"]) == {str(n) for n in attached}
+
+
+def test_running_a_finished_study_again_draws_nothing_again(run_dir):
+    pictures = sorted((run_dir / "mappings").rglob("*.png"))
+    drawn = {path: path.stat().st_mtime_ns for path in pictures}
+    result = CliRunner().invoke(app, _OPTIMIZE + ["--run-dir", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    assert pictures and {path: path.stat().st_mtime_ns for path in pictures} == drawn
 
 
 def test_report_is_self_contained(run_dir):
