@@ -56,7 +56,7 @@ from spaces.placement import (
     placement_names,
     suggest_placement,
 )
-from spaces.training import DIMENSIONS, SearchedSpace, candidate_degrees, suggest_candidate
+from spaces.training import DIMENSIONS, SearchedSpace, candidate_degrees, placement_key, suggest_candidate
 
 __all__ = [
     "DIMENSIONS", "Candidate", "FeasiblePlans", "GroupChoice", "feasible_plans", "plan_of",
@@ -66,5 +66,5 @@ __all__ = [
     "enumerate_sequence_parallel", "enumerate_zero_stages", "min_max_partition", "min_max_stage_layers",
     "placement_names", "suggest_degrees", "suggest_group_layout", "suggest_microbatch_size",
     "suggest_partition", "suggest_placement", "suggest_recompute", "suggest_schedule",
-    "suggest_sequence_parallel", "suggest_zero_stage", "SearchedSpace", "suggest_candidate",
+    "suggest_sequence_parallel", "suggest_zero_stage", "SearchedSpace", "suggest_candidate", "placement_key",
 ]

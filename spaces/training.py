@@ -49,6 +49,15 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
     "transfer_strategy": ("transfer_strategy",),
 }
 """Searchable dimensions and the ``Strategy`` fields each sets."""
+PLACEMENT_DIMENSIONS = ("degrees", "groups", "placement", "transfer_strategy")
+"""The dimensions that decide which devices a mapping's stages and groups use (and so its flows)."""
+
+
+def placement_key(params: Mapping[str, object]) -> tuple[str, ...]:
+    """The values of a point's placement dimensions (parameter names are ``dimension`` or
+    ``dimension|conditions``), to keep points of one placement together."""
+    return tuple(f"{name}={value}" for name, value in sorted(params.items())
+                 if name.split("|", 1)[0] in PLACEMENT_DIMENSIONS)
 
 
 def check_dimensions(fixed: Mapping[str, object], searched: set[str]) -> None:

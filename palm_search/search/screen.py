@@ -26,6 +26,7 @@ from optuna.trial import FixedTrial, TrialState
 
 from palm_search.search.space import SpaceBuilder
 from simulator import Hardware, InputError, ModelSpec, simulate
+from spaces import placement_key
 
 SCREEN_LIMIT = 20_000
 """Most points a screen estimates (about 2-3 ms each); a larger space is searched by TPE."""
@@ -53,10 +54,15 @@ def screen(build: SpaceBuilder, model: ModelSpec, hardware: Hardware, points: li
            backend: str | None = None) -> tuple[list[tuple[dict, float]], float]:
     """Every point with its estimate, best first (ties in the walk's order), and the wall time (s)."""
     started = time.perf_counter()
-    chunks = [points[i:i + _CHUNK] for i in range(0, len(points), _CHUNK)]
+    # points of one placement in one chunk: each worker builds a placement's flows once
+    grouped = sorted(range(len(points)), key=lambda i: placement_key(points[i]))
+    chunks = [grouped[i:i + _CHUNK] for i in range(0, len(grouped), _CHUNK)]
     estimated = Parallel(n_jobs=jobs, backend=backend)(
-        delayed(estimate_points)(build, model, hardware, chunk) for chunk in chunks)
-    values = [v for chunk in estimated for v in chunk]
+        delayed(estimate_points)(build, model, hardware, [points[i] for i in chunk]) for chunk in chunks)
+    values = [0.0] * len(points)
+    for chunk, chunk_values in zip(chunks, estimated, strict=True):
+        for i, value in zip(chunk, chunk_values, strict=True):
+            values[i] = value
     order = sorted(range(len(points)), key=lambda i: -values[i])
     return [(points[i], values[i]) for i in order], time.perf_counter() - started
 

@@ -115,3 +115,13 @@ def test_spaces_never_imports_palm_search():
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             assert not any(n.split(".")[0] == "palm_search" for n in names), path
+
+
+def test_placement_key_keeps_the_placement_dimensions_only():
+    from spaces import placement_key
+
+    point = {"degrees": "8x20x2", "microbatch_size|dp=2": 1, "schedule|only=1f1b": "1f1b", "groups": "compact/tp-major",
+             "placement": "line"}
+    assert placement_key(point) == placement_key({**point, "microbatch_size|dp=2": 4})
+    assert placement_key(point) != placement_key({**point, "placement": "s-shape"})
+    assert placement_key(point) != placement_key({**point, "degrees": "8x10x4"})
