@@ -78,7 +78,7 @@ def journal_storage(run_dir: Path) -> optuna.storages.JournalStorage:
     if path.is_file() and path.stat().st_size and not _ends_with_newline(path):
         _drop_unfinished_record(path)
     try:
-        storage = JournalStorage(JournalFileBackend(str(path)))
+        storage = JournalStorage(JournalFileBackend(str(path), lock_obj=_journal_lock(path)))
         storage.get_all_studies()  # replays the whole log now, so damage shows here
         return storage
     except Exception as error:  # noqa: BLE001 - a damaged file is a user-facing condition
@@ -150,9 +150,7 @@ def _drop_unfinished_record(path: Path) -> None:
     Optuna would skip it as "being written", then append to it) under Optuna's own lock, and say
     so on stderr in one line. The records before it, every trial told before the interruption,
     are kept; the cut record's trial is evaluated again on resume."""
-    from optuna.storages.journal import JournalFileSymlinkLock
-
-    lock = JournalFileSymlinkLock(str(path))
+    lock = _journal_lock(path)
     lock.acquire()
     try:
         data = path.read_bytes()
@@ -163,6 +161,19 @@ def _drop_unfinished_record(path: Path) -> None:
         lock.release()
     print(f"{path}: dropped its unfinished last record ({len(data) - kept:,} bytes, left by an interrupted write);"
           " the records before it are kept", file=sys.stderr)
+
+
+STALE_LOCK_S = 5
+"""A journal lock held this long (s) while the journal does not change is stale (a writer holds it
+for one append, milliseconds; kill -9 during one leaves it): it is broken instead of waited on for
+Optuna's default 30 s."""
+
+
+def _journal_lock(path: Path):
+    """Optuna's symlink lock of the journal ``path``, stale after :data:`STALE_LOCK_S`."""
+    from optuna.storages.journal import JournalFileSymlinkLock
+
+    return JournalFileSymlinkLock(str(path), grace_period=STALE_LOCK_S)
 
 
 def _ends_with_newline(path: Path) -> bool:
