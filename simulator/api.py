@@ -16,7 +16,7 @@ import math
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, fields, replace
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -388,12 +388,18 @@ def resource_utilisation(topology: Topology, run: EngineRun, iteration_s: float)
     return dict(zip(topology.names, _utilisation(topology, run, iteration_s).tolist(), strict=True))
 
 
+@lru_cache(maxsize=16)
+def _kinds(topology: Topology) -> tuple[np.ndarray, list[tuple[str, int]]]:
+    """The kind of each resource of ``topology`` as an array, and each kind's count, sorted."""
+    return np.asarray(topology.kinds), sorted(Counter(topology.kinds).items())
+
+
 def _resource_usage(topology: Topology, run: EngineRun, iteration_s: float) -> tuple[ResourceUsage, ...]:
     """Bytes carried by each resource over the iteration, as a fraction of its capacity."""
     utilisation = _utilisation(topology, run, iteration_s)
-    kinds = np.asarray(topology.kinds)
+    kinds, counts = _kinds(topology)
     usages = []
-    for kind, count in sorted(Counter(topology.kinds).items()):
+    for kind, count in counts:
         used = np.flatnonzero((kinds == kind) & (utilisation > 0))
         top = used[np.argsort(-utilisation[used], kind="stable")[:5]]
         usages.append(ResourceUsage(

@@ -272,8 +272,9 @@ class Engine:
         return EngineRun(makespan, self.stats, self.flows, moved, 0, index=self.index), max(period, busiest / m)
 
     def _alone_s(self, i: int, cost: PassCost) -> float:
-        """Time of a pass that waits for nothing (s), its stage's stall and communication kept."""
-        seg, stats = self._segments(i, cost), self.stats[i]
+        """Time of a pass that waits for nothing (s), its stage's stall and communication kept
+        (each pass once: nothing to remember)."""
+        seg, stats = self._segments_of(i, cost), self.stats[i]
         stall = max(seg.dram_s - seg.compute_s, 0.0)
         exposed = self._collectives_time(i, cost.exposed_dp_collectives, dp=True)[0]
         stats.dram_stall_s += seg.count * stall
