@@ -25,7 +25,7 @@ from joblib import Parallel, delayed
 from optuna.trial import FixedTrial
 
 from palm_search.search.screen import screen, spearman
-from palm_search.search.space import candidate_builder, enumerate_points
+from palm_search.search.space import candidate_builder, enumerate_candidates
 from palm_search.search.study import StudySpec
 from simulator import load_hardware, load_model, simulate
 
@@ -55,7 +55,8 @@ def main() -> None:
     parser.add_argument("--certify", type=float, default=0.0, help="margin (e.g. 0.05); 0: skip")
     args = parser.parse_args()
     build = candidate_builder(SPEC, load_model("T-145B"), load_hardware("wafer"))
-    points = enumerate_points(build, limit=1_000_000) or []
+    walk = enumerate_candidates(build, limit=1_000_000) or []
+    points = [params for params, _ in walk]
     chosen = random.Random(args.seed).sample(points, min(args.points, len(points)))
     rows = pd.DataFrame(Parallel(n_jobs=args.jobs)(delayed(evaluate)(p) for p in chosen))
     print(f"default space: {len(points)} points fit memory; {len(rows)} drawn (seed {args.seed})")
@@ -70,13 +71,13 @@ def main() -> None:
     times = {n: rows[f"{n}_s"].median() * 1e3 for n in NETWORKS}
     print("median CPU per evaluation: " + ", ".join(f"{n} {t:.1f} ms" for n, t in times.items()))
     if args.certify:
-        certify(build, points, args.certify, args.jobs)
+        certify(walk, args.certify, args.jobs)
 
 
-def certify(build, points: list[dict], margin: float, jobs: int) -> None:
-    """Simulate every point whose estimate is within ``margin`` of the best estimate."""
-    model, hardware = load_model("T-145B"), load_hardware("wafer")
-    ranked, seconds = screen(build, model, hardware, points, jobs)
+def certify(walk: list, margin: float, jobs: int) -> None:
+    """Simulate every point of the ``walk`` whose estimate is within ``margin`` of the best estimate."""
+    ranked, seconds = screen(load_model("T-145B"), walk, jobs)
+    points = [params for params, _ in walk]
     top = ranked[0][1]
     near = [(p, v) for p, v in ranked if v >= (1 - margin) * top]
     simulated = Parallel(n_jobs=jobs)(delayed(evaluate)(p) for p, _ in near)

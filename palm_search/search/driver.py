@@ -29,7 +29,7 @@ from optuna.trial import TrialState
 
 from palm_search.search.evaluate import RECORD_KEYS, cache_key, evaluate
 from palm_search.search.screen import SCREEN_LIMIT, enqueue_screened, screen
-from palm_search.search.space import SpaceBuilder, candidate_builder, enumerate_points
+from palm_search.search.space import SpaceBuilder, candidate_builder, enumerate_candidates, enumerate_points
 from palm_search.search.storage import (
     Heartbeat,
     beat_now,
@@ -89,7 +89,7 @@ class Search:
     """Ids of the trials this process holds RUNNING (a :class:`Heartbeat` beats them)."""
     points: list[dict] | None = None
     """The exhaustive walk's parameter sets (None when a sampler proposes the points)."""
-    screened: list[dict] | None = None
+    screened: list[tuple[dict, Candidate]] | None = None
     """The points to screen with the estimate (``fidelity`` screen; see :mod:`.screen`)."""
 
 
@@ -156,8 +156,9 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
     return search
 
 
-def _walks(spec: StudySpec, build: SpaceBuilder) -> tuple[list[dict] | None, list[dict] | None]:
-    """(the exhaustive walk, the points to screen): the walk when the sampler is exhaustive, or
+def _walks(spec: StudySpec, build: SpaceBuilder) -> tuple[list[dict] | None, list[tuple[dict, Candidate]] | None]:
+    """(the exhaustive walk, the points to screen with their candidates): the walk when the
+    sampler is exhaustive, or
     ``auto`` and the space fits the budget; else the points to screen when the fidelity allows
     and the space has at most :data:`SCREEN_LIMIT` points; else neither (a sampler proposes).
 
@@ -169,9 +170,9 @@ def _walks(spec: StudySpec, build: SpaceBuilder) -> tuple[list[dict] | None, lis
     if spec.sampler != "auto":
         return None, None
     budget = spec.trials or DEFAULT_TRIALS
-    walk = enumerate_points(build, budget if spec.fidelity == "full" else max(budget, SCREEN_LIMIT))
+    walk = enumerate_candidates(build, budget if spec.fidelity == "full" else max(budget, SCREEN_LIMIT))
     if walk is not None and len(walk) <= budget:
-        return walk, None
+        return [params for params, _ in walk], None
     if walk is None and spec.fidelity == "screen":
         raise InputError(f"study: the space has more than {SCREEN_LIMIT:,} points, too many to screen; fix some"
                          " dimensions or use fidelity \"full\"")
@@ -188,8 +189,7 @@ def enqueue_points(search: Search) -> None:
         for params in search.points:
             study.enqueue_trial(params)
     elif search.screened is not None and search.spec.trials > 1:
-        ranked, seconds = screen(search.build, search.model, search.hardware, search.screened, search.jobs,
-                                 _backend(search))
+        ranked, seconds = screen(search.model, search.screened, search.jobs, _backend(search))
         enqueue_screened(study, ranked, search.spec.trials - 1, seconds)
     study.set_user_attr("enqueued", True)
 

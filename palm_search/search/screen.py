@@ -22,11 +22,10 @@ from typing import Any
 import optuna
 import pandas as pd
 from joblib import Parallel, delayed
-from optuna.trial import FixedTrial, TrialState
+from optuna.trial import TrialState
 
-from palm_search.search.space import SpaceBuilder
-from simulator import Hardware, InputError, ModelSpec, simulate
-from spaces import placement_key
+from simulator import InputError, ModelSpec, simulate
+from spaces import Candidate, placement_key
 
 SCREEN_LIMIT = 20_000
 """Most points a screen estimates (about 2-3 ms each); a larger space is searched by TPE."""
@@ -36,29 +35,29 @@ _CHUNK = 200
 """Points per worker task (a task's overhead is about one estimate)."""
 
 
-def estimate_points(build: SpaceBuilder, model: ModelSpec, hardware: Hardware,
-                    points: list[dict]) -> list[float]:
-    """Estimated samples/s of each point (0 when it does not fit or cannot be built)."""
+def estimate_points(model: ModelSpec, candidates: list[Candidate]) -> list[float]:
+    """Estimated samples/s of each candidate (0 when it does not fit or is not legal)."""
     values = []
-    for params in points:
+    for candidate in candidates:
         try:
-            strategy = build(FixedTrial(params)).strategy
-            result = simulate(model, hardware, strategy, network="estimate")
+            result = simulate(model, candidate.hardware, candidate.strategy, network="estimate")
             values.append(result.samples_per_s if result.feasible else 0.0)
         except InputError:
             values.append(0.0)
     return values
 
 
-def screen(build: SpaceBuilder, model: ModelSpec, hardware: Hardware, points: list[dict], jobs: int,
+def screen(model: ModelSpec, walk: list[tuple[dict, Candidate]], jobs: int,
            backend: str | None = None) -> tuple[list[tuple[dict, float]], float]:
-    """Every point with its estimate, best first (ties in the walk's order), and the wall time (s)."""
+    """Every point of the ``walk`` (its parameters and the candidate they build) with its
+    estimate, best first (ties in the walk's order), and the wall time (s)."""
     started = time.perf_counter()
+    points = [params for params, _ in walk]
     # points of one placement in one chunk: each worker builds a placement's flows once
     grouped = sorted(range(len(points)), key=lambda i: placement_key(points[i]))
     chunks = [grouped[i:i + _CHUNK] for i in range(0, len(grouped), _CHUNK)]
     estimated = Parallel(n_jobs=jobs, backend=backend)(
-        delayed(estimate_points)(build, model, hardware, [points[i] for i in chunk]) for chunk in chunks)
+        delayed(estimate_points)(model, [walk[i][1] for i in chunk]) for chunk in chunks)
     values = [0.0] * len(points)
     for chunk, chunk_values in zip(chunks, estimated, strict=True):
         for i, value in zip(chunk, chunk_values, strict=True):

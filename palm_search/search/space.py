@@ -100,21 +100,28 @@ class ScriptedTrial:
 
 def enumerate_points(build: Builder, limit: int) -> list[dict] | None:
     """Every parameter assignment of the space, or None if there are more than ``limit``."""
+    walk = enumerate_candidates(build, limit)
+    return None if walk is None else [params for params, _ in walk]
+
+
+def enumerate_candidates(build: Builder, limit: int) -> list[tuple[dict, Candidate]] | None:
+    """Every parameter assignment of the space with the candidate it builds, or None if there are
+    more than ``limit``."""
     points = []
-    for params in _walk(build):
-        points.append(params)
+    for point in _walk(build):
+        points.append(point)
         if len(points) > limit:
             return None
     return points
 
 
-def _walk(build: Builder) -> Iterator[dict]:
+def _walk(build: Builder) -> Iterator[tuple[dict, Candidate]]:
     script: list[int] = []
     while True:
         trial = ScriptedTrial(script)
         try:
-            build(trial)
-            yield dict(trial.params)
+            candidate = build(trial)
+            yield dict(trial.params), candidate
         except InputError:
             pass
         taken = [script[i] if i < len(script) else 0 for i in range(len(trial.offered))]
