@@ -86,17 +86,20 @@ def optimize_command(
     check_executor(executor, scheduler)
     directory = run_dir or Path("runs") / spec.name
     cluster = Executor(executor, scheduler, jobs or os.cpu_count() or 1)  # before the run directory exists
-    search = open_search(spec, run_dir=directory, storage=storage, jobs=jobs or os.cpu_count() or 1,
-                         deterministic=deterministic)
-    search.backend = cluster.backend
-    baseline, note = choose_baseline(spec, search.model, search.hardware)
-    search.study.set_user_attr("baseline_note", note)
-    with _progress_bar(search.spec.trials) as (progress, task), stop_on_sigint(search):
-        if search.screened:
-            progress.update(task, description=f"baseline, then screening {len(search.screened):,} points")
-        run_baseline(search, baseline)
-        optimize(search, lambda p: progress.update(task, completed=p.done, description=_describe(p)))
-    cluster.close()
+    try:
+        cluster.warm_up(jobs or os.cpu_count() or 1)
+        search = open_search(spec, run_dir=directory, storage=storage, jobs=jobs or os.cpu_count() or 1,
+                             deterministic=deterministic)
+        search.backend = cluster.backend
+        baseline, note = choose_baseline(spec, search.model, search.hardware)
+        search.study.set_user_attr("baseline_note", note)
+        with _progress_bar(search.spec.trials) as (progress, task), stop_on_sigint(search):
+            if search.screened:
+                progress.update(task, description=f"baseline, then screening {len(search.screened):,} points")
+            run_baseline(search, baseline)
+            optimize(search, lambda p: progress.update(task, completed=p.done, description=_describe(p)))
+    finally:
+        cluster.close()
     summary = write_outputs(search, directory)
     if search.interrupted:
         typer.echo(f"interrupted: {summary['trials']} of {search.spec.trials} trials finished, outputs written to "
