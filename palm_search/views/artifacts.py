@@ -92,9 +92,25 @@ def attach_artifacts(study: optuna.Study, model: ModelSpec, hardware: Hardware, 
         for path in files:
             if path.name not in held:
                 held[path.name] = _upload(study, store, path, f"trial-{number}-{path.name}")
+        if held:
+            _show_on_trial_page(study, number, held)
     study.set_user_attr("artifacts", index)
     on_progress(len(numbers), len(numbers))
     return chosen
+
+
+def _show_on_trial_page(study: optuna.Study, number: int, held: dict[str, str]) -> None:
+    """Put trial ``number``'s pictures and trace on its own dashboard page, as the trial's note
+    (Markdown linking the study artifacts). Optuna 5 refuses artifacts on a finished trial
+    (``UpdateFinishedTrialError``); optuna-dashboard keeps a trial's note among the study's
+    attributes, so a finished trial can have one."""
+    from optuna_dashboard import save_note
+
+    served = f"/artifacts/{study._study_id}"
+    pictures = "\n\n".join(f"![{p}]({served}/{held[f'{p}.png']})" for p in PICTURES if f"{p}.png" in held)
+    trace = f"\n\n[Chrome trace]({served}/{held['trace.json']}) (open in https://ui.perfetto.dev)" \
+        if "trace.json" in held else ""
+    save_note(optuna.Trial(study, study.trials[number]._trial_id), f"## Trial {number}\n\n{pictures}{trace}")
 
 
 def _upload(study: optuna.Study, store: FileSystemArtifactStore, path: Path, name: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -47,6 +48,13 @@ def test_dashboard_serves_the_study(tmp_path):
     try:
         studies = json.loads(_get(f"http://127.0.0.1:{port}/api/studies", deadline_s=30))
         assert [s["study_name"] for s in studies["study_summaries"]] == ["small"]
+        # an illustrated trial's page shows its pictures: its note links the served PNGs
+        study_id = studies["study_summaries"][0]["study_id"]
+        detail = json.loads(_get(f"http://127.0.0.1:{port}/api/studies/{study_id}", deadline_s=10))
+        notes = [t["note"]["body"] for t in detail["trials"] if t.get("note", {}).get("body")]
+        links = re.findall(r"!\[(\w+)\]\((/artifacts/[0-9a-f/-]+)\)", notes[0]) if notes else []
+        assert [name for name, _ in links] == ["timeline", "placement", "heatmap"], notes
+        assert _get(f"http://127.0.0.1:{port}{links[0][1]}", deadline_s=10)[:8] == b"\x89PNG\r\n\x1a\n"
     finally:
         server.terminate()
         server.wait(timeout=10)
