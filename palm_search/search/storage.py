@@ -65,10 +65,11 @@ def rdb_storage(url: str, heartbeat_interval: int = HEARTBEAT_INTERVAL_S,
 
 
 def journal_storage(run_dir: Path) -> optuna.storages.JournalStorage:
-    """The run directory's journal file (created with the directory).
+    """The run directory's journal file (created with the directory); an unterminated last
+    record, left by an interrupted write, is dropped first (:func:`_drop_unfinished_record`).
 
     Raises:
-        InputError: the journal is corrupt or truncated.
+        InputError: the journal is corrupt (a damaged record that Optuna cannot replay).
     """
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
