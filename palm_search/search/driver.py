@@ -244,7 +244,9 @@ def tell(search: Search, trial: optuna.Trial, candidate: Candidate | None, recor
         progress.failed += 1
         study.tell(trial, state=TrialState.FAIL)
         return
-    trial.set_constraint("memory_over_capacity_bytes", record["memory_over_capacity_bytes"])
+    with warnings.catch_warnings():  # a trial re-evaluated after an interrupted run has it already (same value)
+        warnings.filterwarnings("ignore", message="The constraint value is ignored")
+        trial.set_constraint("memory_over_capacity_bytes", record["memory_over_capacity_bytes"])
     progress.feasible += bool(record["feasible"])
     progress.cached += cached
     progress.best = max(progress.best, record["samples_per_s"] if record["feasible"] else 0.0)

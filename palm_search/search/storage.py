@@ -17,7 +17,7 @@ server, a corrupt journal), never a driver traceback.
 
 from __future__ import annotations
 
-import sys
+import logging
 import threading
 import warnings
 from pathlib import Path
@@ -149,8 +149,8 @@ def fail_stale(study: optuna.Study) -> None:
 def _drop_unfinished_record(path: Path) -> None:
     """Cut the journal's unterminated last record (a write interrupted by kill -9 or a full disk;
     Optuna would skip it as "being written", then append to it) under Optuna's own lock, and say
-    so on stderr in one line. The records before it, every trial told before the interruption,
-    are kept; the cut record's trial is evaluated again on resume."""
+    so in one warning line (stderr, through :mod:`logging`). The records before it, every trial
+    told before the interruption, are kept; the cut record's trial is evaluated again on resume."""
     lock = _journal_lock(path)
     lock.acquire()
     try:
@@ -160,8 +160,8 @@ def _drop_unfinished_record(path: Path) -> None:
             file.truncate(kept)
     finally:
         lock.release()
-    print(f"{path}: dropped its unfinished last record ({len(data) - kept:,} bytes, left by an interrupted write);"
-          " the records before it are kept", file=sys.stderr)
+    logging.getLogger(__name__).warning(f"{path}: dropped its unfinished last record ({len(data) - kept:,} bytes,"
+                                        " left by an interrupted write); the records before it are kept")
 
 
 STALE_LOCK_S = 5
