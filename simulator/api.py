@@ -281,15 +281,16 @@ def _short_run(engine: Engine, m: int, pp: int) -> _Outcome | None:
         return None
     steady = engine.estimate(m)[1]
     a, simulated = engine.run(m_a), m_a
-    while m_b == SHORT_WINDOW[1] or m_b <= pp:
+    while True:
         b = engine.run(m_b)
         simulated += m_b
         period = _period(a, b, m_b - m_a)
         if abs(period - steady) <= PERIOD_AGREEMENT * steady:
             return _Outcome(run=_extrapolate(a, b, m_a, m_b, m), simulated_microbatches=simulated,
                             extrapolated=True, period_s=period)
+        if 2 * m_b > pp:
+            return None
         a, m_a, m_b = b, m_b, 2 * m_b
-    return None
 
 
 def _busy_s(stats: StageStats) -> float:
