@@ -15,7 +15,7 @@ The rules, each with its source:
   asserts it; SC'21 §2.2.2). The search also keeps Megatron's even layers per chunk,
   ``units % (pp v) == 0`` (:func:`megatron_interleaving`), which the simulator's balanced and
   explicit partitions do not need;
-* precision: the hardware has a peak for it;
+* precision: the hardware has a peak for it (``fp8``: and a bf16 peak and an FP8 GEMM efficiency);
 * memory: each device holds its model states plus activations times the microbatches its stage
   holds in flight (GPipe ``m``, 1F1B ``p - i``; SC'21 §2.2; Korthikanti et al. §4): see
   :func:`stage_memory_bytes` and :func:`memory_shortfall`.
@@ -136,6 +136,12 @@ def _check_precision(hardware: Hardware, strategy: Strategy) -> None:
         raise InputError(
             f"strategy: precision {strategy.precision!r} has no peak on hardware {hardware.name!r}"
             f" (has {sorted(hardware.peak_flop_per_s)})"
+        )
+    if strategy.precision == "fp8" and (hardware.calibration.fp8_gemm_efficiency is None
+                                        or "bf16" not in hardware.peak_flop_per_s):
+        raise InputError(
+            f"strategy: precision 'fp8' (FP8 GEMMs, bfloat16 elsewhere) needs a bf16 peak and"
+            f" calibration `fp8_gemm_efficiency` on hardware {hardware.name!r}"
         )
     if strategy.math_fidelity is not None and strategy.math_fidelity not in hardware.math_fidelity_phases:
         raise InputError(

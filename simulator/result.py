@@ -74,7 +74,8 @@ class SimulationResult:
         iteration_time_s: one training iteration (or, for inference, one batch) in s.
         samples_per_s, tokens_per_s: throughput (inference: steady-state, no fill or drain,
             as PALM §V-A3).
-        model_flops_utilisation: model flop per s / peak of the devices used (no recompute).
+        model_flops_utilisation: model flop per s / peak of the devices used (no recompute), at
+            the strategy's precision (``fp8``: the FP8 peak, twice the bf16 one on an H100).
         hardware_flops_utilisation: executed flop per s / peak (recompute included).
         num_microbatches: microbatches per replica per iteration.
         simulated_microbatches: microbatches actually simulated (the two runs of the steady-

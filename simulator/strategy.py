@@ -17,7 +17,7 @@ from simulator.errors import InputError
 Schedule = Literal["gpipe", "1f1b", "interleaved-1f1b"]
 Recompute = Literal["none", "selective", "full"]
 Optimizer = Literal["sgd", "adam"]
-Precision = Literal["fp32", "fp16", "bf16", "int8", "bfloat8_b", "bfloat4_b"]
+Precision = Literal["fp32", "fp16", "bf16", "fp8", "int8", "bfloat8_b", "bfloat4_b"]
 Mode = Literal["training", "inference"]
 PartitionKind = Literal["balanced", "uniform", "explicit"]
 GroupLayout = Literal["compact", "strided"]
@@ -27,7 +27,7 @@ Attention = Literal["auto", "unfused", "fused"]
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved-1f1b")
 RECOMPUTES: tuple[str, ...] = ("none", "selective", "full")
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8", "bfloat8_b", "bfloat4_b")
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8", "int8", "bfloat8_b", "bfloat4_b")
 MODES: tuple[str, ...] = ("training", "inference")
 PARTITIONS: tuple[str, ...] = ("balanced", "uniform", "explicit")
 PLACEMENTS: tuple[str, ...] = ("line", "s-shape", "s-shape-transposed", "s-shape-east", "s-shape-south",
@@ -46,12 +46,19 @@ MATH_FIDELITIES: tuple[str, ...] = ("LoFi", "HiFi2", "HiFi3", "HiFi4")
 """Math fidelities of Tenstorrent's matrix engine, fewest passes first (tt-metal
 ``tech_reports/matrix_engine``: each pass multiplies 5 bits of ``SrcA`` by 7 of ``SrcB``)."""
 
-BYTES_PER_ELEMENT: dict[str, float] = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1,
+BYTES_PER_ELEMENT: dict[str, float] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 2, "int8": 1,
                                        "bfloat8_b": 1 + 1 / 16, "bfloat4_b": 0.5 + 1 / 16}
 """Bytes per element of each precision: IEEE 754 binary32 / binary16, bfloat16, int8, and
 Tenstorrent's block floats, whose 16 values share one exponent byte (a 32 x 32 tile of
 ``bfloat8_b`` is 1024 mantissa bytes and 64 exponent bytes, 1088 B; ``bfloat4_b`` 512 + 64 = 576 B;
-Tenstorrent ttnn documentation, "Tensor: Data Type", and tt-metal ``tile.hpp`` tile sizes)."""
+Tenstorrent ttnn documentation, "Tensor: Data Type", and tt-metal ``tile.hpp`` tile sizes).
+``fp8`` is Transformer Engine's recipe (NVIDIA Transformer Engine; Micikevicius et al., "FP8
+Formats for Deep Learning", arXiv 2209.05433): the linear layers' GEMMs run in FP8, weights,
+activations and communication stay in bfloat16, so its element is bfloat16's 2 bytes (what it
+saves in memory is counted in :mod:`simulator.workload.memory`)."""
+
+WORKING_PRECISION: dict[str, str] = {"fp8": "bf16"}
+"""The precision of everything but the FP8 GEMMs, where it differs from the strategy's."""
 
 
 def _choice(name: str, value: object, allowed: tuple[object, ...]) -> None:
@@ -92,7 +99,8 @@ class Strategy:
             (Rajbhandari et al., SC'20).
         optimizer: ``sgd`` or ``adam`` (PALM Table II).
         precision: ``fp16``, ``bf16``, ``fp32``, ``int8`` or a block float (``bfloat8_b``, ``bfloat4_b``)
-            arithmetic and storage.
+            arithmetic and storage; ``fp8``: a transformer layer's linear GEMMs in FP8 and
+            everything else in bfloat16 (Transformer Engine, :data:`BYTES_PER_ELEMENT`).
         mode: ``training`` or ``inference`` (inference has no backward or gradient update).
         partition: ``balanced`` (by compute), ``uniform`` (by layer count) or ``explicit``.
         stage_layers: with ``partition="explicit"``, the number of layers on each of the

@@ -28,6 +28,13 @@ ADAM_MOMENT_BYTES = 8
 CROSS_ENTROPY_BYTES = 4
 """fp32 logits kept for the cross-entropy backward (Korthikanti et al., MLSys'23, §4.3)."""
 
+FP8_WEIGHT_COPY_BYTES = 2
+"""Bytes per FP8-GEMM parameter of the FP8 weight and its transpose that Transformer Engine
+caches across a step's microbatches (Hopper's FP8 GEMM takes only the TN layout, so both are
+kept): TE ``pytorch/module/linear.py`` (``weight_fp8``, ``weight_t_fp8``, refreshed when
+``is_first_microbatch``), which Megatron-LM's ``TELinear`` passes; TE "Performance
+considerations", "Memory usage": the weight stays in high precision beside its FP8 copy."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StateBytes:
@@ -79,6 +86,15 @@ def sharded_state_bytes(parameters: float, strategy: Strategy) -> StateBytes:
     )
 
 
+def fp8_weight_copy_bytes(fp8_parameters: float, strategy: Strategy) -> float:
+    """The cached FP8 weights of a device's ``fp8_parameters`` FP8-GEMM parameters (bytes;
+    :data:`FP8_WEIGHT_COPY_BYTES` each, sharded over ``dp`` like the weights under ZeRO-3); 0
+    below precision ``fp8`` or for inference (no step to cache them across)."""
+    if strategy.precision != "fp8" or strategy.mode == "inference":
+        return 0.0
+    return fp8_parameters * FP8_WEIGHT_COPY_BYTES / (strategy.dp if strategy.zero_stage >= 3 else 1)
+
+
 def optimizer_step_bytes_per_parameter(strategy: Strategy) -> float:
     """Memory traffic of the gradient update per parameter (bytes), read + write.
 
@@ -118,7 +134,8 @@ def layer_activation_bytes(model: ModelSpec, strategy: Strategy) -> float:
     recompute keeps only the ``2 s b h`` layer input (``/ t`` with sequence parallelism). The
     ``24`` is ``8 + 16`` where 16 is the MLP's ``2 x 2 f/h`` (generalised for ``f != 4h`` and
     SwiGLU by :func:`_mlp_split_terms`). The formula counts 16-bit activations and 1-byte
-    dropout masks; it is scaled by ``bytes_per_element / 2`` for other precisions.
+    dropout masks; it is scaled by ``bytes_per_element / 2`` for other precisions. Under ``fp8``
+    the four linear layers' saved inputs are FP8, one byte each (:func:`_fp8_saved_per_sbh`).
     Inference stashes nothing but the layer output in flight: ``s b h`` elements.
     """
     s, b, h, a, t = (model.sequence_length, strategy.microbatch_size, model.hidden_size,
@@ -132,7 +149,21 @@ def layer_activation_bytes(model: ModelSpec, strategy: Strategy) -> float:
     per_sbh = (10.0 + split) / t if strategy.sequence_parallel else 10.0 + split / t
     if strategy.recompute == "none" and strategy.attention != "fused":
         per_sbh += 5.0 * a * s / (h * t)
-    return scale * sbh * per_sbh
+    return scale * sbh * (per_sbh - _fp8_saved_per_sbh(model, strategy))
+
+
+def _fp8_saved_per_sbh(model: ModelSpec, strategy: Strategy) -> float:
+    """Bytes per ``s b h`` that FP8 saves a layer's stash: Transformer Engine keeps each linear
+    layer's input for its weight gradient in FP8, 1 byte instead of 2 (TE ``Linear`` saves the
+    FP8 ``inputmat_t``, or the FP8 sequence shard with sequence parallelism; TE "Performance
+    considerations", "Memory usage"): the QKV and MLP-in inputs (``1`` each, ``1/t`` with
+    sequence parallelism), the projection input ``1/t`` and the MLP-out input ``f/(h t)``, of
+    Korthikanti's terms. 0 below ``fp8``."""
+    if strategy.precision != "fp8":
+        return 0.0
+    t = strategy.tp
+    shared = 2.0 / t if strategy.sequence_parallel else 2.0
+    return shared + (1.0 + model.ffn_hidden_size / model.hidden_size) / t
 
 
 def embedding_activation_bytes(model: ModelSpec, strategy: Strategy) -> float:

@@ -65,6 +65,9 @@ class Operator:
             output columns), so a tiled chip may read it once per group and multicast it.
         executed_fraction: the part of ``flops`` the kernel executes (causal fused attention
             skips the masked half of the scores; ``flops`` keeps the model's arithmetic).
+        fp8: a linear layer's GEMM under precision ``fp8``: Transformer Engine runs it in FP8
+            (E4M3 forward, E5M2 gradients, its ``DelayedScaling`` recipe), its operands stored
+            and moved in bfloat16 as the cast that feeds it reads them.
     """
 
     name: str
@@ -80,6 +83,7 @@ class Operator:
     table_bytes: float = 0.0
     shared_input: bool = False
     executed_fraction: float = 1.0
+    fp8: bool = False
 
     @property
     def parameter_bytes(self) -> float:
@@ -88,13 +92,14 @@ class Operator:
 
 
 def _gemm(name: str, m: float, n: float, k: float, weight: float, inputs: float, bpe: float, *,
-          shared: bool = False) -> Operator:
+          shared: bool = False, fp8: bool = False) -> Operator:
     """A GEMM ``(m, k) x (k, n)``; ``weight`` and ``inputs`` are element counts; ``shared``: a
-    column-parallel one (its input is the same on every device of the TP group)."""
+    column-parallel one (its input is the same on every device of the TP group); ``fp8``: run
+    in FP8 (:attr:`Operator.fp8`)."""
     return Operator(
         name=name, kind="gemm", flops=2.0 * m * n * k,
         weight_bytes=weight * bpe, input_bytes=inputs * bpe, output_bytes=m * n * bpe, rows=m, columns=n,
-        shared_input=shared,
+        shared_input=shared, fp8=fp8,
     )
 
 
@@ -140,10 +145,11 @@ def _attention(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
             _elementwise("attention_dropout", scores, 2.0, bpe),
             _gemm("attention_values", b * heads * s, head_size, s, 0.0, scores + tokens * h / t, bpe),
         )
+    fp8 = strategy.precision == "fp8"
     return (
-        _gemm("qkv", tokens, 3 * h / t, h, 3 * h * h / t + bias * 3 * h / t, tokens * h, bpe, shared=True),
+        _gemm("qkv", tokens, 3 * h / t, h, 3 * h * h / t + bias * 3 * h / t, tokens * h, bpe, shared=True, fp8=fp8),
         *core,
-        _gemm("attention_projection", tokens, h, h / t, h * h / t + bias * h, tokens * h / t, bpe),
+        _gemm("attention_projection", tokens, h, h / t, h * h / t + bias * h, tokens * h / t, bpe, fp8=fp8),
     )
 
 
@@ -151,17 +157,18 @@ def _mlp(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     """MLP: ``(b s, h) x (h, f/t)`` then ``(b s, f/t) x (f/t, h)``; LLaMA gates with SwiGLU."""
     h, bpe = model.hidden_size, strategy.bytes_per_element
     tokens, inner = strategy.microbatch_size * model.sequence_length, model.ffn_hidden_size / strategy.tp
+    fp8 = strategy.precision == "fp8"
     if model.architecture == "llama":
         return (
-            _gemm("mlp_gate", tokens, inner, h, h * inner, tokens * h, bpe, shared=True),
-            _gemm("mlp_up", tokens, inner, h, h * inner, tokens * h, bpe, shared=True),
+            _gemm("mlp_gate", tokens, inner, h, h * inner, tokens * h, bpe, shared=True, fp8=fp8),
+            _gemm("mlp_up", tokens, inner, h, h * inner, tokens * h, bpe, shared=True, fp8=fp8),
             _elementwise("silu_multiply", tokens * inner, 6.0, bpe, inputs=2),
-            _gemm("mlp_out", tokens, h, inner, inner * h, tokens * inner, bpe),
+            _gemm("mlp_out", tokens, h, inner, inner * h, tokens * inner, bpe, fp8=fp8),
         )
     return (
-        _gemm("mlp_in", tokens, inner, h, h * inner + inner, tokens * h, bpe, shared=True),
+        _gemm("mlp_in", tokens, inner, h, h * inner + inner, tokens * h, bpe, shared=True, fp8=fp8),
         _elementwise("gelu", tokens * inner, 8.0, bpe),
-        _gemm("mlp_out", tokens, h, inner, inner * h + h, tokens * inner, bpe),
+        _gemm("mlp_out", tokens, h, inner, inner * h + h, tokens * inner, bpe, fp8=fp8),
     )
 
 

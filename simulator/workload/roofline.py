@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from simulator.costs import Collective, PassCost
 from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
-from simulator.strategy import Strategy
+from simulator.strategy import WORKING_PRECISION, Strategy
 from simulator.workload import memory
 from simulator.workload.operators import Operator
 
@@ -68,7 +68,8 @@ class UnitCost:
 
 
 def peak_flop_per_s(hardware: Hardware, strategy: Strategy) -> float:
-    """The device's peak at the strategy's precision over the passes of its math fidelity
+    """The device's peak at the strategy's working precision (bfloat16 under ``fp8``, whose FP8
+    GEMMs take :func:`operator_s`'s own peak) over the passes of its math fidelity
     (flop/s; Tenstorrent's matrix engine: "TFLOPS are calculated by dividing by the
     MATH_FIDELITY value", tt-metal ``tech_reports/matrix_engine``).
 
@@ -76,11 +77,12 @@ def peak_flop_per_s(hardware: Hardware, strategy: Strategy) -> float:
         InputError: the hardware states no peak for that precision.
     """
     passes = hardware.math_fidelity_phases[strategy.math_fidelity] if strategy.math_fidelity else 1
+    precision = WORKING_PRECISION.get(strategy.precision, strategy.precision)
     try:
-        return hardware.peak_flop_per_s[strategy.precision] / passes
+        return hardware.peak_flop_per_s[precision] / passes
     except KeyError:
         raise InputError(
-            f"hardware {hardware.name!r} has no peak for precision {strategy.precision!r}"
+            f"hardware {hardware.name!r} has no peak for precision {precision!r}"
             f" (has {sorted(hardware.peak_flop_per_s)})"
         ) from None
 
@@ -90,11 +92,14 @@ def operator_s(op: Operator, factor: float, kernels: int, hardware: Hardware, pe
 
     On a GPU a GEMM also loses its tile and wave quantization
     (:meth:`~simulator.network.cluster.Cluster.gemm_efficiency`); its backward GEMMs are
-    charged the forward's quantization (their shapes are the forward's transposed pairs).
+    charged the forward's quantization (their shapes are the forward's transposed pairs). An
+    FP8 GEMM (:attr:`Operator.fp8`) runs at the hardware's FP8 peak and FP8 GEMM efficiency.
     """
     cal = hardware.calibration
     moved = factor * (op.input_bytes + op.weight_bytes + op.output_bytes)
     efficiency = cal.gemm_efficiency
+    if op.fp8:
+        peak, efficiency = hardware.peak_flop_per_s["fp8"], cal.fp8_gemm_efficiency or 0.0
     if op.kind == "gemm":
         efficiency *= hardware.network.gemm_efficiency(op.rows, op.columns)
     elif op.kind == "attention":

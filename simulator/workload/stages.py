@@ -262,6 +262,8 @@ def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy)
     plan = _sram_plan(groups, hardware, strategy)
     parameters = sum(unit.parameters * count for unit, count in groups)
     states = memory.sharded_state_bytes(parameters, strategy)
+    fp8_parameters = sum(op.weight_bytes * count for unit, count in groups for op in unit.ops
+                         if op.fp8) / strategy.bytes_per_element
     gemm_flops = sum(unit.gemm_flops * count for unit, count in groups)
     return StageCost(
         units=tuple(name for name, _ in entries),
@@ -275,7 +277,8 @@ def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy)
         dp_collectives=dp_collectives(parameters, strategy, hardware), parameters=parameters,
         model_flops_per_microbatch=gemm_flops * (3.0 if strategy.mode == "training" else 1.0),
         memory=MemoryBreakdown(
-            weights_bytes=states.weights_bytes, gradients_bytes=states.gradients_bytes,
+            weights_bytes=states.weights_bytes + memory.fp8_weight_copy_bytes(fp8_parameters, strategy),
+            gradients_bytes=states.gradients_bytes,
             optimizer_bytes=states.optimizer_bytes,
             activation_bytes_per_microbatch=sum(unit.activation_bytes * count for unit, count in groups),
             sram_resident_bytes=plan.resident_bytes if plan else 0.0),
