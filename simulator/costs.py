@@ -54,9 +54,9 @@ class PassCost:
             ZeRO-3's prefetched parameter gathers.
         overlap_s: compute of the whole pass that hides ``overlapped_collectives`` and the
             tiled multicast (s).
-        exposed_dp_collectives: collectives over the stage's data-parallel group run after the
-            pass, not hidden (ZeRO-3's gradient reduce-scatter, not overlapped with the backward
-            as no stage's gradient reduction is here).
+        exposed_dp_collectives: collectives over the stage's data-parallel group that no
+            compute hides, run after the pass (ZeRO-3's first unit's gather, and in the backward
+            its last unit's reduce-scatter: :func:`simulator.workload.stages.zero3_collectives`).
     """
 
     compute_s: float

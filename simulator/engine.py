@@ -407,7 +407,7 @@ class Engine:
 
     def _shared_pass(self, i: int, cost: PassCost, microbatch: int) -> Generator[simpy.Event, Any, None]:
         """A pass under bandwidth sharing: each segment computes while its DRAM stream moves, then
-        its TP collectives move, then ZeRO-3's exposed reduce-scatter (what :meth:`_pass_end`
+        its TP collectives move, then ZeRO-3's exposed gather and reduce-scatter (what :meth:`_pass_end`
         books), as one :meth:`~simulator.network.sharing.SharingNetwork.sequence`."""
         net, stats = self.sharing, self.stats[i]
         assert net is not None
@@ -439,14 +439,14 @@ class Engine:
         phases = segment * seg.count
         if cost.exposed_dp_collectives:
             duration, moved, latency = self._collectives_time(i, cost.exposed_dp_collectives, dp=True)
-            phases.append(("zero-3 reduce-scatter", moved, flows.dp, duration, latency, 0.0))
+            phases.append(("zero-3 exposed", moved, flows.dp, duration, latency, 0.0))
         transfers: list[Phase] = [(flow, duration, latency, wait) for _, _, flow, duration, latency, wait in phases]
         return seg, phases, transfers
 
     def _pass_end(self, i: int, cost: PassCost, now: float, microbatch: int = -1) -> float:
         """Finish time of a pass started at ``now`` with booked resources: per segment, compute
         overlapped with the DRAM stream, then the segment's collectives (:meth:`_segments`), then
-        ZeRO-3's exposed reduce-scatter."""
+        ZeRO-3's exposed gather and reduce-scatter."""
         flows, stats, net, record = self.stage_flows[i], self.stats[i], self.booking, self.record
         assert net is not None
         seg = self._segments(i, cost)
@@ -479,7 +479,7 @@ class Engine:
         start = self.booking.book(flow, t, duration, self.env.now)
         self.stats[i].communication_s += start + duration - t
         if self.record:
-            self._trace(flow, f"stage {i}", "zero-3 reduce-scatter", start, duration, moved, microbatch)
+            self._trace(flow, f"stage {i}", "zero-3 exposed", start, duration, moved, microbatch)
         return start + duration
 
     def _trace(self, flow: Flow, lane: str, name: str, start: float, duration: float, size_bytes: float,

@@ -180,21 +180,45 @@ def _zero3_per_microbatch(strategy: Strategy, hardware: Hardware) -> bool:
     return strategy.zero_stage == 3 and strategy.dp > 1 and hardware.network.sram_dataflow() is None
 
 
-def zero3_collectives(parameters: float, strategy: Strategy, hardware: Hardware,
+ZERO3_UNITS_IN_FLIGHT = 2
+"""Gathered units a ZeRO-3 device holds at once: the one computing and the one prefetched
+(PyTorch FSDP's rate limiter allows two all-gathers in flight, Zhao et al., VLDB'23, §4.4;
+DeepSpeed prefetches the next submodule's parameters while one computes)."""
+
+
+def zero3_collectives(parameters: float, units: int, strategy: Strategy, hardware: Hardware,
                       backward: bool) -> tuple[tuple[Collective, ...], tuple[Collective, ...]]:
     """ZeRO-3's collectives over the data-parallel group in one pass of one microbatch (bytes),
-    as (prefetched under the pass's compute, exposed after it): the stage's parameters
-    all-gathered before the forward and again before the backward (prefetched, as DeepSpeed's
-    stage-3 prefetch and FSDP's forward/backward prefetch do), the gradients reduce-scattered
-    after the backward (Rajbhandari et al. SC'20, §7.2.2: 3x the data-parallel volume; PyTorch
-    FSDP, Zhao et al., VLDB'23, §3), not hidden, as no gradient reduction is here. Both empty
-    unless ZeRO-3 runs per microbatch (:func:`_zero3_per_microbatch`).
+    as (prefetched under the pass's compute, exposed), one per unit (layer) of the stage, as the
+    frameworks wrap them (PyTorch FSDP, Zhao et al., VLDB'23, §3.2-3.4; DeepSpeed ZeRO-3,
+    Rajbhandari et al., SC'20, §7.2.2: 3x the data-parallel volume):
+
+    * forward: each unit's parameters all-gathered before it runs, the next one's prefetched
+      while one computes; the first unit's gather has nothing to hide under;
+    * backward (recompute included: the gathered unit serves both): each unit gathered again
+      and its gradients reduce-scattered after it, both under the next unit's backward; the
+      first gather and the last reduce-scatter are exposed.
+
+    Both empty unless ZeRO-3 runs per microbatch (:func:`_zero3_per_microbatch`).
     """
     if (strategy.mode == "inference" and backward) or not _zero3_per_microbatch(strategy, hardware):
         return (), ()
-    size = parameters * strategy.bytes_per_element
-    gather = (Collective(kind="all_gather", size_bytes=size),)
-    return gather, (Collective(kind="reduce_scatter", size_bytes=size),) if backward else ()
+    unit_bytes = parameters * strategy.bytes_per_element / units
+    kinds = ("all_gather", "reduce_scatter") if backward else ("all_gather",)
+    hidden = tuple(Collective(kind=kind, size_bytes=unit_bytes, count=units - 1)  # type: ignore[arg-type]
+                   for kind in kinds if units > 1)
+    exposed = tuple(Collective(kind=kind, size_bytes=unit_bytes) for kind in kinds)  # type: ignore[arg-type]
+    return hidden, exposed
+
+
+def zero3_buffer_bytes(unit_parameters: float, strategy: Strategy, hardware: Hardware) -> float:
+    """Memory ZeRO-3 takes beyond its shards on one device (bytes): :data:`ZERO3_UNITS_IN_FLIGHT`
+    gathered units and one unit's unsharded gradients awaiting their reduce-scatter, at the
+    largest unit's ``unit_parameters``; 0 unless ZeRO-3 runs per microbatch."""
+    if not _zero3_per_microbatch(strategy, hardware):
+        return 0.0
+    gradients = 1 if strategy.mode == "training" else 0
+    return (ZERO3_UNITS_IN_FLIGHT + gradients) * unit_parameters * strategy.bytes_per_element
 
 
 PLANNERS = {"palm-algorithm-1": sram.plan_stage, "tiled": plan_stage_tiled}
@@ -230,7 +254,7 @@ def _forward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int,
         tp_collectives=_merge([(unit.forward_collectives, count) for unit, count in groups]),
         segments=segments, flops=sum(unit.forward_flops * count for unit, count in groups),
         overlapped_collectives=_merge([_multicast(multicast)]),
-        replica_collectives=_merge([_multicast(replicas), (zero3[0], 1)]),
+        replica_collectives=_merge([_multicast(replicas), (zero3[0], 1)]), exposed_dp_collectives=zero3[1],
         overlap_s=compute_s if multicast or replicas else 0.0)
 
 
@@ -264,12 +288,14 @@ def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy)
     states = memory.sharded_state_bytes(parameters, strategy)
     fp8_parameters = sum(op.weight_bytes * count for unit, count in groups for op in unit.ops
                          if op.fp8) / strategy.bytes_per_element
+    buffers = zero3_buffer_bytes(max(unit.parameters for unit, _ in groups), strategy, hardware)
     gemm_flops = sum(unit.gemm_flops * count for unit, count in groups)
     return StageCost(
         units=tuple(name for name, _ in entries),
-        forward=_forward(groups, plan, segments, zero3_collectives(parameters, strategy, hardware, backward=False)),
+        forward=_forward(groups, plan, segments,
+                         zero3_collectives(parameters, segments, strategy, hardware, backward=False)),
         backward=_backward(groups, plan, segments, strategy,
-                           zero3_collectives(parameters, strategy, hardware, backward=True)),
+                           zero3_collectives(parameters, segments, strategy, hardware, backward=True)),
         optimizer_step=optimizer_step(parameters, plan.update_dram_bytes if plan else 0.0, segments,
                                       hardware, strategy),
         activation_send_bytes=entries[-1][1].send_bytes,
@@ -277,7 +303,7 @@ def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy)
         dp_collectives=dp_collectives(parameters, strategy, hardware), parameters=parameters,
         model_flops_per_microbatch=gemm_flops * (3.0 if strategy.mode == "training" else 1.0),
         memory=MemoryBreakdown(
-            weights_bytes=states.weights_bytes + memory.fp8_weight_copy_bytes(fp8_parameters, strategy),
+            weights_bytes=states.weights_bytes + memory.fp8_weight_copy_bytes(fp8_parameters, strategy) + buffers,
             gradients_bytes=states.gradients_bytes,
             optimizer_bytes=states.optimizer_bytes,
             activation_bytes_per_microbatch=sum(unit.activation_bytes * count for unit, count in groups),
