@@ -100,6 +100,14 @@ class StageFlows:
     dp: Flow
     dram: Flow | None
     tp_all_to_all: Flow | None
+    dp_replica: Flow | None = None
+    """Hybrid sharding's replica groups (:attr:`StagePlacement.replica_groups`), which the
+    iteration's data-parallel collectives use when the stage has them."""
+
+    @property
+    def iteration(self) -> Flow:
+        """The flow of the data-parallel collectives at the end of an iteration."""
+        return self.dp_replica or self.dp
 
 
 @dataclass(slots=True)
@@ -276,7 +284,7 @@ class Engine:
         (each pass once: nothing to remember)."""
         seg, stats = self._segments_of(i, cost), self.stats[i]
         stall = max(seg.dram_s - seg.compute_s, 0.0)
-        exposed = self._collectives_time(i, cost.exposed_dp_collectives, dp=True)[0]
+        exposed = self._collectives_time(i, cost.exposed_dp_collectives, self.stage_flows[i].dp)[0]
         stats.dram_stall_s += seg.count * stall
         stats.communication_s += seg.count * seg.collective_s + exposed
         return seg.count * (seg.compute_s + stall + seg.collective_s) + exposed
@@ -294,7 +302,7 @@ class Engine:
         """Time of stage ``i``'s gradient update that waits for nothing (s), stats kept."""
         chunks = [self.costs[c * self.pp + i] for c in range(len(self.costs) // self.pp)]
         collectives = tuple(c for cost in chunks for c in cost.dp_collectives)
-        duration = self._collectives_time(i, collectives, dp=True)[0]
+        duration = self._collectives_time(i, collectives, self.stage_flows[i].iteration)[0]
         stats = self.stats[i]
         steps = sum(self._alone_s(i, cost.optimizer_step) for cost in chunks)
         stats.optimizer_s = sum(c.optimizer_step.compute_s for c in chunks)
@@ -399,7 +407,7 @@ class Engine:
             hidden, hidden_moved, _ = self._collectives_time(i, cost.overlapped_collectives)
             collective, moved = collective + max(hidden - cost.overlap_s, 0.0), moved + hidden_moved
         if cost.replica_collectives:
-            hidden, hidden_moved, _ = self._collectives_time(i, cost.replica_collectives, dp=True)
+            hidden, hidden_moved, _ = self._collectives_time(i, cost.replica_collectives, self.stage_flows[i].dp)
             collective, moved = collective + max(hidden - cost.compute_s, 0.0), moved + hidden_moved
         dram_bytes = cost.dram_bytes * flows.dram.num_edges / segments if flows.dram is not None else 0.0
         return Segments(segments, cost.compute_s / segments, dram, dram_bytes, collective / segments,
@@ -438,7 +446,7 @@ class Engine:
                             seg.collective_latency_s, 0.0))
         phases = segment * seg.count
         if cost.exposed_dp_collectives:
-            duration, moved, latency = self._collectives_time(i, cost.exposed_dp_collectives, dp=True)
+            duration, moved, latency = self._collectives_time(i, cost.exposed_dp_collectives, self.stage_flows[i].dp)
             phases.append(("zero-3 exposed", moved, flows.dp, duration, latency, 0.0))
         transfers: list[Phase] = [(flow, duration, latency, wait) for _, _, flow, duration, latency, wait in phases]
         return seg, phases, transfers
@@ -473,7 +481,7 @@ class Engine:
     def _exposed_dp(self, i: int, cost: PassCost, t: float, microbatch: int) -> float:
         """Run a pass's exposed data-parallel collectives from ``t`` on the stage's DP group;
         returns when they end (s)."""
-        duration, moved, _ = self._collectives_time(i, cost.exposed_dp_collectives, dp=True)
+        duration, moved, _ = self._collectives_time(i, cost.exposed_dp_collectives, self.stage_flows[i].dp)
         flow = self.stage_flows[i].dp
         assert self.booking is not None
         start = self.booking.book(flow, t, duration, self.env.now)
@@ -495,13 +503,13 @@ class Engine:
         self.traces.append(TraceRecord(kind or flow.kind, lane, name, start, start + duration, args))
 
     def _collectives_time(self, i: int, collectives: tuple[Collective, ...],
-                          dp: bool = False) -> tuple[float, float, float]:
+                          group: Flow | None = None) -> tuple[float, float, float]:
         """(duration in s, bytes moved over all edges, latency part of the duration in s) of
-        ``collectives`` back to back."""
+        ``collectives`` back to back on ``group``'s flow (default: the stage's TP groups)."""
         total = size = latency = 0.0
+        flows = self.stage_flows[i]
         for c in collectives:
-            flows = self.stage_flows[i]
-            flow = flows.dp if dp else (flows.tp_all_to_all or flows.tp if c.kind == "all_to_all" else flows.tp)
+            flow = group or (flows.tp_all_to_all or flows.tp if c.kind == "all_to_all" else flows.tp)
             duration, moved = flow.collective_time_s(c.kind, c.size_bytes)
             flow.bytes_moved += moved * c.count
             total += duration * c.count
@@ -611,8 +619,8 @@ class Engine:
         chunks = [self.costs[c * self.pp + i] for c in range(len(self.costs) // self.pp)]
         now = self.env.now
         collectives = tuple(c for cost in chunks for c in cost.dp_collectives)
-        duration, moved, latency = self._collectives_time(i, collectives, dp=True)
-        flow = self.stage_flows[i].dp
+        flow = self.stage_flows[i].iteration
+        duration, moved, latency = self._collectives_time(i, collectives, flow)
         self.events += 1
         if self.sharing is not None:
             if duration:
@@ -703,6 +711,9 @@ def _stage_flows(topo: Topology, cal: Calibration, i: int, placement: StagePlace
         dram=dram,
         tp_all_to_all=make_flow(topo, f"stage{i} tp a2a", "tp", all_pairs_edges(placement.tp_groups),
                                 cal.collective_efficiency, tp_size) if all_to_all else None,
+        dp_replica=make_flow(topo, f"stage{i} dp replicas", "dp", _rings(topo, placement.replica_groups),
+                             cal.collective_efficiency, len(placement.replica_groups[0]))
+        if placement.replica_groups else None,
     )
 
 
@@ -729,7 +740,7 @@ def _succeed(event: simpy.Event) -> None:
 
 def _own_flows(flows: StageFlows) -> list[Flow]:
     """The flows a stage's own process runs (not its p2p sends)."""
-    return [f for f in (flows.tp, flows.dp, flows.dram, flows.tp_all_to_all) if f is not None]
+    return [f for f in (flows.tp, flows.dp, flows.dram, flows.tp_all_to_all, flows.dp_replica) if f is not None]
 
 
 def traffic_by_kind(flows: list[Flow], flow_bytes: list[float]) -> dict[str, float]:

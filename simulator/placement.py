@@ -30,12 +30,17 @@ class StagePlacement:
     Attributes:
         devices: the stage's ``tp * dp`` device ids.
         tp_groups: ``dp`` groups of ``tp`` devices, each in ring order.
-        dp_groups: ``tp`` groups of ``dp`` devices, each in ring order.
+        dp_groups: ``tp`` groups of ``dp`` devices, each in ring order; under hybrid sharding
+            (``Strategy.shard_group_size`` ``F``) the ``tp dp / F`` shard groups of ``F``
+            consecutive data-parallel ranks instead.
+        replica_groups: under hybrid sharding, the ``tp F`` groups of the ``dp / F`` ranks that
+            hold the same shard (every ``F``-th data-parallel rank), in ring order; else empty.
     """
 
     devices: tuple[int, ...]
     tp_groups: tuple[tuple[int, ...], ...]
     dp_groups: tuple[tuple[int, ...], ...]
+    replica_groups: tuple[tuple[int, ...], ...] = ()
 
 
 WALK_ORDERED: tuple[str, ...] = ("line", "s-shape")
@@ -68,16 +73,17 @@ def place(topology: Topology, strategy: Strategy) -> tuple[StagePlacement, ...]:
         InputError: the machine has no device order named by the strategy's ``placement``.
     """
     return _placed(topology, strategy.tp, strategy.pp, strategy.dp, strategy.placement, strategy.stage_devices,
-                   strategy.group_layout, strategy.group_order)
+                   strategy.group_layout, strategy.group_order, strategy.shard_group_size)
 
 
 @lru_cache(maxsize=4096)
 def _placed(topology: Topology, tp: int, pp: int, dp: int, placement: str,
             devices: tuple[tuple[int, ...], ...] | None, group_layout: str,
-            group_order: str) -> tuple[StagePlacement, ...]:
+            group_order: str, shard_group_size: int | None) -> tuple[StagePlacement, ...]:
     """:func:`place` by the fields it reads (searches revisit one placement with many plans)."""
     strategy = Strategy(tp=tp, pp=pp, dp=dp, placement=placement, stage_devices=devices,
-                        group_layout=group_layout, group_order=group_order)  # type: ignore[arg-type]
+                        group_layout=group_layout, group_order=group_order,  # type: ignore[arg-type]
+                        zero_stage=3 if shard_group_size else 0, shard_group_size=shard_group_size)
     return tuple(_stage(topology, d, strategy) for d in stage_devices(topology, strategy))
 
 
@@ -89,8 +95,13 @@ def _stage(topology: Topology, devices: tuple[int, ...], strategy: Strategy) -> 
     else:
         tp_groups = [ordered[i::dp] for i in range(dp)]
     dp_groups = [tuple(g[r] for g in tp_groups) for r in range(tp)]
+    shards, replicas = strategy.zero_shards, []
+    if shards < dp:
+        replicas = [g[k::shards] for g in dp_groups for k in range(shards)]
+        dp_groups = [g[k:k + shards] for g in dp_groups for k in range(0, dp, shards)]
     return StagePlacement(
         devices=devices,
         tp_groups=tuple(topology.ring_order(tuple(g)) for g in tp_groups),
         dp_groups=tuple(topology.ring_order(g) for g in dp_groups),
+        replica_groups=tuple(topology.ring_order(g) for g in replicas),
     )

@@ -97,6 +97,12 @@ class Strategy:
             the next pass (PALM's pipeline, §IV-A).
         zero_stage: 0-3; shards optimizer states / + gradients / + weights over DP
             (Rajbhandari et al., SC'20).
+        shard_group_size: with ZeRO-3, shard over groups of this many data-parallel ranks and
+            replicate across the groups: PyTorch FSDP's ``HYBRID_SHARD`` with sharding factor
+            ``F`` (Zhao et al., VLDB'23, §3.2.2), DeepSpeed MiCS's partition group (Zhang et al.,
+            VLDB'22, §3.2); gathers and reduce-scatters stay in the group, the sharded gradients
+            are all-reduced across the ``dp / F`` replicas once per iteration (MiCS §3.3).
+            None: over all ``dp`` ranks.
         optimizer: ``sgd`` or ``adam`` (PALM Table II).
         precision: ``fp16``, ``bf16``, ``fp32``, ``int8`` or a block float (``bfloat8_b``, ``bfloat4_b``)
             arithmetic and storage; ``fp8``: a transformer layer's linear GEMMs in FP8 and
@@ -136,6 +142,7 @@ class Strategy:
     tp_overlap: bool = False
     p2p_blocking: bool = False
     zero_stage: int = 0
+    shard_group_size: int | None = None
     optimizer: Optimizer = "adam"
     precision: Precision = "fp16"
     mode: Mode = "training"
@@ -154,6 +161,11 @@ class Strategy:
             _positive(name, getattr(self, name))
         if self.global_batch_size is not None:
             _positive("global_batch_size", self.global_batch_size)
+        if self.shard_group_size is not None:
+            _positive("shard_group_size", self.shard_group_size)
+            if self.zero_stage != 3 or self.dp % self.shard_group_size:
+                raise InputError(f"strategy: `shard_group_size` needs zero_stage 3 and to divide dp = {self.dp},"
+                                 f" got {self.shard_group_size} with zero_stage {self.zero_stage}")
         _choice("schedule", self.schedule, SCHEDULES)
         _choice("recompute", self.recompute, RECOMPUTES)
         _choice("optimizer", self.optimizer, OPTIMIZERS)
@@ -209,6 +221,11 @@ class Strategy:
     def num_devices(self) -> int:
         """Devices used: ``tp * pp * dp``."""
         return self.tp * self.pp * self.dp
+
+    @property
+    def zero_shards(self) -> int:
+        """Ranks ZeRO shards over: :attr:`shard_group_size`, else ``dp``."""
+        return self.shard_group_size or self.dp
 
     @property
     def bytes_per_element(self) -> float:

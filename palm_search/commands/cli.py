@@ -50,9 +50,9 @@ def palm_search(
 
 
 STRATEGY_FLAGS = ("tp", "pp", "dp", "microbatch_size", "global_batch_size", "schedule", "num_chunks",
-                  "recompute", "sequence_parallel", "tp_overlap", "p2p_blocking", "zero_stage", "optimizer",
-                  "precision", "mode", "partition", "placement", "group_layout", "group_order", "transfer_strategy",
-                  "math_fidelity", "attention")
+                  "recompute", "sequence_parallel", "tp_overlap", "p2p_blocking", "zero_stage",
+                  "shard_group_size", "optimizer", "precision", "mode", "partition", "placement",
+                  "group_layout", "group_order", "transfer_strategy", "math_fidelity", "attention")
 
 
 def fail(message: str) -> None:
@@ -110,6 +110,8 @@ def simulate_command(
     p2p_blocking: Annotated[bool | None, Opt("--p2p-blocking/--no-p2p-blocking",
                                              help="Stages wait for their pipeline sends (Megatron-LM).")] = None,
     zero_stage: Annotated[int | None, Opt(help="ZeRO stage 0-3.")] = None,
+    shard_group_size: Annotated[int | None, Opt(help="Hybrid sharding with ZeRO-3: shard over groups of this many"
+                                                " DP ranks, replicate across them (FSDP HYBRID_SHARD).")] = None,
     optimizer: Annotated[str | None, Opt(help="sgd or adam.")] = None,
     precision: Annotated[str | None, Opt(help=f"{', '.join(PRECISIONS)}.")] = None,
     mode: Annotated[str | None, Opt(help="training or inference.")] = None,

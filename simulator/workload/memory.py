@@ -75,10 +75,10 @@ def sharded_state_bytes(parameters: float, strategy: Strategy) -> StateBytes:
     """Model-state bytes of one device holding ``parameters``, after ZeRO sharding over ``dp``.
 
     ZeRO stage >= 1 divides optimizer states, >= 2 also gradients, 3 also weights by ``dp``
-    (Rajbhandari et al., SC'20, §5.1-5.3).
+    (Rajbhandari et al., SC'20, §5.1-5.3), or by the shard group under hybrid sharding.
     """
     per = state_bytes_per_parameter(strategy)
-    zero, dp = strategy.zero_stage, strategy.dp
+    zero, dp = strategy.zero_stage, strategy.zero_shards
     return StateBytes(
         weights_bytes=parameters * per.weights_bytes / (dp if zero >= 3 else 1),
         gradients_bytes=parameters * per.gradients_bytes / (dp if zero >= 2 else 1),
@@ -88,11 +88,11 @@ def sharded_state_bytes(parameters: float, strategy: Strategy) -> StateBytes:
 
 def fp8_weight_copy_bytes(fp8_parameters: float, strategy: Strategy) -> float:
     """The cached FP8 weights of a device's ``fp8_parameters`` FP8-GEMM parameters (bytes;
-    :data:`FP8_WEIGHT_COPY_BYTES` each, sharded over ``dp`` like the weights under ZeRO-3); 0
+    :data:`FP8_WEIGHT_COPY_BYTES` each, sharded like the weights under ZeRO-3); 0
     below precision ``fp8`` or for inference (no step to cache them across)."""
     if strategy.precision != "fp8" or strategy.mode == "inference":
         return 0.0
-    return fp8_parameters * FP8_WEIGHT_COPY_BYTES / (strategy.dp if strategy.zero_stage >= 3 else 1)
+    return fp8_parameters * FP8_WEIGHT_COPY_BYTES / (strategy.zero_shards if strategy.zero_stage >= 3 else 1)
 
 
 def optimizer_step_bytes_per_parameter(strategy: Strategy) -> float:

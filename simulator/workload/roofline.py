@@ -188,11 +188,11 @@ def optimizer_step(parameters: float, dram_bytes: float, segments: int, hardware
     """Element-wise update of the device's (ZeRO-sharded) parameters as one fused kernel.
 
     Moves :func:`~simulator.workload.memory.optimizer_step_bytes_per_parameter` bytes per
-    parameter (Adam fp16: 28) at the memory-bound efficiency; ZeRO >= 1 updates ``1/dp``.
+    parameter (Adam fp16: 28) at the memory-bound efficiency; ZeRO >= 1 updates its shard.
     """
     if strategy.mode == "inference":
         return idle_pass(segments)
-    updated = parameters / (strategy.dp if strategy.zero_stage >= 1 else 1)
+    updated = parameters / (strategy.zero_shards if strategy.zero_stage >= 1 else 1)
     moved = updated * memory.optimizer_step_bytes_per_parameter(strategy)
     cal = hardware.calibration
     per_parameter = ADAM_FLOP_PER_PARAMETER if strategy.optimizer == "adam" else SGD_FLOP_PER_PARAMETER

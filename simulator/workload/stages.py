@@ -160,12 +160,17 @@ def dp_collectives(parameters: float, strategy: Strategy, hardware: Hardware) ->
     ZeRO 0: all-reduce of the gradients (``parameters x B``). ZeRO 1 and 2 (and 3 on a mesh):
     reduce-scatter of the gradients and all-gather of the updated weights, the same volume as an
     all-reduce (Rajbhandari et al. SC'20, §7.2.1). ZeRO 3 where devices hold their weights:
-    none at the end of the iteration, its collectives run every microbatch
-    (:func:`zero3_collectives`). Empty for ``dp == 1`` and inference.
+    its collectives run every microbatch (:func:`zero3_collectives`), and at the end of the
+    iteration only hybrid sharding all-reduces its gradient shard over the replicas (MiCS,
+    Zhang et al., VLDB'22, §3.3, "2-hop" synchronisation; the engine runs these over a stage's
+    replica groups when it has them). Empty for ``dp == 1`` and inference.
     """
-    if strategy.dp == 1 or strategy.mode == "inference" or _zero3_per_microbatch(strategy, hardware):
+    if strategy.dp == 1 or strategy.mode == "inference":
         return ()
     size = parameters * strategy.bytes_per_element
+    if _zero3_per_microbatch(strategy, hardware):
+        replicas = strategy.dp // strategy.zero_shards
+        return (Collective(kind="all_reduce", size_bytes=size / strategy.zero_shards),) if replicas > 1 else ()
     if strategy.zero_stage == 0:
         return (Collective(kind="all_reduce", size_bytes=size),)
     return (Collective(kind="reduce_scatter", size_bytes=size),
