@@ -37,11 +37,13 @@ from spaces.parallelism import (
     enumerate_schedules,
     enumerate_sequence_parallel,
     enumerate_zero_stages,
+    node_shard_group_size,
     suggest_degrees,
     suggest_microbatch_size,
     suggest_recompute,
     suggest_schedule,
     suggest_sequence_parallel,
+    suggest_shard_group,
     suggest_zero_stage,
 )
 from spaces.partition import (
@@ -63,8 +65,10 @@ __all__ = [
     "ParallelDegrees", "ScheduleChoice", "candidate_degrees",
     "custom_placements", "enumerate_degrees", "enumerate_group_layouts", "enumerate_microbatch_sizes",
     "enumerate_partitions", "enumerate_placements", "enumerate_recompute", "enumerate_schedules",
-    "enumerate_sequence_parallel", "enumerate_zero_stages", "min_max_partition", "min_max_stage_layers",
+    "enumerate_sequence_parallel", "enumerate_zero_stages", "node_shard_group_size", "min_max_partition",
+    "min_max_stage_layers",
     "placement_names", "suggest_degrees", "suggest_group_layout", "suggest_microbatch_size",
     "suggest_partition", "suggest_placement", "suggest_recompute", "suggest_schedule",
-    "suggest_sequence_parallel", "suggest_zero_stage", "SearchedSpace", "suggest_candidate", "placement_key",
+    "suggest_sequence_parallel", "suggest_shard_group", "suggest_zero_stage", "SearchedSpace", "suggest_candidate",
+    "placement_key",
 ]

@@ -173,6 +173,22 @@ def enumerate_zero_stages(degrees: ParallelDegrees) -> tuple[int, ...]:
     return ZERO_STAGES if degrees.dp > 1 else (0,)
 
 
+SHARD_GROUPS: tuple[str, ...] = ("all", "node")
+"""ZeRO-3's shard groups the search offers: all data-parallel ranks, or those of one node with
+the shards replicated across nodes (FSDP ``HYBRID_SHARD`` as its paper runs it, shard within a
+host and replicate across hosts: Zhao et al., VLDB'23, §3.2.2; MiCS, Zhang et al., VLDB'22)."""
+
+
+def node_shard_group_size(degrees: ParallelDegrees, hardware: Hardware) -> int | None:
+    """The data-parallel ranks of one node, ``devices_per_node / tp``, where ZeRO-3 gathers per
+    microbatch (devices holding their weights: :func:`simulator.workload.stages.zero3_collectives`)
+    and that splits ``dp`` into two or more groups of two or more; None otherwise."""
+    if hardware.network.sram_dataflow() is not None:
+        return None
+    size = hardware.network.devices_per_node // degrees.tp
+    return size if 2 <= size < degrees.dp and degrees.dp % size == 0 else None
+
+
 def suggest_degrees(trial: optuna.trial.Trial, choices: Sequence[ParallelDegrees]) -> ParallelDegrees:
     """One of ``choices`` (a fixed list, e.g. :func:`enumerate_degrees`) as categorical ``degrees``.
 
@@ -239,3 +255,10 @@ def suggest_zero_stage(trial: optuna.trial.Trial, degrees: ParallelDegrees,
     """Categorical ``zero_stage`` (0-3) when ``dp > 1`` and not decided by ``allowed``; the one
     option without suggesting otherwise."""
     return int(_suggest_some(trial, "zero_stage", enumerate_zero_stages(degrees), allowed))  # type: ignore[call-overload]
+
+
+def suggest_shard_group(trial: optuna.trial.Trial, node_size: int | None, node_fits: bool) -> int | None:
+    """``shard_group_size`` for ZeRO-3 under categorical ``shard_group`` (:data:`SHARD_GROUPS`):
+    None (all ranks) or ``node_size``, offered when there is one and it fits memory."""
+    valid = [g for g in SHARD_GROUPS if g == "all" or (node_size and node_fits)]
+    return node_size if _suggest_some(trial, "shard_group", SHARD_GROUPS, valid) == "node" else None

@@ -8,7 +8,7 @@ Dimensions (``searched`` names) and the ``Strategy`` fields each decides:
 ``schedule``           ``schedule``, ``num_chunks``
 ``recompute``          ``recompute``
 ``sequence_parallel``  ``sequence_parallel``
-``zero_stage``         ``zero_stage``
+``zero_stage``         ``zero_stage``, ``shard_group_size`` (hybrid sharding, GPUs only)
 ``groups``             ``group_layout``, ``group_order``
 ``placement``          ``placement``, ``stage_devices``
 ``partition``          ``partition``, ``stage_layers``
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import optuna
 
+from simulator.api import check_memory
 from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
 from simulator.strategy import TRANSFER_STRATEGIES, Strategy
@@ -42,7 +43,7 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
     "schedule": ("schedule", "num_chunks"),
     "recompute": ("recompute",),
     "sequence_parallel": ("sequence_parallel",),
-    "zero_stage": ("zero_stage",),
+    "zero_stage": ("zero_stage", "shard_group_size"),
     "groups": ("group_layout", "group_order"),
     "placement": ("placement", "stage_devices"),
     "partition": ("partition", "stage_layers"),
@@ -175,7 +176,19 @@ def _suggest_memory(trial: optuna.trial.Trial, space: SearchedSpace, candidate: 
     if "zero_stage" in searched:
         candidate = candidate.with_fields(zero_stage=parallelism.suggest_zero_stage(
             trial, degrees, _allowed(space, candidate, 5)))
+        if candidate.strategy.zero_stage == 3:
+            candidate = _suggest_shard_group(trial, space, candidate, degrees)
     return candidate
+
+
+def _suggest_shard_group(trial: optuna.trial.Trial, space: SearchedSpace, candidate: Candidate,
+                         degrees: ParallelDegrees) -> Candidate:
+    """Hybrid sharding within a node, offered when the node splits ``dp`` and the hybrid plan fits
+    memory (checked here: the feasible plans hold full sharding, which takes less)."""
+    size = parallelism.node_shard_group_size(degrees, candidate.hardware)
+    hybrid = candidate.strategy.with_fields(shard_group_size=size) if size else None
+    fits = hybrid is not None and not check_memory(space.model, candidate.hardware, hybrid)
+    return candidate.with_fields(shard_group_size=parallelism.suggest_shard_group(trial, size, fits))
 
 
 def _suggest_layout(trial: optuna.trial.Trial, space: SearchedSpace, candidate: Candidate) -> Candidate:

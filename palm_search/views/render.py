@@ -100,7 +100,7 @@ def print_search_summary(summary: dict, console: Console | None = None) -> None:
 WIDE_TABLE_COLUMNS = 120
 """Terminal width from which the top-mappings table shows every column."""
 NARROW_LEGEND = ("tp.pp.dp: parallel degrees; mb: microbatch; i1f1b: interleaved 1F1B; recomp: sel(ective);"
-                 " z: ZeRO stage; x base: speed-up over the baseline")
+                 " z: ZeRO stage (3/8: hybrid, sharded over groups of 8 DP ranks); x base: speed-up over the baseline")
 WIDE = {"tp": "tp", "pp": "pp", "dp": "dp", "microbatch_size": "mb", "schedule": "schedule",
         "recompute": "recomp", "zero_stage": "zero", "placement": "placement", "group_layout": "groups",
         "samples_per_s": "samples/s", "model_flops_utilisation": "MFU", "peak_memory_GiB": "GiB/dev",
@@ -116,7 +116,7 @@ def _top_table(top: list[dict], narrow: bool) -> Table:
         for header in ("#", *WIDE.values()):
             table.add_column(header, justify="right", overflow="fold")
         for row in top:
-            table.add_row(str(row["trial"]), *(_cell(row.get(c)) for c in WIDE))
+            table.add_row(str(row["trial"]), *(_zero(row) if c == "zero_stage" else _cell(row.get(c)) for c in WIDE))
         return table
     table = Table(title=f"top {len(top)} mappings", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
     for header in ("#", "tp.pp.dp", "mb", "schedule", "recomp", "z", "placement", "samples/s", "MFU", "x base"):
@@ -127,10 +127,17 @@ def _top_table(top: list[dict], narrow: bool) -> Table:
                       _cell(row.get("microbatch_size")),
                       {"interleaved-1f1b": "i1f1b"}.get(row.get("schedule"), _cell(row.get("schedule"))),
                       {"selective": "sel"}.get(row.get("recompute"), _cell(row.get("recompute"))),
-                      _cell(row.get("zero_stage")), _cell(row.get("placement")), _cell(row.get("samples_per_s")),
+                      _zero(row), _cell(row.get("placement")), _cell(row.get("samples_per_s")),
                       f"{mfu:.1%}" if isinstance(mfu, float) else "-",
                       f"{speedup:.3g}x" if isinstance(speedup, float) else "-")
     return table
+
+
+def _zero(row: dict) -> str:
+    """The ZeRO stage, ``3/F`` under hybrid sharding over groups of ``F`` ranks."""
+    shards = row.get("shard_group_size")
+    return _cell(row.get("zero_stage")) + (f"/{int(shards)}" if isinstance(shards, (int, float)) and shards == shards
+                                           else "")
 
 
 def _cell(value) -> str:

@@ -201,9 +201,9 @@ def file_kind_cases(draw) -> Case:
 
 
 SIMULATE_FLAGS = ("tp", "pp", "dp", "microbatch_size", "global_batch_size", "schedule", "num_chunks", "recompute",
-                  "zero_stage", "optimizer", "precision", "mode", "partition", "stage_layers", "placement",
-                  "stage_devices", "group_layout", "group_order", "transfer_strategy", "math_fidelity", "attention",
-                  "eval_timeout")
+                  "zero_stage", "shard_group_size", "optimizer", "precision", "mode", "partition", "stage_layers",
+                  "placement", "stage_devices", "group_layout", "group_order", "transfer_strategy", "math_fidelity",
+                  "attention", "eval_timeout")
 OPTIMIZE_FLAGS = ("trials", "sampler", "seed", "objective", "network", "fidelity", "top", "artifacts_top", "jobs",
                   "executor", "eval_timeout")
 FLAG_VALUES = st.one_of(st.sampled_from(["-1", "0", "1", "2", "3", "nan", "inf", "1e-300", "1e308",

@@ -9,7 +9,8 @@ from palm_search.views.render import print_search_summary
 
 def _row(number: int, **fields) -> dict:
     row = {"trial": number, "tp": 32, "pp": 80, "dp": 16, "microbatch_size": 16, "schedule": "interleaved-1f1b",
-           "recompute": "selective", "zero_stage": 3, "placement": "s-shape-transposed", "group_layout": "strided",
+           "recompute": "selective", "zero_stage": 3, "shard_group_size": 8, "placement": "s-shape-transposed",
+           "group_layout": "strided",
            "samples_per_s": 1234.5678, "model_flops_utilisation": 0.4567, "peak_memory_GiB": 71.25,
            "bubble_fraction": 0.0123,
            "speedup": 12.345}
@@ -34,6 +35,7 @@ def test_the_top_mappings_fit_80_columns_one_line_each_with_a_legend():
     rows = [line for line in lines if line.split() and line.split()[0] in {str(n) for n in range(100, 110)}]
     assert len(rows) == 10  # no row folded onto a second line
     assert all("s-shape-transposed" in r and "32.80.16" in r and "i1f1b" in r and "45.7%" in r for r in rows)
+    assert all(" 3/8 " in r for r in rows)  # ZeRO-3 sharded over groups of 8 (hybrid)
     assert any("tp.pp.dp: parallel degrees" in line for line in lines)
 
 

@@ -125,3 +125,22 @@ def test_placement_key_keeps_the_placement_dimensions_only():
     assert placement_key(point) == placement_key({**point, "microbatch_size|dp=2": 4})
     assert placement_key(point) != placement_key({**point, "placement": "s-shape"})
     assert placement_key(point) != placement_key({**point, "degrees": "8x10x4"})
+
+
+def test_hybrid_sharding_is_offered_with_zero3_within_a_gpu_node_and_where_it_fits():
+    h100, wafer = simulator.load_hardware("h100-cluster"), simulator.load_hardware("wafer")
+    node = spaces.node_shard_group_size
+    assert node(spaces.ParallelDegrees(1, 1, 64), h100) == 8  # the 8 GPUs of a node
+    assert node(spaces.ParallelDegrees(2, 1, 64), h100) == 4  # a TP pair per shard rank
+    assert node(spaces.ParallelDegrees(8, 1, 16), h100) is None  # one DP rank per node
+    assert node(spaces.ParallelDegrees(1, 1, 8), h100) is None  # the node is the whole DP group
+    assert node(spaces.ParallelDegrees(1, 2, 8), wafer) is None  # meshes stream weights anyway
+    model = simulator.load_model("LLaMA2-7B")
+    space = spaces.SearchedSpace(model=model, searched=frozenset({"zero_stage"}))
+    fixed = {"tp": 1, "dp": 1024, "global_batch_size": 1024}
+    chosen = {}
+    for zero, group in ((3, "node"), (3, "all"), (2, None)):
+        params = {"zero_stage": zero, **({"shard_group": group} if group else {})}
+        strategy = spaces.suggest_candidate(optuna.trial.FixedTrial(params), space, h100, fixed=fixed).strategy
+        chosen[zero, group] = strategy.shard_group_size
+    assert chosen == {(3, "node"): 8, (3, "all"): None, (2, None): None}
