@@ -341,7 +341,7 @@ def _assemble(prepared: _Prepared, outcome: _Outcome) -> SimulationResult:
     m = prepared.num_microbatches
     batch = strategy.microbatch_size * strategy.dp * m
     iteration = run.makespan_s if training else batch * outcome.period_s / (strategy.microbatch_size * strategy.dp)
-    replicas = strategy.tp * strategy.dp * m
+    replicas = strategy.tp * strategy.cp * strategy.dp * m
     model_flops = replicas * sum(c.model_flops_per_microbatch for c in costs)
     executed = replicas * sum(c.forward.flops + (c.backward.flops if training else 0.0) for c in costs)
     peak = prepared.hardware.peak_flop_per_s[strategy.precision] * strategy.num_devices * iteration

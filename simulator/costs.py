@@ -54,6 +54,10 @@ class PassCost:
             ZeRO-3's prefetched parameter gathers.
         overlap_s: compute of the whole pass that hides ``overlapped_collectives`` and the
             tiled multicast (s).
+        cp_collectives: context-parallel collectives over the stage's ``cp`` groups (ring
+            attention's keys and values), run under ``cp_overlap_s`` of attention compute; only
+            what exceeds it is exposed.
+        cp_overlap_s: the pass's attention compute that hides ``cp_collectives`` (s).
         exposed_dp_collectives: collectives over the stage's data-parallel group that no
             compute hides, run after the pass (ZeRO-3's first unit's gather, and in the backward
             its last unit's reduce-scatter: :func:`simulator.workload.stages.zero3_collectives`).
@@ -68,6 +72,8 @@ class PassCost:
     overlapped_collectives: tuple[Collective, ...] = ()
     replica_collectives: tuple[Collective, ...] = ()
     overlap_s: float = 0.0
+    cp_collectives: tuple[Collective, ...] = ()
+    cp_overlap_s: float = 0.0
     exposed_dp_collectives: tuple[Collective, ...] = ()
 
 

@@ -1,7 +1,7 @@
 """SimPy wiring: one process per pipeline stage, messages between stages, shared resources.
 
 Time is SimPy's ``env.now`` in **seconds**. Virtual Tile Aggregation (PALM §IV-A): a pipeline
-stage is one process standing for all its ``tp * dp`` devices; its tensor-parallel collectives,
+stage is one process standing for all its ``tp * cp * dp`` devices; its tensor-parallel collectives,
 DRAM streams and data-parallel collectives are flows over *all* its groups at once
 (:mod:`simulator.network.collectives`), and every link or DRAM port that flows of different processes
 share is booked through the network backend, so contention between stages is real.
@@ -100,6 +100,8 @@ class StageFlows:
     dp: Flow
     dram: Flow | None
     tp_all_to_all: Flow | None
+    cp: Flow | None = None
+    """Context parallelism's groups (:attr:`StagePlacement.cp_groups`), None for ``cp == 1``."""
     dp_replica: Flow | None = None
     """Hybrid sharding's replica groups (:attr:`StagePlacement.replica_groups`), which the
     iteration's data-parallel collectives use when the stage has them."""
@@ -395,7 +397,8 @@ class Engine:
         """The segments of ``cost`` on stage ``i`` (and count the bytes they move): the TP
         collectives, plus what compute does not hide of the overlapped ones (TP multicasts and
         overlap; under the whole compute, the replicas' weight multicast and ZeRO-3's prefetched
-        gathers), split evenly over the segments."""
+        gathers; under the attention's compute, context parallelism's ring), split evenly over
+        the segments."""
         flows = self.stage_flows[i]
         segments = cost.segments
         dram = 0.0
@@ -407,8 +410,11 @@ class Engine:
             hidden, hidden_moved, _ = self._collectives_time(i, cost.overlapped_collectives)
             collective, moved = collective + max(hidden - cost.overlap_s, 0.0), moved + hidden_moved
         if cost.replica_collectives:
-            hidden, hidden_moved, _ = self._collectives_time(i, cost.replica_collectives, self.stage_flows[i].dp)
+            hidden, hidden_moved, _ = self._collectives_time(i, cost.replica_collectives, flows.dp)
             collective, moved = collective + max(hidden - cost.compute_s, 0.0), moved + hidden_moved
+        if cost.cp_collectives and flows.cp is not None:
+            hidden, hidden_moved, _ = self._collectives_time(i, cost.cp_collectives, flows.cp)
+            collective, moved = collective + max(hidden - cost.cp_overlap_s, 0.0), moved + hidden_moved
         dram_bytes = cost.dram_bytes * flows.dram.num_edges / segments if flows.dram is not None else 0.0
         return Segments(segments, cost.compute_s / segments, dram, dram_bytes, collective / segments,
                         latency / segments, moved / segments)
@@ -711,6 +717,8 @@ def _stage_flows(topo: Topology, cal: Calibration, i: int, placement: StagePlace
         dram=dram,
         tp_all_to_all=make_flow(topo, f"stage{i} tp a2a", "tp", all_pairs_edges(placement.tp_groups),
                                 cal.collective_efficiency, tp_size) if all_to_all else None,
+        cp=make_flow(topo, f"stage{i} cp", "cp", _rings(topo, placement.cp_groups), cal.collective_efficiency,
+                     len(placement.cp_groups[0])) if placement.cp_groups else None,
         dp_replica=make_flow(topo, f"stage{i} dp replicas", "dp", _rings(topo, placement.replica_groups),
                              cal.collective_efficiency, len(placement.replica_groups[0]))
         if placement.replica_groups else None,
@@ -740,7 +748,8 @@ def _succeed(event: simpy.Event) -> None:
 
 def _own_flows(flows: StageFlows) -> list[Flow]:
     """The flows a stage's own process runs (not its p2p sends)."""
-    return [f for f in (flows.tp, flows.dp, flows.dram, flows.tp_all_to_all, flows.dp_replica) if f is not None]
+    return [f for f in (flows.tp, flows.dp, flows.dram, flows.tp_all_to_all, flows.cp, flows.dp_replica)
+            if f is not None]
 
 
 def traffic_by_kind(flows: list[Flow], flow_bytes: list[float]) -> dict[str, float]:

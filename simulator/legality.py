@@ -111,10 +111,30 @@ def _check_tensor_parallel(model: ModelSpec, strategy: Strategy) -> None:
                          f" `sequence_length` = {model.sequence_length}")
 
 
+def _check_context_parallel(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> None:
+    """Context parallelism splits a transformer's sequence into ``2 cp`` chunks, rank ``r``
+    taking chunks ``r`` and ``2cp - 1 - r`` so that causal attention's work balances (Megatron-LM
+    context parallelism; Llama 3 §3.3.2), each rank's attention running as FlashAttention blocks
+    over the ring's keys and values: a transformer, ``2 cp`` dividing the sequence (and ``tp``
+    its ``s / cp`` tokens with sequence parallelism), and fused attention."""
+    cp = strategy.cp
+    if cp == 1:
+        return
+    if not model.is_transformer or model.sequence_length % (2 * cp):
+        raise InputError(f"model {model.name!r}: context parallelism needs a transformer whose sequence"
+                         f" {model.sequence_length} splits into 2*cp = {2 * cp} chunks")
+    if strategy.sequence_parallel and (model.sequence_length // cp) % strategy.tp:
+        raise InputError(f"model {model.name!r}: sequence parallelism needs tp = {strategy.tp} to divide the"
+                         f" {model.sequence_length // cp} tokens of a context-parallel rank")
+    if attention_of(model, hardware, strategy) != "fused":
+        raise InputError(f"strategy: context parallelism (cp = {cp}) runs attention fused, as ring attention does;"
+                         f" hardware {hardware.name!r} states no fused attention or attention is 'unfused'")
+
+
 def _check_devices(hardware: Hardware, strategy: Strategy) -> None:
     if strategy.num_devices > hardware.num_devices:
         raise InputError(
-            f"strategy: `tp * pp * dp` = {strategy.tp}*{strategy.pp}*{strategy.dp} ="
+            f"strategy: `tp * cp * pp * dp` = {strategy.tp}*{strategy.cp}*{strategy.pp}*{strategy.dp} ="
             f" {strategy.num_devices} devices, the machine has {hardware.num_devices}"
         )
     bad = [d for s in strategy.stage_devices or () for d in s if not 0 <= d < hardware.num_devices]
@@ -176,10 +196,12 @@ def check_workload(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> 
             attention the hardware does not offer, tp
             not dividing the model (or the sequence, with sequence parallelism), more virtual
             stages than units, explicit ``stage_layers`` not summing to the units, or a
-            microbatch larger than the global batch.
+            microbatch larger than the global batch, or context parallelism off a transformer,
+            with a sequence ``2 cp`` does not split, or without fused attention.
     """
     _check_precision(hardware, strategy)
     attention_of(model, hardware, strategy)
+    _check_context_parallel(model, hardware, strategy)
     _check_tensor_parallel(model, strategy)
     _check_pipeline(model, strategy)
     batch = global_batch(model, strategy.global_batch_size)

@@ -3,7 +3,7 @@
 Placement of stages follows PALM §V-B (Fig. 8): a strategy names one of the machine's device
 orders (:meth:`~simulator.network.topology.Topology.device_orders`: ``line`` and ``s-shape`` as in
 the paper, and on a mesh their mirrors, snakes and a Hilbert curve, see
-:mod:`simulator.network.mesh`), cut into ``pp`` consecutive stages of ``tp * dp`` devices; or
+:mod:`simulator.network.mesh`), cut into ``pp`` consecutive stages of ``tp * cp * dp`` devices; or
 ``explicit`` takes the user's device lists.
 
 Inside a stage (PALM Fig. 8, comm1 vs comm2): ``compact`` TP groups take consecutive devices of
@@ -28,19 +28,24 @@ class StagePlacement:
     """Devices of one pipeline stage and its communication groups.
 
     Attributes:
-        devices: the stage's ``tp * dp`` device ids.
-        tp_groups: ``dp`` groups of ``tp`` devices, each in ring order.
-        dp_groups: ``tp`` groups of ``dp`` devices, each in ring order; under hybrid sharding
-            (``Strategy.shard_group_size`` ``F``) the ``tp dp / F`` shard groups of ``F``
-            consecutive data-parallel ranks instead.
-        replica_groups: under hybrid sharding, the ``tp F`` groups of the ``dp / F`` ranks that
-            hold the same shard (every ``F``-th data-parallel rank), in ring order; else empty.
+        devices: the stage's ``tp * cp * dp`` device ids.
+        tp_groups: ``cp * dp`` groups of ``tp`` devices, each in ring order.
+        dp_groups: ``tp`` groups of the ``dp * cp`` devices holding the same weights (context-
+            parallel ranks reduce gradients with the data-parallel ones), each in ring order;
+            under hybrid sharding (``Strategy.shard_group_size`` ``F``) the ``tp dp cp / F``
+            shard groups of ``F`` consecutive such ranks instead.
+        replica_groups: under hybrid sharding, the ``tp F`` groups of the ``dp cp / F`` ranks
+            that hold the same shard (every ``F``-th rank), in ring order; else empty.
     """
 
     devices: tuple[int, ...]
     tp_groups: tuple[tuple[int, ...], ...]
     dp_groups: tuple[tuple[int, ...], ...]
     replica_groups: tuple[tuple[int, ...], ...] = ()
+    cp_groups: tuple[tuple[int, ...], ...] = ()
+    """Context parallelism's ``tp dp`` groups of ``cp`` devices (consecutive ranks of a
+    weight-replica group, as Megatron-LM orders TP, then CP, then DP), in ring order; empty for
+    ``cp == 1``."""
 
 
 WALK_ORDERED: tuple[str, ...] = ("line", "s-shape")
@@ -58,7 +63,7 @@ def stage_devices(topology: Topology, strategy: Strategy) -> tuple[tuple[int, ..
     """
     if strategy.stage_devices is not None:
         return strategy.stage_devices
-    order, size = topology.device_order(strategy.placement), strategy.tp * strategy.dp
+    order, size = topology.device_order(strategy.placement), strategy.devices_per_stage
     stages = [tuple(order[i * size:(i + 1) * size]) for i in range(strategy.pp)]
     if strategy.placement in WALK_ORDERED:
         return tuple(stages)
@@ -72,16 +77,16 @@ def place(topology: Topology, strategy: Strategy) -> tuple[StagePlacement, ...]:
     Raises:
         InputError: the machine has no device order named by the strategy's ``placement``.
     """
-    return _placed(topology, strategy.tp, strategy.pp, strategy.dp, strategy.placement, strategy.stage_devices,
-                   strategy.group_layout, strategy.group_order, strategy.shard_group_size)
+    return _placed(topology, strategy.tp, strategy.pp, strategy.dp, strategy.cp, strategy.placement,
+                   strategy.stage_devices, strategy.group_layout, strategy.group_order, strategy.shard_group_size)
 
 
 @lru_cache(maxsize=4096)
-def _placed(topology: Topology, tp: int, pp: int, dp: int, placement: str,
+def _placed(topology: Topology, tp: int, pp: int, dp: int, cp: int, placement: str,
             devices: tuple[tuple[int, ...], ...] | None, group_layout: str,
             group_order: str, shard_group_size: int | None) -> tuple[StagePlacement, ...]:
     """:func:`place` by the fields it reads (searches revisit one placement with many plans)."""
-    strategy = Strategy(tp=tp, pp=pp, dp=dp, placement=placement, stage_devices=devices,
+    strategy = Strategy(tp=tp, pp=pp, dp=dp, cp=cp, placement=placement, stage_devices=devices,
                         group_layout=group_layout, group_order=group_order,  # type: ignore[arg-type]
                         zero_stage=3 if shard_group_size else 0, shard_group_size=shard_group_size)
     return tuple(_stage(topology, d, strategy) for d in stage_devices(topology, strategy))
@@ -89,12 +94,13 @@ def _placed(topology: Topology, tp: int, pp: int, dp: int, placement: str,
 
 def _stage(topology: Topology, devices: tuple[int, ...], strategy: Strategy) -> StagePlacement:
     ordered = topology.stage_walk(devices, strategy.group_order)
-    tp, dp = strategy.tp, strategy.dp
+    tp, dp, cp = strategy.tp, strategy.weight_replicas, strategy.cp
     if strategy.group_layout == "compact":
         tp_groups = [ordered[i * tp:(i + 1) * tp] for i in range(dp)]
     else:
         tp_groups = [ordered[i::dp] for i in range(dp)]
     dp_groups = [tuple(g[r] for g in tp_groups) for r in range(tp)]
+    cp_groups = [g[k:k + cp] for g in dp_groups for k in range(0, dp, cp)] if cp > 1 else []
     shards, replicas = strategy.zero_shards, []
     if shards < dp:
         replicas = [g[k::shards] for g in dp_groups for k in range(shards)]
@@ -104,4 +110,5 @@ def _stage(topology: Topology, devices: tuple[int, ...], strategy: Strategy) -> 
         tp_groups=tuple(topology.ring_order(tuple(g)) for g in tp_groups),
         dp_groups=tuple(topology.ring_order(g) for g in dp_groups),
         replica_groups=tuple(topology.ring_order(g) for g in replicas),
+        cp_groups=tuple(topology.ring_order(g) for g in cp_groups),
     )

@@ -78,7 +78,13 @@ class Strategy:
     Attributes:
         tp: tensor-parallel degree (devices sharing each layer's GEMMs, Megatron §2.3).
         pp: pipeline-parallel degree (number of pipeline stages).
-        dp: data-parallel degree (model replicas). ``tp * pp * dp`` devices are used.
+        dp: data-parallel degree (model replicas). ``tp * cp * pp * dp`` devices are used.
+        cp: context-parallel degree: each sample's sequence is split over ``cp`` devices, which
+            pass the attention's keys and values around a ring (ring attention, as Megatron-LM's
+            context parallelism and Llama 3's training run it: Liu et al., "Ring Attention",
+            ICLR'24; Dubey et al., "The Llama 3 Herd of Models", 2024, §3.3.2). Ranks are
+            ordered TP fastest, then CP, then DP (Megatron-LM's ``tp-cp-ep-dp-pp``); the ``dp *
+            cp`` ranks of a stage hold the same weights and reduce gradients together.
         microbatch_size: samples per microbatch ``b``.
         global_batch_size: samples per iteration ``B``; ``B / (b * dp)`` is the number of
             microbatches ``m`` per replica per iteration. ``None`` takes the model's.
@@ -116,7 +122,7 @@ class Strategy:
             ``s-shape-east`` / ``-south`` / ``-rotated``, ``row-snake``, ``column-snake``,
             ``hilbert``; see :mod:`simulator.network.mesh`), or ``explicit``.
         stage_devices: with ``placement="explicit"``, the device ids of each stage
-            (``pp`` tuples of ``tp * dp`` ids).
+            (``pp`` tuples of ``tp * cp * dp`` ids).
         group_layout: TP groups ``compact`` (neighbouring devices) or ``strided``
             (PALM Fig. 8, comm1 vs comm2).
         group_order: ``tp-major`` (TP ranks vary fastest, as Megatron) or ``dp-major``.
@@ -133,6 +139,7 @@ class Strategy:
     tp: int = 1
     pp: int = 1
     dp: int = 1
+    cp: int = 1
     microbatch_size: int = 1
     global_batch_size: int | None = None
     schedule: Schedule = "1f1b"
@@ -157,15 +164,16 @@ class Strategy:
     attention: Attention = "auto"
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "microbatch_size", "num_chunks"):
+        for name in ("tp", "pp", "dp", "cp", "microbatch_size", "num_chunks"):
             _positive(name, getattr(self, name))
         if self.global_batch_size is not None:
             _positive("global_batch_size", self.global_batch_size)
         if self.shard_group_size is not None:
             _positive("shard_group_size", self.shard_group_size)
-            if self.zero_stage != 3 or self.dp % self.shard_group_size:
-                raise InputError(f"strategy: `shard_group_size` needs zero_stage 3 and to divide dp = {self.dp},"
-                                 f" got {self.shard_group_size} with zero_stage {self.zero_stage}")
+            if self.zero_stage != 3 or self.weight_replicas % self.shard_group_size:
+                raise InputError(f"strategy: `shard_group_size` needs zero_stage 3 and to divide dp * cp ="
+                                 f" {self.weight_replicas}, got {self.shard_group_size} with zero_stage"
+                                 f" {self.zero_stage}")
         _choice("schedule", self.schedule, SCHEDULES)
         _choice("recompute", self.recompute, RECOMPUTES)
         _choice("optimizer", self.optimizer, OPTIMIZERS)
@@ -208,9 +216,9 @@ class Strategy:
                     f"strategy: `stage_devices` needs pp = {self.pp} entries, got {len(self.stage_devices)}"
                 )
             for stage, devices in enumerate(self.stage_devices):
-                if len(devices) != self.tp * self.dp:
+                if len(devices) != self.devices_per_stage:
                     raise InputError(
-                        f"strategy: `stage_devices[{stage}]` needs tp*dp = {self.tp * self.dp} ids,"
+                        f"strategy: `stage_devices[{stage}]` needs tp*cp*dp = {self.devices_per_stage} ids,"
                         f" got {len(devices)}"
                     )
             flat = [d for devices in self.stage_devices for d in devices]
@@ -219,13 +227,24 @@ class Strategy:
 
     @property
     def num_devices(self) -> int:
-        """Devices used: ``tp * pp * dp``."""
-        return self.tp * self.pp * self.dp
+        """Devices used: ``tp * cp * pp * dp``."""
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def devices_per_stage(self) -> int:
+        """Devices of one pipeline stage: ``tp * cp * dp``."""
+        return self.tp * self.cp * self.dp
+
+    @property
+    def weight_replicas(self) -> int:
+        """Devices of a stage holding the same weights, over which gradients are reduced and
+        ZeRO shards: ``dp * cp`` (Megatron-LM's data-parallel group with context parallelism)."""
+        return self.dp * self.cp
 
     @property
     def zero_shards(self) -> int:
-        """Ranks ZeRO shards over: :attr:`shard_group_size`, else ``dp``."""
-        return self.shard_group_size or self.dp
+        """Ranks ZeRO shards over: :attr:`shard_group_size`, else ``dp * cp``."""
+        return self.shard_group_size or self.weight_replicas
 
     @property
     def bytes_per_element(self) -> float:

@@ -44,7 +44,7 @@ class Flow:
 
     Attributes:
         name: readable name (e.g. ``stage3 tp``).
-        kind: traffic class: ``tp``, ``dp``, ``p2p`` or ``dram``.
+        kind: traffic class: ``tp``, ``cp``, ``dp``, ``p2p`` or ``dram``.
         group_size: devices per group (``n`` of the ring formulas); 1 for p2p and DRAM.
         loads: edges crossing each resource (fractional where an edge is split over NICs).
         latency_s: the largest route latency among the edges (s).

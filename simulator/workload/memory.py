@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.strategy import Strategy
+from simulator.workload.operators import rank_sequence
 from simulator.workload.spec import ModelSpec
 
 MASTER_WEIGHT_BYTES = 4
@@ -136,9 +137,10 @@ def layer_activation_bytes(model: ModelSpec, strategy: Strategy) -> float:
     SwiGLU by :func:`_mlp_split_terms`). The formula counts 16-bit activations and 1-byte
     dropout masks; it is scaled by ``bytes_per_element / 2`` for other precisions. Under ``fp8``
     the four linear layers' saved inputs are FP8, one byte each (:func:`_fp8_saved_per_sbh`).
-    Inference stashes nothing but the layer output in flight: ``s b h`` elements.
+    Inference stashes nothing but the layer output in flight: ``s b h`` elements. Under context
+    parallelism ``s`` is a rank's ``s / cp`` tokens (fused attention, whose scores term is absent).
     """
-    s, b, h, a, t = (model.sequence_length, strategy.microbatch_size, model.hidden_size,
+    s, b, h, a, t = (rank_sequence(model, strategy), strategy.microbatch_size, model.hidden_size,
                      model.num_heads, strategy.tp)
     scale, sbh = strategy.bytes_per_element / 2.0, s * b * h
     if strategy.mode == "inference":
@@ -173,7 +175,7 @@ def embedding_activation_bytes(model: ModelSpec, strategy: Strategy) -> float:
     """
     if strategy.mode == "inference":
         return 0.0
-    sbh = model.sequence_length * strategy.microbatch_size * model.hidden_size
+    sbh = rank_sequence(model, strategy) * strategy.microbatch_size * model.hidden_size
     return sbh / (strategy.tp if strategy.sequence_parallel else 1)
 
 
@@ -185,6 +187,6 @@ def logits_activation_bytes(model: ModelSpec, strategy: Strategy) -> float:
     """
     if strategy.mode == "inference":
         return 0.0
-    s, b, h, t = model.sequence_length, strategy.microbatch_size, model.hidden_size, strategy.tp
+    s, b, h, t = rank_sequence(model, strategy), strategy.microbatch_size, model.hidden_size, strategy.tp
     inputs = 4.0 * s * b * h * strategy.bytes_per_element / 2.0 / (t if strategy.sequence_parallel else 1)
     return inputs + CROSS_ENTROPY_BYTES * s * b * model.vocab_size / t

@@ -112,10 +112,17 @@ def _elementwise(name: str, elements: float, flop_per_element: float, bpe: float
     )
 
 
+def rank_sequence(model: ModelSpec, strategy: Strategy) -> int:
+    """Tokens of each sample one device holds: ``s / cp`` (context parallelism splits the
+    sequence; :attr:`simulator.strategy.Strategy.cp`)."""
+    return model.sequence_length // strategy.cp
+
+
 def _tokens(model: ModelSpec, strategy: Strategy, shard_elementwise: bool) -> tuple[int, float]:
-    """``(b*s, tokens of element-wise ops)``: ``b*s``, divided by ``t`` with sequence parallelism
-    or where the tensor-parallel group's cores split element-wise work (``shard_elementwise``)."""
-    tokens = strategy.microbatch_size * model.sequence_length
+    """``(b*s, tokens of element-wise ops)``: ``b*s`` (``s`` a context-parallel rank's share),
+    divided by ``t`` with sequence parallelism or where the tensor-parallel group's cores split
+    element-wise work (``shard_elementwise``)."""
+    tokens = strategy.microbatch_size * rank_sequence(model, strategy)
     sharded = strategy.sequence_parallel or shard_elementwise
     return tokens, tokens / strategy.tp if sharded else float(tokens)
 
@@ -126,13 +133,16 @@ def _attention(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     and read between them. Fused (``strategy.attention == "fused"``), it is one FlashAttention
     kernel (Dao et al., NeurIPS'22; FlashAttention-2, ICLR'24): the same ``4 b s^2 h / t`` flop of
     the two products, reading Q, K, V and writing the output, no scores in memory; a causal
-    decoder (GPT, LLaMA) executes half of them, the kernel skipping masked blocks."""
-    b, s, h, t, bpe = strategy.microbatch_size, model.sequence_length, model.hidden_size, strategy.tp, \
+    decoder (GPT, LLaMA) executes half of them, the kernel skipping masked blocks. Under context
+    parallelism a device's ``s / cp`` queries meet all ``s`` keys (the ring brings the others'),
+    ``1/cp`` of the products, half of them executed in a causal decoder as Megatron-LM's
+    balanced chunks give each rank (:func:`simulator.legality.check_workload`)."""
+    b, s, h, t, bpe = strategy.microbatch_size, rank_sequence(model, strategy), model.hidden_size, strategy.tp, \
         strategy.bytes_per_element
     tokens = b * s
     bias = 0 if model.architecture == "llama" else 1
     heads, head_size = model.num_heads / t, h / model.num_heads
-    scores = b * heads * s * s
+    scores = b * heads * s * model.sequence_length
     if strategy.attention == "fused":
         core: tuple[Operator, ...] = (Operator(
             name="fused_attention", kind="attention", flops=4.0 * scores * head_size, weight_bytes=0.0,
@@ -156,7 +166,7 @@ def _attention(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
 def _mlp(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     """MLP: ``(b s, h) x (h, f/t)`` then ``(b s, f/t) x (f/t, h)``; LLaMA gates with SwiGLU."""
     h, bpe = model.hidden_size, strategy.bytes_per_element
-    tokens, inner = strategy.microbatch_size * model.sequence_length, model.ffn_hidden_size / strategy.tp
+    tokens, inner = strategy.microbatch_size * rank_sequence(model, strategy), model.ffn_hidden_size / strategy.tp
     fp8 = strategy.precision == "fp8"
     if model.architecture == "llama":
         return (
@@ -219,10 +229,10 @@ def embedding(model: ModelSpec, strategy: Strategy, *, shard_elementwise: bool =
     table). The lookup reads its token ids and the rows they select: ``b s / t`` rows of ``h`` on
     average per device (tokens spread over the ``t`` vocabulary shards), not the whole table.
     """
-    b, s, h = strategy.microbatch_size, model.sequence_length, model.hidden_size
+    b, s, h = strategy.microbatch_size, rank_sequence(model, strategy), model.hidden_size
     bpe = strategy.bytes_per_element
     tokens, elementwise_tokens = _tokens(model, strategy, shard_elementwise)
-    positions = 0 if model.architecture == "llama" else s * h
+    positions = 0 if model.architecture == "llama" else model.sequence_length * h
     return (
         Operator(name="word_embedding", kind="memory", flops=0.0,
                  weight_bytes=min(tokens, model.vocab_size) * h / strategy.tp * bpe,
@@ -260,11 +270,26 @@ def transformer_layer_collectives(model: ModelSpec, strategy: Strategy) -> tuple
     """
     if strategy.tp == 1:
         return ()
-    size = strategy.microbatch_size * model.sequence_length * model.hidden_size * strategy.bytes_per_element
+    size = strategy.microbatch_size * rank_sequence(model, strategy) * model.hidden_size * strategy.bytes_per_element
     if strategy.sequence_parallel:
         return (Collective(kind="all_gather", size_bytes=size, count=2),
                 Collective(kind="reduce_scatter", size_bytes=size, count=2))
     return (Collective(kind="all_reduce", size_bytes=size, count=2),)
+
+
+def context_parallel_collectives(model: ModelSpec, strategy: Strategy, backward: bool) -> tuple[Collective, ...]:
+    """Context-parallel collectives of one layer's attention over the ``cp`` group: the forward
+    gathers every rank's keys and values (``2 b s h / t`` elements of the whole sequence), the
+    backward gathers them again and reduce-scatters their gradients. Ring attention moves
+    exactly these bytes as ``cp - 1`` ring steps, each overlapped with a block of attention
+    (Liu et al., ICLR'24, §3; Megatron-LM context parallelism); Llama 3 all-gathers them
+    (Dubey et al. 2024, §3.3.2). Empty when ``cp == 1``."""
+    if strategy.cp == 1:
+        return ()
+    size = 2.0 * strategy.microbatch_size * model.sequence_length * model.hidden_size / strategy.tp \
+        * strategy.bytes_per_element
+    kinds: tuple[CollectiveKind, ...] = ("all_gather", "reduce_scatter") if backward else ("all_gather",)
+    return tuple(Collective(kind=kind, size_bytes=size) for kind in kinds)
 
 
 def embedding_collectives(model: ModelSpec, strategy: Strategy) -> tuple[Collective, ...]:
@@ -275,7 +300,7 @@ def embedding_collectives(model: ModelSpec, strategy: Strategy) -> tuple[Collect
     """
     if strategy.tp == 1:
         return ()
-    size = strategy.microbatch_size * model.sequence_length * model.hidden_size * strategy.bytes_per_element
+    size = strategy.microbatch_size * rank_sequence(model, strategy) * model.hidden_size * strategy.bytes_per_element
     kind: CollectiveKind = "reduce_scatter" if strategy.sequence_parallel else "all_reduce"
     return (Collective(kind=kind, size_bytes=size, count=1),)
 
@@ -289,7 +314,7 @@ def logits_collectives(model: ModelSpec, strategy: Strategy) -> tuple[Collective
     """
     if strategy.tp == 1:
         return ()
-    tokens = strategy.microbatch_size * model.sequence_length
+    tokens = strategy.microbatch_size * rank_sequence(model, strategy)
     reductions = (Collective(kind="all_reduce", size_bytes=tokens * 4.0, count=3),)
     if not strategy.sequence_parallel:
         return reductions

@@ -33,11 +33,14 @@ SGD_FLOP_PER_PARAMETER = 2.0
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UnitCollectives:
     """Tensor-parallel collectives of one unit per microbatch: its forward, its backward, and
-    the forward's again when the backward recomputes it."""
+    the forward's again when the backward recomputes it; and its context-parallel ones, forward
+    and backward, which its attention's compute hides."""
 
     forward: tuple[Collective, ...] = ()
     backward: tuple[Collective, ...] = ()
     recompute: tuple[Collective, ...] = ()
+    context_forward: tuple[Collective, ...] = ()
+    context_backward: tuple[Collective, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,6 +63,10 @@ class UnitCost:
     parameters: float
     activation_bytes: float
     send_bytes: float
+    context_forward: tuple[Collective, ...] = ()
+    context_backward: tuple[Collective, ...] = ()
+    attention_forward_s: float = 0.0
+    attention_backward_s: float = 0.0
 
     @property
     def training_s(self) -> float:
@@ -163,7 +170,12 @@ def cost_unit(ops: tuple[Operator, ...], *, recomputed: tuple[Operator, ...], co
     backward = () if overlapped else collectives.backward
     if parameters is None:
         parameters = sum(op.parameter_bytes for op in ops) / strategy.bytes_per_element
+    attention = [op for op in ops if op.kind == "attention"]
     return UnitCost(
+        context_forward=collectives.context_forward,
+        context_backward=collectives.context_backward if training else (),
+        attention_forward_s=_pass_times(attention, hardware, peak)[0],
+        attention_backward_s=_pass_times(attention, hardware, peak)[1] if training else 0.0,
         ops=ops, recomputed=recomputed if training else (),
         forward_collectives=collectives.forward,
         backward_collectives=(*backward, *collectives.recompute) if training else (),

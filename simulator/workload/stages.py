@@ -45,9 +45,10 @@ def _boundary_bytes(model: ModelSpec, strategy: Strategy) -> float:
     """Stage-boundary activation of a transformer per device: ``b s h B / t``.
 
     Megatron's scatter/gather optimisation sends ``1/t`` per device and all-gathers on arrival
-    (Narayanan et al. SC'21 §4.1); the same size with sequence parallelism.
+    (Narayanan et al. SC'21 §4.1); the same size with sequence parallelism; ``s`` is a
+    context-parallel rank's share.
     """
-    return (strategy.microbatch_size * model.sequence_length * model.hidden_size
+    return (strategy.microbatch_size * operators.rank_sequence(model, strategy) * model.hidden_size
             * strategy.bytes_per_element / strategy.tp)
 
 
@@ -62,7 +63,9 @@ def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy,
         layer_ops, recomputed=_recomputed(layer_ops, strategy),
         collectives=UnitCollectives(
             forward=layer_collectives, backward=layer_collectives,
-            recompute=layer_collectives if strategy.recompute == "full" else ()),
+            recompute=layer_collectives if strategy.recompute == "full" else (),
+            context_forward=operators.context_parallel_collectives(model, strategy, backward=False),
+            context_backward=operators.context_parallel_collectives(model, strategy, backward=True)),
         activation_bytes=memory.layer_activation_bytes(model, strategy), send_bytes=send,
         hardware=hardware, strategy=strategy, overlap=strategy.tp_overlap)
     embed = cost_unit(
@@ -163,13 +166,14 @@ def dp_collectives(parameters: float, strategy: Strategy, hardware: Hardware) ->
     its collectives run every microbatch (:func:`zero3_collectives`), and at the end of the
     iteration only hybrid sharding all-reduces its gradient shard over the replicas (MiCS,
     Zhang et al., VLDB'22, §3.3, "2-hop" synchronisation; the engine runs these over a stage's
-    replica groups when it has them). Empty for ``dp == 1`` and inference.
+    replica groups when it has them). Empty for ``dp * cp == 1`` and inference (context-parallel
+    ranks hold the same weights).
     """
-    if strategy.dp == 1 or strategy.mode == "inference":
+    if strategy.weight_replicas == 1 or strategy.mode == "inference":
         return ()
     size = parameters * strategy.bytes_per_element
     if _zero3_per_microbatch(strategy, hardware):
-        replicas = strategy.dp // strategy.zero_shards
+        replicas = strategy.weight_replicas // strategy.zero_shards
         return (Collective(kind="all_reduce", size_bytes=size / strategy.zero_shards),) if replicas > 1 else ()
     if strategy.zero_stage == 0:
         return (Collective(kind="all_reduce", size_bytes=size),)
@@ -182,7 +186,7 @@ def _zero3_per_microbatch(strategy: Strategy, hardware: Hardware) -> bool:
     memory (a GPU's HBM). On a mesh every pass streams its weights from the shared off-chip DRAM
     anyway (the dataflow's DRAM traffic, and the tiled dataflow's multicast to the replicas),
     which is what ZeRO-3's gather moves there."""
-    return strategy.zero_stage == 3 and strategy.dp > 1 and hardware.network.sram_dataflow() is None
+    return strategy.zero_stage == 3 and strategy.weight_replicas > 1 and hardware.network.sram_dataflow() is None
 
 
 ZERO3_UNITS_IN_FLIGHT = 2
@@ -260,6 +264,8 @@ def _forward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int,
         segments=segments, flops=sum(unit.forward_flops * count for unit, count in groups),
         overlapped_collectives=_merge([_multicast(multicast)]),
         replica_collectives=_merge([_multicast(replicas), (zero3[0], 1)]), exposed_dp_collectives=zero3[1],
+        cp_collectives=_merge([(unit.context_forward, count) for unit, count in groups]),
+        cp_overlap_s=sum(unit.attention_forward_s * count for unit, count in groups),
         overlap_s=compute_s if multicast or replicas else 0.0)
 
 
@@ -282,6 +288,8 @@ def _backward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int
         recompute_s=sum(unit.recompute_s * count for unit, count in groups),
         overlapped_collectives=_merge([*overlapped, _multicast(multicast)]),
         replica_collectives=_merge([_multicast(replicas), (zero3[0], 1)]), exposed_dp_collectives=zero3[1],
+        cp_collectives=_merge([(unit.context_backward, count) for unit, count in groups]),
+        cp_overlap_s=sum(unit.attention_backward_s * count for unit, count in groups),
         overlap_s=compute_s if multicast or replicas else sum(unit.overlap_s * count for unit, count in groups))
 
 
