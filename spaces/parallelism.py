@@ -23,6 +23,7 @@ import optuna
 from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
 from simulator.legality import (
+    attention_of,
     divisors,
     global_batch,
     interleaving_legal,
@@ -31,7 +32,7 @@ from simulator.legality import (
     sequence_parallel_legal,
     tp_divides,
 )
-from simulator.strategy import RECOMPUTES
+from simulator.strategy import RECOMPUTES, Strategy
 from simulator.workload.spec import ModelSpec
 from spaces._choices import conditional_name, suggest_among
 
@@ -42,28 +43,35 @@ ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 """ZeRO stages (Rajbhandari et al., SC'20, §5)."""
 
 
+CONTEXT_PARALLEL_CHOICES: tuple[int, ...] = (1, 2, 4, 8, 16)
+"""Context-parallel degrees the search tries where they are legal (Llama 3 trained its 128K
+context with 16: Dubey et al. 2024, §3.3.2, Table 4)."""
+
+
 class ParallelDegrees(NamedTuple):
-    """Tensor, pipeline and data parallel degrees; ``tp * pp * dp`` devices."""
+    """Tensor, pipeline, data and context parallel degrees; ``tp * cp * pp * dp`` devices."""
 
     tp: int
     pp: int
     dp: int
+    cp: int = 1
 
     @property
     def label(self) -> str:
-        """``"TPxPPxDP"``, the categorical value Optuna stores (e.g. ``"8x20x2"``)."""
-        return f"{self.tp}x{self.pp}x{self.dp}"
+        """``"TPxPPxDP"``, the categorical value Optuna stores (e.g. ``"8x20x2"``), and
+        ``"TPxPPxDPxCP"`` with context parallelism (``"8x1x16x4"``)."""
+        return f"{self.tp}x{self.pp}x{self.dp}" + (f"x{self.cp}" if self.cp > 1 else "")
 
     @classmethod
     def parse(cls, label: str) -> ParallelDegrees:
         """Inverse of :attr:`label`.
 
         Raises:
-            InputError: not three positive integers joined by ``x``.
+            InputError: not three or four positive integers joined by ``x``.
         """
         parts = label.split("x")
-        if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
-            raise InputError(f"degrees: expected 'TPxPPxDP' like '8x20x2', got {label!r}")
+        if len(parts) not in (3, 4) or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise InputError(f"degrees: expected 'TPxPPxDP[xCP]' like '8x20x2', got {label!r}")
         return cls(*(int(p) for p in parts))
 
 
@@ -94,7 +102,9 @@ def schedule_choices(chunk_choices: Sequence[int] = CHUNK_CHOICES) -> tuple[Sche
 def enumerate_degrees(model: ModelSpec, hardware: Hardware, *, devices: int | None = None,
                       max_tp: int | None = None, global_batch_size: int | None = None,
                       ) -> list[ParallelDegrees]:
-    """Every legal ``(tp, pp, dp)`` using exactly ``devices`` devices, sorted by (tp, pp, dp).
+    """Every legal ``(tp, pp, dp, cp)`` using exactly ``devices`` devices, sorted by (tp, pp, dp),
+    context parallelism (:data:`CONTEXT_PARALLEL_CHOICES`) where the machine runs attention fused
+    and ``2 cp`` splits the sequence (:func:`simulator.legality.check_workload`).
 
     Args:
         model: the model (heads, hidden, layers, batch).
@@ -115,10 +125,19 @@ def enumerate_degrees(model: ModelSpec, hardware: Hardware, *, devices: int | No
         if not tp_divides(model, tp) or (max_tp is not None and tp > max_tp):
             continue
         for pp in divisors(devices // tp):
-            dp = devices // (tp * pp)
-            if pp <= units and batch % dp == 0:
-                found.append(ParallelDegrees(tp, pp, dp))
+            for cp in _context_parallel_choices(model, hardware, devices // (tp * pp)):
+                dp = devices // (tp * pp * cp)
+                if pp <= units and batch % dp == 0:
+                    found.append(ParallelDegrees(tp, pp, dp, cp))
     return found
+
+
+def _context_parallel_choices(model: ModelSpec, hardware: Hardware, devices: int) -> list[int]:
+    """The :data:`CONTEXT_PARALLEL_CHOICES` that divide ``devices`` and are legal for the model
+    on the machine (1 always)."""
+    fused = attention_of(model, hardware, Strategy()) == "fused"
+    return [cp for cp in CONTEXT_PARALLEL_CHOICES
+            if cp == 1 or (fused and devices % cp == 0 and model.sequence_length % (2 * cp) == 0)]
 
 
 def enumerate_microbatch_sizes(model: ModelSpec, degrees: ParallelDegrees, *,

@@ -3,7 +3,7 @@
 Dimensions (``searched`` names) and the ``Strategy`` fields each decides:
 
 =====================  =====================================================
-``degrees``            ``tp``, ``pp``, ``dp``
+``degrees``            ``tp``, ``pp``, ``dp``, ``cp``
 ``microbatch_size``    ``microbatch_size``
 ``schedule``           ``schedule``, ``num_chunks``
 ``recompute``          ``recompute``
@@ -38,7 +38,7 @@ from spaces.feasible import FeasiblePlans, plan_of
 from spaces.parallelism import ParallelDegrees
 
 DIMENSIONS: dict[str, tuple[str, ...]] = {
-    "degrees": ("tp", "pp", "dp"),
+    "degrees": ("tp", "pp", "dp", "cp"),
     "microbatch_size": ("microbatch_size",),
     "schedule": ("schedule", "num_chunks"),
     "recompute": ("recompute",),
@@ -136,7 +136,8 @@ def degree_choices(space: SearchedSpace, hardware: Hardware,
 
 
 def _degrees_of(candidate: Candidate) -> ParallelDegrees:
-    return ParallelDegrees(candidate.strategy.tp, candidate.strategy.pp, candidate.strategy.dp)
+    strategy = candidate.strategy
+    return ParallelDegrees(strategy.tp, strategy.pp, strategy.dp, strategy.cp)
 
 
 def _allowed(space: SearchedSpace, candidate: Candidate, fields: int) -> tuple[object, ...] | None:

@@ -49,7 +49,7 @@ def palm_search(
     Shell completion: palm-search --install-completion."""
 
 
-STRATEGY_FLAGS = ("tp", "pp", "dp", "microbatch_size", "global_batch_size", "schedule", "num_chunks",
+STRATEGY_FLAGS = ("tp", "pp", "dp", "cp", "microbatch_size", "global_batch_size", "schedule", "num_chunks",
                   "recompute", "sequence_parallel", "tp_overlap", "p2p_blocking", "zero_stage",
                   "shard_group_size", "optimizer", "precision", "mode", "partition", "placement",
                   "group_layout", "group_order", "transfer_strategy", "math_fidelity", "attention")
@@ -99,6 +99,8 @@ def simulate_command(
     tp: Annotated[int | None, Opt(help="Tensor-parallel degree.")] = None,
     pp: Annotated[int | None, Opt(help="Pipeline-parallel degree (stages).")] = None,
     dp: Annotated[int | None, Opt(help="Data-parallel degree.")] = None,
+    cp: Annotated[int | None, Opt(help="Context-parallel degree: each sequence split over cp devices"
+                                       " (ring attention).")] = None,
     microbatch_size: Annotated[int | None, Opt(help="Samples per microbatch.")] = None,
     global_batch_size: Annotated[int | None, Opt(help="Samples per iteration (default: model's).")] = None,
     schedule: Annotated[str | None, Opt(help="gpipe, 1f1b or interleaved-1f1b.")] = None,

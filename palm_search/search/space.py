@@ -59,7 +59,7 @@ def candidate_builder(spec: StudySpec, model: ModelSpec, hardware: Hardware) -> 
         degrees = degree_choices(space, hardware, spec.fixed)
     else:
         base = Strategy.from_dict(dict(spec.fixed))
-        degrees = (ParallelDegrees(base.tp, base.pp, base.dp),)
+        degrees = (ParallelDegrees(base.tp, base.pp, base.dp, base.cp),)
     plans = feasible_plans(model, hardware, degrees, searched=space.searched, fixed=spec.fixed,
                            microbatch_choices=spec.microbatch_sizes)
     if not plans.fitting:
@@ -74,7 +74,7 @@ def candidate_builder(spec: StudySpec, model: ModelSpec, hardware: Hardware) -> 
 def _fixed_degrees(spec: StudySpec) -> ParallelDegrees | None:
     """The degrees when the study fixes all three (custom placements are then checked fully)."""
     if all(k in spec.fixed for k in ("tp", "pp", "dp")):
-        return ParallelDegrees(spec.fixed["tp"], spec.fixed["pp"], spec.fixed["dp"])
+        return ParallelDegrees(spec.fixed["tp"], spec.fixed["pp"], spec.fixed["dp"], spec.fixed.get("cp", 1))
     return None
 
 

@@ -18,7 +18,7 @@ from simulator import Hardware, hardware_from_tables, hardware_tables
 from simulator.result import SCHEMA_VERSION
 from simulator.strategy_loader import read_json_document
 
-COLUMNS = ("trial", "tp", "pp", "dp", "microbatch_size", "schedule", "num_chunks", "recompute",
+COLUMNS = ("trial", "tp", "pp", "dp", "cp", "microbatch_size", "schedule", "num_chunks", "recompute",
            "sequence_parallel", "zero_stage", "shard_group_size", "placement", "group_layout", "group_order",
            "samples_per_s", "model_flops_utilisation", "peak_memory_GiB", "bubble_fraction", "speedup", "feasible",
            "cached", "baseline")

@@ -99,9 +99,10 @@ def print_search_summary(summary: dict, console: Console | None = None) -> None:
 
 WIDE_TABLE_COLUMNS = 120
 """Terminal width from which the top-mappings table shows every column."""
-NARROW_LEGEND = ("tp.pp.dp: parallel degrees; mb: microbatch; i1f1b: interleaved 1F1B; recomp: sel(ective);"
-                 " z: ZeRO stage (3/8: hybrid, sharded over groups of 8 DP ranks); x base: speed-up over the baseline")
-WIDE = {"tp": "tp", "pp": "pp", "dp": "dp", "microbatch_size": "mb", "schedule": "schedule",
+NARROW_LEGEND = ("tp.pp.dp[cCP]: parallel degrees, context-parallel CP; mb: microbatch;"
+                 " i1f1b: interleaved 1F1B; recomp: sel(ective); z: ZeRO stage (3/8: hybrid, sharded over"
+                 " groups of 8 DP ranks); x base: speed-up over the baseline")
+WIDE = {"tp": "tp", "pp": "pp", "dp": "dp[cCP]", "microbatch_size": "mb", "schedule": "schedule",
         "recompute": "recomp", "zero_stage": "zero", "placement": "placement", "group_layout": "groups",
         "samples_per_s": "samples/s", "model_flops_utilisation": "MFU", "peak_memory_GiB": "GiB/dev",
         "bubble_fraction": "bubble", "speedup": "speedup"}
@@ -116,14 +117,15 @@ def _top_table(top: list[dict], narrow: bool) -> Table:
         for header in ("#", *WIDE.values()):
             table.add_column(header, justify="right", overflow="fold")
         for row in top:
-            table.add_row(str(row["trial"]), *(_zero(row) if c == "zero_stage" else _cell(row.get(c)) for c in WIDE))
+            shown = {"zero_stage": _zero(row), "dp": _cell(row.get("dp")) + _context(row)}
+            table.add_row(str(row["trial"]), *(shown.get(c, _cell(row.get(c))) for c in WIDE))
         return table
     table = Table(title=f"top {len(top)} mappings", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
     for header in ("#", "tp.pp.dp", "mb", "schedule", "recomp", "z", "placement", "samples/s", "MFU", "x base"):
         table.add_column(header, justify="right", no_wrap=True, min_width=len(header))
     for row in top:
         mfu, speedup = row.get("model_flops_utilisation"), row.get("speedup")
-        table.add_row(str(row["trial"]), f"{row.get('tp')}.{row.get('pp')}.{row.get('dp')}",
+        table.add_row(str(row["trial"]), f"{row.get('tp')}.{row.get('pp')}.{row.get('dp')}{_context(row)}",
                       _cell(row.get("microbatch_size")),
                       {"interleaved-1f1b": "i1f1b"}.get(row.get("schedule"), _cell(row.get("schedule"))),
                       {"selective": "sel"}.get(row.get("recompute"), _cell(row.get("recompute"))),
@@ -131,6 +133,12 @@ def _top_table(top: list[dict], narrow: bool) -> Table:
                       f"{mfu:.1%}" if isinstance(mfu, float) else "-",
                       f"{speedup:.3g}x" if isinstance(speedup, float) else "-")
     return table
+
+
+def _context(row: dict) -> str:
+    """``cCP`` after the data-parallel degree under context parallelism, else nothing."""
+    cp = row.get("cp")
+    return f"c{int(cp)}" if isinstance(cp, (int, float)) and cp == cp and cp > 1 else ""
 
 
 def _zero(row: dict) -> str:

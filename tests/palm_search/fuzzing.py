@@ -200,7 +200,7 @@ def file_kind_cases(draw) -> Case:
     return simulate_case({target: kind}, f"file {kind} {target}")
 
 
-SIMULATE_FLAGS = ("tp", "pp", "dp", "microbatch_size", "global_batch_size", "schedule", "num_chunks", "recompute",
+SIMULATE_FLAGS = ("tp", "pp", "dp", "cp", "microbatch_size", "global_batch_size", "schedule", "num_chunks", "recompute",
                   "zero_stage", "shard_group_size", "optimizer", "precision", "mode", "partition", "stage_layers",
                   "placement", "stage_devices", "group_layout", "group_order", "transfer_strategy", "math_fidelity",
                   "attention", "eval_timeout")

@@ -113,3 +113,18 @@ def test_sequence_parallel_and_zero_only_where_meaningful():
                                                    ParallelDegrees(8, 4, 10)) == (False,)
     assert parallelism.enumerate_zero_stages(ParallelDegrees(8, 40, 1)) == (0,)
     assert parallelism.enumerate_zero_stages(ParallelDegrees(8, 20, 2)) == (0, 1, 2, 3)
+
+
+def test_context_parallel_degrees_where_attention_runs_fused():
+    model, h100 = simulator.load_model("LLaMA2-7B"), simulator.load_hardware("h100-cluster")
+    found = parallelism.enumerate_degrees(model, h100, devices=64)
+    with_cp = [d for d in found if d.cp > 1]
+    assert {d.cp for d in with_cp} == {2, 4, 8, 16}
+    for d in with_cp:
+        assert d.tp * d.pp * d.dp * d.cp == 64 and ParallelDegrees.parse(d.label) == d
+        check_plan(model, h100, simulator.Strategy(tp=d.tp, pp=d.pp, dp=d.dp, cp=d.cp))
+    assert ParallelDegrees.parse("8x1x4x2") == ParallelDegrees(8, 1, 4, 2)
+    assert ParallelDegrees(8, 20, 2).label == "8x20x2"  # no context parallelism: the label as before
+    # meshes and the A100 preset run attention unfused: no context parallelism offered
+    for name in ("wafer", "a100-cluster"):
+        assert all(d.cp == 1 for d in parallelism.enumerate_degrees(model, simulator.load_hardware(name)))
