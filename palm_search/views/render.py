@@ -23,9 +23,12 @@ def print_result(result: SimulationResult, console: Console | None = None) -> No
     """Print the headline numbers, the per-stage table and the busiest resources."""
     console = console or _wide_console()
     s = result.strategy
+    context = f" cp={s['cp']}" if s.get("cp", 1) > 1 else ""
+    zero = f" zero={s['zero_stage']}" + (f"/{s['shard_group_size']}" if s.get("shard_group_size") else "")
     console.print(f"[bold]{result.model}[/] on [bold]{result.hardware}[/]  tp={s['tp']} pp={s['pp']} "
-                  f"dp={s['dp']} microbatch={s['microbatch_size']} schedule={s['schedule']} "
-                  f"recompute={s['recompute']} placement={s['placement']} groups={s['group_layout']}")
+                  f"dp={s['dp']}{context} microbatch={s['microbatch_size']} schedule={s['schedule']} "
+                  f"recompute={s['recompute']}{zero if s['zero_stage'] else ''} precision={s['precision']} "
+                  f"placement={s['placement']} groups={s['group_layout']}")
     if not result.feasible:
         console.print(f"[red]infeasible[/]: {result.reason}")
         return
