@@ -53,6 +53,11 @@ from spaces import Candidate
 
 logger = logging.getLogger(__name__)
 
+warnings.filterwarnings("ignore", message="A worker stopped while some jobs were given", category=UserWarning)
+# loky replaces a worker whose memory grew 300 MB past its first task (its memory-leak guard,
+# ``_MAX_MEMORY_LEAK_SIZE``) and warns; a worker's caches of stage costs and flows grow that much
+# on a 1,024-GPU cluster by design. The replacement takes the rest of the jobs, nothing is lost.
+
 
 @dataclass
 class Progress:
