@@ -13,9 +13,10 @@ Pruning keeps the checks to a few hundred on T-145B / wafer (of 4,320 plans): me
 the microbatch size (activations are proportional to it, model states do not depend on it) and
 is least with full recompute, sequence parallelism and the highest ZeRO stage offered. So for
 each (degrees, schedule) the sizes are tried in increasing order under that most-saving choice,
-and the first size that does not fit ends the sizes of that pair; under a size, when the least
-saving choice fits all do, and otherwise a choice that saves no more in any of the three than
-one that did not fit is not checked. A test checks the pruned tree equals the brute-force one.
+and the first size that does not fit ends the sizes of that pair; under a size whose most saving
+choice fits, all fit when the least saving one does, and otherwise a choice that saves no more in
+any of the three than one that did not fit is not checked. A test checks the pruned tree equals
+the brute-force one.
 """
 
 from __future__ import annotations
@@ -136,24 +137,30 @@ def _fitting_memory_choices(model: ModelSpec, hardware: Hardware, fields: dict[s
                             memory: tuple[tuple[object, ...], ...],
                             prune: bool) -> tuple[list[tuple[object, ...]], int, bool]:
     """The (recompute, sequence parallel, ZeRO) choices that fit with ``fields``, the checks made,
-    and whether the most saving choice fits. With ``prune``, when the least saving choice fits
-    all do (one check); otherwise a choice saving no more than one that did not fit, in each of
-    the three, is not checked."""
-    every = list(product(*memory))
-    if prune and _fits(model, hardware, {**fields, **dict(zip(_SAVING, every[-1], strict=True))}):
-        return every, 1, True
-    fits: list[tuple[object, ...]] = []
-    failed: list[tuple[int, ...]] = []
-    for index in product(*(range(len(values)) for values in memory)):  # most saving first
-        if prune and any(all(i >= f for i, f in zip(index, fail, strict=True)) for fail in failed):
-            continue
+    and whether the most saving choice fits. With ``prune``: nothing fits when the most saving
+    choice does not, all fit when the least saving one does, and otherwise a choice saving no
+    more than one that did not fit, in each of the three, is not checked."""
+    every = list(product(*(range(len(values)) for values in memory)))  # most saving first
+
+    def fits(index: tuple[int, ...]) -> bool:
         choice = tuple(values[i] for values, i in zip(memory, index, strict=True))
-        if _fits(model, hardware, {**fields, **dict(zip(_SAVING, choice, strict=True))}):
-            fits.append(choice)
-        else:
-            failed.append(index)
-    tried = len(fits) + len(failed) + (1 if prune else 0)
-    return fits, tried, not failed or failed[0] != (0,) * len(memory)
+        return _fits(model, hardware, {**fields, **dict(zip(_SAVING, choice, strict=True))})
+
+    def chosen(indices: list[tuple[int, ...]]) -> list[tuple[object, ...]]:
+        return [tuple(values[i] for values, i in zip(memory, index, strict=True)) for index in indices]
+
+    if not prune:
+        return chosen([index for index in every if fits(index)]), len(every), fits(every[0])
+    if not fits(every[0]):
+        return [], 1, False
+    if len(every) == 1 or fits(every[-1]):
+        return chosen(every), min(len(every), 2), True
+    found, failed = [every[0]], [every[-1]]
+    for index in every[1:-1]:
+        if any(all(i >= f for i, f in zip(index, fail, strict=True)) for fail in failed):
+            continue
+        (found if fits(index) else failed).append(index)
+    return chosen(found), len(found) + len(failed), True
 
 
 def _fits(model: ModelSpec, hardware: Hardware, fields: dict[str, object]) -> bool:
