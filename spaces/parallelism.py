@@ -16,6 +16,7 @@ is suggested only when ``tp > 1``, ZeRO only when ``dp > 1``.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from functools import lru_cache
 from typing import NamedTuple
 
 import optuna
@@ -216,7 +217,13 @@ def suggest_degrees(trial: optuna.trial.Trial, choices: Sequence[ParallelDegrees
     """
     if not choices:
         raise InputError("degrees: no legal (tp, pp, dp) for this model, machine and constraints")
-    return ParallelDegrees.parse(trial.suggest_categorical("degrees", [d.label for d in choices]))
+    return ParallelDegrees.parse(trial.suggest_categorical("degrees", list(_labels(tuple(choices)))))
+
+
+@lru_cache(maxsize=64)
+def _labels(choices: tuple[ParallelDegrees, ...]) -> tuple[str, ...]:
+    """The labels of ``choices`` (a search asks the same list every trial)."""
+    return tuple(d.label for d in choices)
 
 
 def suggest_microbatch_size(trial: optuna.trial.Trial, model: ModelSpec, degrees: ParallelDegrees, *,

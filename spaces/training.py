@@ -23,7 +23,8 @@ above, so every later choice list is a fixed function of a parameter name (see :
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import optuna
 
@@ -135,78 +136,100 @@ def degree_choices(space: SearchedSpace, hardware: Hardware,
     return tuple(d for d in choices if space.plans is None or d.label in space.plans.allowed())
 
 
-def _degrees_of(candidate: Candidate) -> ParallelDegrees:
-    strategy = candidate.strategy
-    return ParallelDegrees(strategy.tp, strategy.pp, strategy.dp, strategy.cp)
+_DEFAULTS: dict[str, object] = {f.name: f.default for f in fields(Strategy)}
+"""Each ``Strategy`` field's default, for the fields a draft has not set."""
 
 
-def _allowed(space: SearchedSpace, candidate: Candidate, fields: int) -> tuple[object, ...] | None:
+class _Draft:
+    """The ``Strategy`` fields a trial has decided so far, as attributes (a field not decided
+    holds its default): the steps set fields and the strategy is built and checked once, at the
+    end, or where a step needs a whole one (8 fields drawn, 1 strategy built)."""
+
+    def __init__(self, hardware: Hardware, fixed: Mapping[str, object]) -> None:
+        self.__dict__.update(_DEFAULTS)
+        self.__dict__.update(fixed)
+        self.hardware = hardware
+
+    def set(self, **values: object) -> None:
+        """Decide ``values`` (``Strategy`` fields)."""
+        self.__dict__.update(values)
+
+    def strategy(self) -> Strategy:
+        """The strategy of the fields so far.
+
+        Raises:
+            InputError: they do not make a valid ``Strategy``.
+        """
+        return Strategy.from_dict({name: self.__dict__[name] for name in _DEFAULTS})
+
+    def __getattr__(self, name: str) -> Any:  # the fields, set in __init__; for type checkers
+        raise AttributeError(name)
+
+
+def _degrees_of(draft: _Draft) -> ParallelDegrees:
+    return ParallelDegrees(draft.tp, draft.pp, draft.dp, draft.cp)  # type: ignore[arg-type]
+
+
+def _allowed(space: SearchedSpace, draft: _Draft, count: int) -> tuple[object, ...] | None:
     """The values of the next plan field that lead to a plan fitting memory, after the first
-    ``fields`` of the candidate's plan; None when the space does not pre-screen memory."""
-    return None if space.plans is None else space.plans.allowed(*plan_of(candidate.strategy)[:fields])
+    ``count`` of the draft's plan; None when the space does not pre-screen memory."""
+    return None if space.plans is None else space.plans.allowed(*plan_of(draft)[:count])  # type: ignore[arg-type]
 
 
-def _suggest_degrees(trial: optuna.trial.Trial, space: SearchedSpace, candidate: Candidate,
-                     fixed: Mapping[str, object]) -> Candidate:
+def _suggest_degrees(trial: optuna.trial.Trial, space: SearchedSpace, draft: _Draft,
+                     fixed: Mapping[str, object]) -> None:
     """Degrees, microbatch size and schedule."""
-    model, strategy = space.model, candidate.strategy
+    model, batch = space.model, draft.global_batch_size
     if "degrees" in space.searched:
-        choices = space.degree_choices or degree_choices(space, candidate.hardware, fixed)
-        candidate = candidate.with_fields(**parallelism.suggest_degrees(trial, choices)._asdict())
-    degrees, batch = _degrees_of(candidate), strategy.global_batch_size
+        choices = space.degree_choices or degree_choices(space, draft.hardware, fixed)
+        draft.set(**parallelism.suggest_degrees(trial, choices)._asdict())
+    degrees = _degrees_of(draft)
     if "microbatch_size" in space.searched:
-        candidate = candidate.with_fields(microbatch_size=parallelism.suggest_microbatch_size(
-            trial, model, degrees, global_batch_size=batch, choices=space.microbatch_choices,
-            allowed=_allowed(space, candidate, 1)))
+        draft.set(microbatch_size=parallelism.suggest_microbatch_size(
+            trial, model, degrees, global_batch_size=batch, choices=space.microbatch_choices,  # type: ignore[arg-type]
+            allowed=_allowed(space, draft, 1)))
     if "schedule" in space.searched:
-        choice = parallelism.suggest_schedule(trial, model, degrees, candidate.strategy.microbatch_size,
-                                              global_batch_size=batch, allowed=_allowed(space, candidate, 2))
-        candidate = candidate.with_fields(schedule=choice.schedule, num_chunks=choice.num_chunks)
-    return candidate
+        choice = parallelism.suggest_schedule(trial, model, degrees, draft.microbatch_size,  # type: ignore[arg-type]
+                                              global_batch_size=batch,  # type: ignore[arg-type]
+                                              allowed=_allowed(space, draft, 2))
+        draft.set(schedule=choice.schedule, num_chunks=choice.num_chunks)
 
 
-def _suggest_memory(trial: optuna.trial.Trial, space: SearchedSpace, candidate: Candidate) -> Candidate:
+def _suggest_memory(trial: optuna.trial.Trial, space: SearchedSpace, draft: _Draft) -> None:
     """Recompute, sequence parallelism and ZeRO."""
-    degrees, searched = _degrees_of(candidate), space.searched
+    degrees, searched = _degrees_of(draft), space.searched
     if "recompute" in searched:
-        candidate = candidate.with_fields(recompute=parallelism.suggest_recompute(
-            trial, _allowed(space, candidate, 3)))
+        draft.set(recompute=parallelism.suggest_recompute(trial, _allowed(space, draft, 3)))
     if "sequence_parallel" in searched:
-        candidate = candidate.with_fields(sequence_parallel=parallelism.suggest_sequence_parallel(
-            trial, space.model, degrees, _allowed(space, candidate, 4)))
+        draft.set(sequence_parallel=parallelism.suggest_sequence_parallel(
+            trial, space.model, degrees, _allowed(space, draft, 4)))
     if "zero_stage" in searched:
-        candidate = candidate.with_fields(zero_stage=parallelism.suggest_zero_stage(
-            trial, degrees, _allowed(space, candidate, 5)))
-        if candidate.strategy.zero_stage == 3:
-            candidate = _suggest_shard_group(trial, space, candidate, degrees)
-    return candidate
+        draft.set(zero_stage=parallelism.suggest_zero_stage(trial, degrees, _allowed(space, draft, 5)))
+        if draft.zero_stage == 3:
+            _suggest_shard_group(trial, space, draft, degrees)
 
 
-def _suggest_shard_group(trial: optuna.trial.Trial, space: SearchedSpace, candidate: Candidate,
-                         degrees: ParallelDegrees) -> Candidate:
+def _suggest_shard_group(trial: optuna.trial.Trial, space: SearchedSpace, draft: _Draft,
+                         degrees: ParallelDegrees) -> None:
     """Hybrid sharding within a node, offered when the node splits ``dp`` and the hybrid plan fits
     memory (checked here: the feasible plans hold full sharding, which takes less)."""
-    size = parallelism.node_shard_group_size(degrees, candidate.hardware)
-    hybrid = candidate.strategy.with_fields(shard_group_size=size) if size else None
-    fits = hybrid is not None and not check_memory(space.model, candidate.hardware, hybrid)
-    return candidate.with_fields(shard_group_size=parallelism.suggest_shard_group(trial, size, fits))
+    size = parallelism.node_shard_group_size(degrees, draft.hardware)
+    fits = size is not None and not check_memory(space.model, draft.hardware,
+                                                 draft.strategy().with_fields(shard_group_size=size))
+    draft.set(shard_group_size=parallelism.suggest_shard_group(trial, size, fits))
 
 
-def _suggest_layout(trial: optuna.trial.Trial, space: SearchedSpace, candidate: Candidate) -> Candidate:
+def _suggest_layout(trial: optuna.trial.Trial, space: SearchedSpace, draft: _Draft) -> None:
     """Comm-group layout, placement, transfer strategy and layer partition."""
-    degrees, searched = _degrees_of(candidate), space.searched
+    degrees, searched = _degrees_of(draft), space.searched
     if "groups" in searched:
-        candidate = candidate.with_fields(**groups.suggest_group_layout(trial).fields())
+        draft.set(**groups.suggest_group_layout(trial).fields())
     if "placement" in searched:
-        candidate = candidate.with_fields(**placement.suggest_placement(
-            trial, candidate.hardware, degrees, space.custom_placements))
+        draft.set(**placement.suggest_placement(trial, draft.hardware, degrees, space.custom_placements))
     if "transfer_strategy" in searched and degrees.pp > 1:
-        candidate = candidate.with_fields(
-            transfer_strategy=trial.suggest_categorical("transfer_strategy", list(TRANSFER_STRATEGIES)))
+        draft.set(transfer_strategy=trial.suggest_categorical("transfer_strategy", list(TRANSFER_STRATEGIES)))
     if "partition" in searched:
-        candidate = candidate.with_fields(**partition.suggest_partition(
-            trial, space.model, candidate.hardware, candidate.strategy))
-    return candidate
+        draft.set(**partition.suggest_partition(trial, space.model, draft.hardware, draft.strategy()))
 
 
 def suggest_candidate(trial: optuna.trial.Trial, space: SearchedSpace, hardware: Hardware, *,
@@ -227,7 +250,9 @@ def suggest_candidate(trial: optuna.trial.Trial, space: SearchedSpace, hardware:
             or fixed values that do not make a valid ``Strategy``.
     """
     check_dimensions(fixed, set(space.searched))
-    candidate = Candidate(hardware=hardware, strategy=Strategy.from_dict(dict(fixed)))
-    candidate = _suggest_degrees(trial, space, candidate, fixed)
-    candidate = _suggest_memory(trial, space, candidate)
-    return _suggest_layout(trial, space, candidate)
+    Strategy.from_dict(dict(fixed))
+    draft = _Draft(hardware, fixed)
+    _suggest_degrees(trial, space, draft, fixed)
+    _suggest_memory(trial, space, draft)
+    _suggest_layout(trial, space, draft)
+    return Candidate(hardware=hardware, strategy=draft.strategy())
