@@ -1,14 +1,14 @@
 """A point of the search: the machine and the mapping on it.
 
-Every ``suggest_*`` step of :mod:`spaces.training` takes a :class:`Candidate` and returns a new one
-with the fields it decides (candidates are immutable); the driver caches, tells, stores and
-replays candidates. The hardware is part of the point, so a search over chips (hardware and
-mapping co-design) proposes candidates the same way.
+:func:`spaces.training.suggest_candidate` draws one from a trial (its steps decide the strategy's
+fields, which are checked once); the driver caches, tells, stores and replays candidates. The
+hardware is part of the point, so a search over chips (hardware and mapping co-design) proposes
+candidates the same way.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from simulator.hardware.spec import Hardware
 from simulator.strategy import Strategy
@@ -25,11 +25,3 @@ class Candidate:
 
     hardware: Hardware
     strategy: Strategy
-
-    def with_fields(self, **fields: object) -> Candidate:
-        """This candidate with the given ``Strategy`` fields changed.
-
-        Raises:
-            InputError: the fields do not make a valid ``Strategy``.
-        """
-        return replace(self, strategy=self.strategy.with_fields(**fields))
