@@ -47,9 +47,24 @@ def top_mappings(frame: pd.DataFrame, k: int) -> pd.DataFrame:
     if frame.empty or "feasible" not in frame:
         return frame
     feasible = frame[(frame["state"] == "COMPLETE") & (frame["feasible"] == True)]  # noqa: E712
-    strategy_cols = [c for c in COLUMNS[1:13] if c in feasible]
+    strategy_cols = [c for c in COLUMNS[1:COLUMNS.index("samples_per_s")] if c in feasible]
     distinct = feasible.sort_values("samples_per_s", ascending=False).drop_duplicates(strategy_cols)
     return distinct.head(k)[[c for c in COLUMNS if c in distinct]]
+
+
+def family_bests(frame: pd.DataFrame) -> dict[str, dict]:
+    """The fastest feasible trial of each way people train a model on a GPU cluster, among the
+    run's trials: ``data parallel`` (TP 1 and PP 1: DDP, ZeRO, FSDP's sharding, with or without
+    context parallelism) and ``3D parallel`` (TP or PP > 1); a way the run has no feasible trial
+    of is left out. Each: trial number and samples/s."""
+    if frame.empty or "feasible" not in frame:
+        return {}
+    feasible = frame[(frame["state"] == "COMPLETE") & (frame["feasible"] == True)]  # noqa: E712
+    model_parallel = (feasible["tp"] > 1) | (feasible["pp"] > 1)
+    members = {"data parallel": feasible[~model_parallel], "3D parallel": feasible[model_parallel]}
+    return {name: {"trial": int(rows.loc[rows["samples_per_s"].idxmax(), "trial"]),
+                   "samples_per_s": float(rows["samples_per_s"].max())}
+            for name, rows in members.items() if len(rows)}
 
 
 def baseline_row(frame: pd.DataFrame) -> dict | None:
@@ -138,7 +153,7 @@ def _summary(search: Search, frame: pd.DataFrame, top: pd.DataFrame, run_dir: Pa
         "screen": _screen(search.study),
         "trials": len(frame), "failed": failed,
         "feasible": int((frame.get("feasible") == True).sum()) if len(frame) else 0,  # noqa: E712
-        "baseline": baseline_row(frame), "best": best,
+        "baseline": baseline_row(frame), "best": best, "families": family_bests(frame),
         "top": json.loads(top.to_json(orient="records")) if len(top) else [],
         "pareto_front": _pareto(search) if len(search.spec.objectives) > 1 else [],
         "run_dir": str(run_dir), "dashboard": dashboard_command(run_dir, None),

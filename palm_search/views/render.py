@@ -89,6 +89,9 @@ def print_search_summary(summary: dict, console: Console | None = None) -> None:
         state = f"{base.get('samples_per_s', 0):.4g} samples/s" if base.get("feasible") else \
             f"infeasible: {base.get('reason')}"
         console.print(f"baseline ({summary.get('baseline_note', '')}): {state}")
+    families = summary.get("families") or {}
+    if len(families) == 2:
+        console.print(_family_line(families))
     console.print(_top_table(summary["top"], narrow=console.width < WIDE_TABLE_COLUMNS))
     if console.width < WIDE_TABLE_COLUMNS:
         console.print(NARROW_LEGEND)
@@ -136,6 +139,17 @@ def _top_table(top: list[dict], narrow: bool) -> Table:
                       f"{mfu:.1%}" if isinstance(mfu, float) else "-",
                       f"{speedup:.3g}x" if isinstance(speedup, float) else "-")
     return table
+
+
+def _family_line(families: dict) -> str:
+    """Data parallelism (with ZeRO / FSDP sharding) against 3D parallelism: each one's best trial
+    and the ratio."""
+    data, three_d = families["data parallel"], families["3D parallel"]
+    ratio = data["samples_per_s"] / three_d["samples_per_s"]
+    faster = f"data parallel {ratio:.3g}x faster" if ratio >= 1 else f"3D parallel {1 / ratio:.3g}x faster"
+    return (f"data parallel (TP 1, PP 1; DDP, ZeRO or FSDP sharding) best {data['samples_per_s']:.4g}"
+            f" samples/s (#{data['trial']}); 3D parallel (TP or PP > 1) best {three_d['samples_per_s']:.4g}"
+            f" (#{three_d['trial']}): {faster} among this run's trials")
 
 
 def _context(row: dict) -> str:

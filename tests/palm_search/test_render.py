@@ -44,3 +44,24 @@ def test_a_wide_terminal_shows_every_column():
     header = next(line for line in lines if "samples/s" in line)
     for column in ("groups", "GiB/dev", "bubble", "speedup"):
         assert column in header
+
+
+def test_the_summary_says_whether_data_parallelism_or_3d_parallelism_is_faster():
+    import pandas as pd
+
+    from palm_search.views.outputs import family_bests
+
+    frame = pd.DataFrame([
+        {"trial": 0, "state": "COMPLETE", "feasible": True, "tp": 8, "pp": 1, "zero_stage": 1, "samples_per_s": 100.0},
+        {"trial": 1, "state": "COMPLETE", "feasible": True, "tp": 1, "pp": 1, "zero_stage": 3, "samples_per_s": 250.0},
+        {"trial": 2, "state": "COMPLETE", "feasible": True, "tp": 1, "pp": 4, "zero_stage": 0, "samples_per_s": 125.0},
+        {"trial": 3, "state": "COMPLETE", "feasible": False, "tp": 1, "pp": 1, "zero_stage": 3, "samples_per_s": 0.0},
+        {"trial": 4, "state": "COMPLETE", "feasible": True, "tp": 1, "pp": 1, "zero_stage": 2, "samples_per_s": 300.0},
+    ])
+    families = family_bests(frame)
+    assert families == {"data parallel": {"trial": 4, "samples_per_s": 300.0},
+                        "3D parallel": {"trial": 2, "samples_per_s": 125.0}}
+    summary = {**_summary([_row(1)]), "families": families}
+    console = Console(width=160, record=True, file=open("/dev/null", "w"))  # noqa: SIM115 - closed with the console
+    print_search_summary(summary, console)
+    assert "data parallel 2.4x faster" in console.export_text()
