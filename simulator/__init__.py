@@ -12,7 +12,7 @@ Follows PALM (Fang et al., arXiv 2406.03868). Typical use::
 This package imports neither optuna, typer, spaces nor palm_search.
 """
 
-from simulator.api import check_memory, simulate, simulate_timeline, simulate_with_records
+from simulator.api import check_memory, estimate_samples_per_s, simulate, simulate_timeline, simulate_with_records
 from simulator.errors import BudgetExceeded, InputError, PalmError, SimulationError
 from simulator.hardware.loader import hardware_from_tables, hardware_presets, load_hardware
 from simulator.hardware.spec import Hardware
@@ -28,7 +28,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BudgetExceeded", "Hardware", "InputError", "ModelSpec", "PalmError", "SimulationError", "SimulationResult",
-    "check_memory",
+    "check_memory", "estimate_samples_per_s",
     "StageReport", "Strategy", "hardware_from_tables", "hardware_presets", "hardware_tables",
     "hardware_to_toml", "load_hardware", "load_model", "load_strategy",
     "model_presets", "num_microbatches", "simulate", "simulate_timeline", "simulate_with_records",

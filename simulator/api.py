@@ -232,12 +232,7 @@ def _simulate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network:
     if reason:
         return _Simulated(result=_infeasible(prepared, reason), run=None, engine=None, topology=topology,
                           placements=placements)
-    engine = Engine(hardware=hardware, topology=topology, placements=placements, costs=prepared.costs,
-                    schedule=legality.schedule_of(strategy),
-                    network=network_backend("analytical" if network == ESTIMATE else network),
-                    training=strategy.mode == "training", transfer_strategy=strategy.transfer_strategy,
-                    p2p_blocking=strategy.p2p_blocking, record=record, deadline_s=deadline,
-                    event_limit=budget.event_limit)
+    engine = _engine(prepared, network, record, deadline, budget.event_limit)
     if network == ESTIMATE:
         run, period = engine.estimate(prepared.num_microbatches)
         outcome = _Outcome(run=run, simulated_microbatches=0, extrapolated=False, period_s=period)
@@ -245,6 +240,35 @@ def _simulate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network:
         outcome = _run(engine, prepared.num_microbatches, strategy.pp, steady_state, strategy.mode == "training")
     return _Simulated(result=_assemble(prepared, outcome), run=outcome.run, engine=engine, topology=topology,
                       placements=placements)
+
+
+def _engine(prepared: _Prepared, network: str, record: bool, deadline_s: float,
+            event_limit: int | None) -> Engine:
+    """The engine of a prepared simulation (``estimate`` books nothing: the analytical backend)."""
+    strategy = prepared.strategy
+    return Engine(hardware=prepared.hardware, topology=prepared.topology, placements=prepared.placements,
+                  costs=prepared.costs, schedule=legality.schedule_of(strategy),
+                  network=network_backend("analytical" if network == ESTIMATE else network),
+                  training=strategy.mode == "training", transfer_strategy=strategy.transfer_strategy,
+                  p2p_blocking=strategy.p2p_blocking, record=record, deadline_s=deadline_s,
+                  event_limit=event_limit)
+
+
+def estimate_samples_per_s(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> float:
+    """The ``samples_per_s`` of :func:`simulate` with ``network="estimate"`` (0 when the plan
+    exceeds memory), without the rest of its result: what a screen ranking thousands of plans
+    needs (:meth:`~simulator.engine.Engine.estimate`'s closed form).
+
+    Raises:
+        InputError: the strategy does not fit the model or machine (degrees, batch, precision).
+    """
+    prepared = _prepare(model, hardware, strategy, ESTIMATE)
+    if legality.memory_shortfall(hardware, prepared.memory_bytes, prepared.in_flight):
+        return 0.0
+    run, period = _engine(prepared, ESTIMATE, False, math.inf, None).estimate(prepared.num_microbatches)
+    batch, iteration = _batch_and_iteration(prepared, _Outcome(run=run, simulated_microbatches=0,
+                                                               extrapolated=False, period_s=period))
+    return batch / iteration
 
 
 SHORT_WINDOW = (4, 8)
@@ -335,12 +359,21 @@ def _infeasible(prepared: _Prepared, reason: str) -> SimulationResult:
     )
 
 
+def _batch_and_iteration(prepared: _Prepared, outcome: _Outcome) -> tuple[int, float]:
+    """(samples per iteration, its time in s): the run's makespan for training, the steady
+    state's period per microbatch for inference (PALM §V-A3)."""
+    strategy = prepared.strategy
+    batch = strategy.microbatch_size * strategy.dp * prepared.num_microbatches
+    if strategy.mode == "training":
+        return batch, outcome.run.makespan_s
+    return batch, batch * outcome.period_s / (strategy.microbatch_size * strategy.dp)
+
+
 def _assemble(prepared: _Prepared, outcome: _Outcome) -> SimulationResult:
     strategy, costs, run = prepared.strategy, prepared.costs, outcome.run
     training = strategy.mode == "training"
     m = prepared.num_microbatches
-    batch = strategy.microbatch_size * strategy.dp * m
-    iteration = run.makespan_s if training else batch * outcome.period_s / (strategy.microbatch_size * strategy.dp)
+    batch, iteration = _batch_and_iteration(prepared, outcome)
     replicas = strategy.tp * strategy.cp * strategy.dp * m
     model_flops = replicas * sum(c.model_flops_per_microbatch for c in costs)
     executed = replicas * sum(c.forward.flops + (c.backward.flops if training else 0.0) for c in costs)

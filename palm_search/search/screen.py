@@ -24,7 +24,7 @@ import pandas as pd
 from joblib import Parallel, delayed
 from optuna.trial import TrialState
 
-from simulator import InputError, ModelSpec, simulate
+from simulator import InputError, ModelSpec, estimate_samples_per_s
 from spaces import Candidate, placement_key
 
 SCREEN_LIMIT = 20_000
@@ -40,8 +40,7 @@ def estimate_points(model: ModelSpec, candidates: list[Candidate]) -> list[float
     values = []
     for candidate in candidates:
         try:
-            result = simulate(model, candidate.hardware, candidate.strategy, network="estimate")
-            values.append(result.samples_per_s if result.feasible else 0.0)
+            values.append(estimate_samples_per_s(model, candidate.hardware, candidate.strategy))
         except InputError:
             values.append(0.0)
     return values

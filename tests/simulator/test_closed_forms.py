@@ -208,3 +208,15 @@ def test_interleaved_traffic_spreads_evenly_over_every_port_of_the_die():
 def test_bad_port_layouts_are_one_line_errors(mesh, message):
     with pytest.raises(InputError, match=message):
         _ports(mesh_hardware(dies=(1, 1), cores=(4, 4)), **mesh)
+
+
+@pytest.mark.parametrize("fields", [{"tp": 8, "pp": 20, "dp": 2, "zero_stage": 1, "recompute": "full"},
+                                    {"tp": 8, "pp": 20, "dp": 2},  # over the dies' DRAM: 0
+                                    {"tp": 4, "pp": 10, "dp": 8, "mode": "inference", "schedule": "gpipe"}])
+def test_the_screens_estimate_is_simulates_estimate(fields):
+    from simulator import estimate_samples_per_s, load_hardware, load_model, simulate
+
+    model, wafer = load_model("T-145B"), load_hardware("wafer")
+    strategy = Strategy(**fields)
+    result = simulate(model, wafer, strategy, network="estimate")
+    assert estimate_samples_per_s(model, wafer, strategy) == (result.samples_per_s if result.feasible else 0.0)
