@@ -39,7 +39,7 @@ from simulator.workload.spec import ModelSpec
 RESNET50_TP_CHANNELS = min(width for _, width, _ in RESNET50_STAGES)
 """ResNet-50's narrowest channel count (64: stem and conv2_x, He et al. 2016 Table 1); tp divides it."""
 
-TP_SPLIT_SIZES: tuple[str, ...] = ("num_heads", "hidden_size", "ffn_hidden_size")
+TP_SPLIT_SIZES: tuple[str, ...] = ("num_heads", "hidden_size", "ffn_hidden_size", "kv_heads")
 """Transformer sizes tensor parallelism splits evenly (Megatron-LM)."""
 
 

@@ -14,6 +14,7 @@ Presets live in ``simulator/workload/presets/models.toml``, one table per model:
     vocab_size = 51200
     global_batch_size = 1024
     image_size = 224                 # resnet50 only
+    num_kv_heads = 8                 # optional: grouped-query attention (default: num_heads)
 
 A user file holds one table ``[model]`` with the same keys; the model is named after the file.
 """
@@ -43,6 +44,7 @@ MAX_COUNTS = {
     "vocab_size": 2**25,           # ~130x the largest (Gemma: 256k)
     "global_batch_size": 2**24,    # ~100x the largest published batches (in samples)
     "image_size": 2**16,           # a 65,536-pixel side, ~300x ImageNet's 224
+    "num_kv_heads": 2**16,         # as num_heads
 }
 """Largest value a model file may give each count: about 100x what any published model has (in
 the comments), so a typo or a wrong unit is refused instead of simulated for hours."""
@@ -115,5 +117,11 @@ def _build(table: Table, name: str) -> tuple[ModelSpec, list[str]]:
     if transformer and counts["hidden_size"] % counts["num_heads"]:
         hidden, heads = counts["hidden_size"], counts["num_heads"]
         raise table.error(f"key 'num_heads' must divide hidden_size {hidden}, got {heads}")
+    kv_heads = int(table.take_number("num_kv_heads", integer=True, maximum=MAX_COUNTS["num_kv_heads"])) \
+        if table.has("num_kv_heads") else 0
+    if kv_heads and (not transformer or counts["num_heads"] % kv_heads):
+        raise table.error(f"key 'num_kv_heads' must divide num_heads {counts['num_heads']} of a transformer,"
+                          f" got {kv_heads}")
     table.finish()
-    return ModelSpec(name=name, architecture=architecture, image_size=image_size, **counts), aliases
+    return ModelSpec(name=name, architecture=architecture, image_size=image_size, num_kv_heads=kv_heads,
+                     **counts), aliases

@@ -133,10 +133,12 @@ def layer_activation_bytes(model: ModelSpec, strategy: Strategy) -> float:
     scores, softmax or dropout mask: Dao et al. NeurIPS'22 §3.1; the log-sum-exp's ``4 a s b``
     bytes are below the formula's precision and not counted); full
     recompute keeps only the ``2 s b h`` layer input (``/ t`` with sequence parallelism). The
-    ``24`` is ``8 + 16`` where 16 is the MLP's ``2 x 2 f/h`` (generalised for ``f != 4h`` and
-    SwiGLU by :func:`_mlp_split_terms`). The formula counts 16-bit activations and 1-byte
-    dropout masks; it is scaled by ``bytes_per_element / 2`` for other precisions. Under ``fp8``
-    the four linear layers' saved inputs are FP8, one byte each (:func:`_fp8_saved_per_sbh`).
+    ``24`` is ``8 + 16``: the 8 are Q and the projection's input (2 each) and K and V (2 each,
+    ``2 kv_heads / a`` each with grouped-query attention), 16 the MLP's ``2 x 2 f/h``
+    (generalised for ``f != 4h`` and SwiGLU by :func:`_mlp_split_terms`). The formula counts
+    16-bit activations and 1-byte dropout masks; it is scaled by ``bytes_per_element / 2`` for
+    other precisions. Under ``fp8`` the four linear layers' saved inputs are FP8, one byte each
+    (:func:`_fp8_saved_per_sbh`).
     Inference stashes nothing but the layer output in flight: ``s b h`` elements. Under context
     parallelism ``s`` is a rank's ``s / cp`` tokens (fused attention, whose scores term is absent).
     """
@@ -147,7 +149,7 @@ def layer_activation_bytes(model: ModelSpec, strategy: Strategy) -> float:
         return sbh * strategy.bytes_per_element
     if strategy.recompute == "full":
         return scale * 2.0 * sbh / (t if strategy.sequence_parallel else 1)
-    split = 8.0 + _mlp_split_terms(model)
+    split = 4.0 + 4.0 * model.kv_heads / model.num_heads + _mlp_split_terms(model)
     per_sbh = (10.0 + split) / t if strategy.sequence_parallel else 10.0 + split / t
     if strategy.recompute == "none" and strategy.attention != "fused":
         per_sbh += 5.0 * a * s / (h * t)

@@ -128,7 +128,8 @@ def _tokens(model: ModelSpec, strategy: Strategy, shard_elementwise: bool) -> tu
 
 
 def _attention(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
-    """QKV, the core, output projection. Unfused, the core is scores
+    """QKV (``h + 2 h_kv`` outputs: grouped-query attention's keys and values are ``h_kv =
+    h kv_heads / a`` wide), the core, output projection. Unfused, the core is scores
     ``(b a/t, s, d) x (b a/t, d, s)``, softmax, dropout and ``x V``, the ``s x s`` scores written
     and read between them. Fused (``strategy.attention == "fused"``), it is one FlashAttention
     kernel (Dao et al., NeurIPS'22; FlashAttention-2, ICLR'24): the same ``4 b s^2 h / t`` flop of
@@ -139,25 +140,25 @@ def _attention(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     balanced chunks give each rank (:func:`simulator.legality.check_workload`)."""
     b, s, h, t, bpe = strategy.microbatch_size, rank_sequence(model, strategy), model.hidden_size, strategy.tp, \
         strategy.bytes_per_element
-    tokens = b * s
+    tokens, kv = b * s, model.kv_hidden_size
     bias = 0 if model.architecture == "llama" else 1
     heads, head_size = model.num_heads / t, h / model.num_heads
     scores = b * heads * s * model.sequence_length
     if strategy.attention == "fused":
         core: tuple[Operator, ...] = (Operator(
             name="fused_attention", kind="attention", flops=4.0 * scores * head_size, weight_bytes=0.0,
-            input_bytes=3 * tokens * h / t * bpe, output_bytes=tokens * h / t * bpe,
+            input_bytes=tokens * (h + 2 * kv) / t * bpe, output_bytes=tokens * h / t * bpe,
             executed_fraction=0.5 if model.architecture in CAUSAL else 1.0),)
     else:
         core = (
-            _gemm("attention_scores", b * heads * s, s, head_size, 0.0, 2 * tokens * h / t, bpe),
+            _gemm("attention_scores", b * heads * s, s, head_size, 0.0, tokens * (h + kv) / t, bpe),
             _elementwise("attention_softmax", scores, 5.0, bpe),
             _elementwise("attention_dropout", scores, 2.0, bpe),
-            _gemm("attention_values", b * heads * s, head_size, s, 0.0, scores + tokens * h / t, bpe),
+            _gemm("attention_values", b * heads * s, head_size, s, 0.0, scores + tokens * kv / t, bpe),
         )
-    fp8 = strategy.precision == "fp8"
+    fp8, qkv = strategy.precision == "fp8", (h + 2 * kv) / t
     return (
-        _gemm("qkv", tokens, 3 * h / t, h, 3 * h * h / t + bias * 3 * h / t, tokens * h, bpe, shared=True, fp8=fp8),
+        _gemm("qkv", tokens, qkv, h, qkv * h + bias * qkv, tokens * h, bpe, shared=True, fp8=fp8),
         *core,
         _gemm("attention_projection", tokens, h, h / t, h * h / t + bias * h, tokens * h / t, bpe, fp8=fp8),
     )
@@ -279,14 +280,14 @@ def transformer_layer_collectives(model: ModelSpec, strategy: Strategy) -> tuple
 
 def context_parallel_collectives(model: ModelSpec, strategy: Strategy, backward: bool) -> tuple[Collective, ...]:
     """Context-parallel collectives of one layer's attention over the ``cp`` group: the forward
-    gathers every rank's keys and values (``2 b s h / t`` elements of the whole sequence), the
+    gathers every rank's keys and values (``2 b s h_kv / t`` elements of the whole sequence), the
     backward gathers them again and reduce-scatters their gradients. Ring attention moves
     exactly these bytes as ``cp - 1`` ring steps, each overlapped with a block of attention
     (Liu et al., ICLR'24, §3; Megatron-LM context parallelism); Llama 3 all-gathers them
     (Dubey et al. 2024, §3.3.2). Empty when ``cp == 1``."""
     if strategy.cp == 1:
         return ()
-    size = 2.0 * strategy.microbatch_size * model.sequence_length * model.hidden_size / strategy.tp \
+    size = 2.0 * strategy.microbatch_size * model.sequence_length * model.kv_hidden_size / strategy.tp \
         * strategy.bytes_per_element
     kinds: tuple[CollectiveKind, ...] = ("all_gather", "reduce_scatter") if backward else ("all_gather",)
     return tuple(Collective(kind=kind, size_bytes=size) for kind in kinds)

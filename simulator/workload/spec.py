@@ -31,6 +31,8 @@ class ModelSpec:
         vocab_size: ``V`` (ResNet-50: number of classes).
         global_batch_size: samples per iteration ``B`` when the strategy does not set it.
         image_size: input height = width in pixels (ResNet-50 only, else 0).
+        num_kv_heads: key/value heads (grouped-query attention, Ainslie et al., EMNLP'23: each
+            group of ``a / num_kv_heads`` query heads shares one); 0 means ``a`` (multi-head).
     """
 
     name: str
@@ -43,8 +45,19 @@ class ModelSpec:
     vocab_size: int
     global_batch_size: int
     image_size: int = 0
+    num_kv_heads: int = 0
 
     @property
     def is_transformer(self) -> bool:
         """True for the transformer architectures."""
         return self.architecture != "resnet50"
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: :attr:`num_kv_heads`, or ``a`` without grouped-query attention."""
+        return self.num_kv_heads or self.num_heads
+
+    @property
+    def kv_hidden_size(self) -> int:
+        """Width of the keys (and of the values): ``h * kv_heads / a``."""
+        return self.hidden_size * self.kv_heads // self.num_heads

@@ -310,10 +310,18 @@ def test_bad_model_file(tmp_path, key, line):
 
 
 def test_model_file_unknown_and_missing_keys(tmp_path):
-    path = write(tmp_path, MODEL_TOML + "num_kv_heads = 2\n")
-    raises_one_line(lambda: load_model(path), str(path), "[model]", "unknown key 'num_kv_heads'")
+    path = write(tmp_path, MODEL_TOML + "num_experts = 8\n")
+    raises_one_line(lambda: load_model(path), str(path), "[model]", "unknown key 'num_experts'")
     path = write(tmp_path, replace_line(MODEL_TOML, "vocab_size", None))
     raises_one_line(lambda: load_model(path), str(path), "[model]", "missing key 'vocab_size'")
+
+
+def test_model_file_with_grouped_query_attention(tmp_path):
+    heads = load_model(write(tmp_path, MODEL_TOML)).num_heads
+    model = load_model(write(tmp_path, MODEL_TOML + f"num_kv_heads = {heads // 2}\n"))
+    assert model.kv_heads == heads // 2 and model.kv_hidden_size == model.hidden_size // 2
+    path = write(tmp_path, MODEL_TOML + f"num_kv_heads = {heads - 1}\n")
+    raises_one_line(lambda: load_model(path), str(path), "num_kv_heads", "must divide num_heads")
 
 
 def test_unknown_model_lists_presets():
