@@ -91,8 +91,10 @@ def _describe(strategy: Strategy | None) -> str:
     flags = ((strategy.sequence_parallel, " SP"), (strategy.tp_overlap, " overlap"),
              (strategy.p2p_blocking, " blocking-p2p"))
     extras = "".join(text for on, text in flags if on)
-    return (f"tp={strategy.tp} pp={strategy.pp} dp={strategy.dp} b={strategy.microbatch_size} "
-            f"{strategy.schedule}{chunks}{zero}{recompute}{extras}")
+    context = f" cp={strategy.cp}" if strategy.cp > 1 else ""
+    precision = f" {strategy.precision}" if strategy.precision == "fp8" else ""
+    return (f"tp={strategy.tp} pp={strategy.pp} dp={strategy.dp}{context} b={strategy.microbatch_size} "
+            f"{strategy.schedule}{chunks}{zero}{recompute}{extras}{precision}")
 
 
 def _row(suite: str, case: str, unit: str, published: float, predicted: float, chosen: str, **extra) -> ValidationRow:
@@ -172,6 +174,29 @@ def korthikanti_row(record: dict) -> ValidationRow:
                 _describe(strategy), note=f"{record['iteration_time_s']} s per iteration")
 
 
+def megatron_bridge_row(record: dict) -> ValidationRow:
+    """NVIDIA's Megatron-Bridge performance summary on DGX H100: tokens/s per GPU of the stated
+    pre-training recipe on ``h100-cluster``, as the recipes run (see the suite's SOURCE.md):
+    Megatron-core's distributed optimizer (ZeRO-1) or its FSDP (ZeRO-3), sequence parallelism
+    and overlapped TP communication with TP, FlashAttention, even layers per (virtual) stage."""
+    seq, gpus = int(record["seq_length"]), int(record["gpus"])
+    model = ModelSpec(name=record["model"], architecture="llama", num_layers=int(record["layers"]),
+                      hidden_size=int(record["hidden"]), num_heads=int(record["heads"]),
+                      num_kv_heads=int(record["kv_heads"]), ffn_hidden_size=int(record["ffn"]),
+                      sequence_length=seq, vocab_size=int(record["vocab"]), global_batch_size=int(record["gbs"]))
+    tp, pp, cp, vp = (int(record[k]) for k in ("tp", "pp", "cp", "vp"))
+    strategy = Strategy(tp=tp, pp=pp, cp=cp, dp=gpus // (tp * pp * cp), microbatch_size=int(record["mbs"]),
+                        global_batch_size=int(record["gbs"]), schedule="interleaved-1f1b" if vp > 1 else "1f1b",
+                        num_chunks=vp, precision=record["precision"], zero_stage=3 if int(record["fsdp"]) else 1,
+                        sequence_parallel=tp > 1, tp_overlap=tp > 1, attention="fused", partition="uniform",
+                        recompute=record.get("recompute", "none"))
+    result = simulate(model, load_hardware("h100-cluster"), strategy)
+    predicted = result.samples_per_s * seq / gpus if result.feasible else 0.0
+    return _row(record["suite"], f"{record['model']} {record['precision']} {gpus} GPUs", "tokens/s per GPU",
+                record["tokens_per_s_per_gpu"], predicted, _describe(strategy),
+                note=f"release {record['version']}")
+
+
 def _inference_candidates(model: ModelSpec, hardware: Hardware, precision: str) -> Iterator[Strategy]:
     for d in enumerate_degrees(model, hardware, global_batch_size=HIGHLY_DIVISIBLE_BATCH):
         for b in INFERENCE_MICROBATCH_SIZES:
@@ -239,6 +264,7 @@ SUITES: dict[str, tuple[str, Callable[[dict], ValidationRow]]] = {
     "palm-table7": ("palm/table7", palm_table7_row),
     "palm-table7-tiled": ("palm/table7", partial(palm_table7_row, dataflow="tiled")),
     "tenstorrent-gemm": ("tenstorrent/gemm", tenstorrent_gemm_row),
+    "megatron-bridge-h100": ("megatron-bridge/h100", megatron_bridge_row),
 }
 """Suite name -> (data folder under ``studies/validation``, row function). The ``-algorithm-1`` and
 ``-tiled`` suites rerun a PALM table under the other mesh dataflow than its preset's."""

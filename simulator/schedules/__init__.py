@@ -47,11 +47,14 @@ class PipelineSchedule:
         return [p for p in self.order(stage, num_microbatches) if p.kind == "F"]
 
     def max_in_flight(self, stage: int, num_microbatches: int) -> list[int]:
-        """Most microbatches whose activations each chunk of ``stage`` holds at once."""
+        """Microbatches whose activations each chunk of ``stage`` holds when the stage holds the
+        most in all (its chunks' shares of the layers being alike, that is its memory peak; the
+        chunks' own peaks fall at different times and would overstate it)."""
         live, peak = [0] * self.num_chunks, [0] * self.num_chunks
         for p in self.order(stage, num_microbatches):
             live[p.chunk] += 1 if p.kind == "F" else -1
-            peak[p.chunk] = max(peak[p.chunk], live[p.chunk])
+            if sum(live) > sum(peak):
+                peak = list(live)
         return peak
 
 
