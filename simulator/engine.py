@@ -421,7 +421,7 @@ class Engine:
 
     def _shared_pass(self, i: int, cost: PassCost, microbatch: int) -> Generator[simpy.Event, Any, None]:
         """A pass under bandwidth sharing: each segment computes while its DRAM stream moves, then
-        its TP collectives move, then ZeRO-3's exposed gather and reduce-scatter (what :meth:`_pass_end`
+        its TP collectives move, then ZeRO-3's exposed collectives (what :meth:`_pass_end`
         books), as one :meth:`~simulator.network.sharing.SharingNetwork.sequence`."""
         net, stats = self.sharing, self.stats[i]
         assert net is not None
@@ -452,7 +452,7 @@ class Engine:
                             seg.collective_latency_s, 0.0))
         phases = segment * seg.count
         if cost.exposed_dp_collectives:
-            duration, moved, latency = self._collectives_time(i, cost.exposed_dp_collectives, self.stage_flows[i].dp)
+            duration, moved, latency = self._collectives_time(i, cost.exposed_dp_collectives, flows.dp)
             phases.append(("zero-3 exposed", moved, flows.dp, duration, latency, 0.0))
         transfers: list[Phase] = [(flow, duration, latency, wait) for _, _, flow, duration, latency, wait in phases]
         return seg, phases, transfers
