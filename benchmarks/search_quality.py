@@ -30,17 +30,24 @@ from optuna.trial import TrialState
 
 from palm_search.search.baseline import choose_baseline
 from palm_search.search.driver import Search, open_search, optimize, run_baseline
+from palm_search.search.run_control import Executor
 from palm_search.search.study import StudySpec, load_study
 
 VB_STUDY = Path(__file__).resolve().parents[1] / "studies" / "palm-vb-t145b-wafer.toml"
 
 
 def searched(spec: StudySpec, run_dir: Path, jobs: int) -> Search:
-    """The study searched as ``palm-search optimize`` does (baseline first), without pictures."""
-    search = open_search(spec, run_dir=run_dir, jobs=jobs)
-    baseline, _ = choose_baseline(spec, search.model, search.hardware)
-    run_baseline(search, baseline)
-    optimize(search)
+    """The study searched as ``palm-search optimize`` does (its local workers started while the
+    study opens, baseline first), without pictures."""
+    executor = Executor("loky", None, jobs)
+    try:
+        executor.warm_up(jobs)
+        search = open_search(spec, run_dir=run_dir, jobs=jobs)
+        baseline, _ = choose_baseline(spec, search.model, search.hardware)
+        run_baseline(search, baseline)
+        optimize(search)
+    finally:
+        executor.close()
     return search
 
 
