@@ -111,12 +111,19 @@ def _check_tensor_parallel(model: ModelSpec, strategy: Strategy) -> None:
                          f" `sequence_length` = {model.sequence_length}")
 
 
+def context_parallel_legal(model: ModelSpec, hardware: Hardware, cp: int) -> bool:
+    """True if the model can split each sequence over ``cp`` devices on the machine: ``cp == 1``,
+    or a transformer whose sequence splits into ``2 cp`` chunks (rank ``r`` takes chunks ``r`` and
+    ``2cp - 1 - r`` so causal attention's work balances: Megatron-LM context parallelism; Llama 3
+    §3.3.2) on hardware whose attention runs fused by default (ring attention runs
+    FlashAttention blocks over the ring's keys and values)."""
+    return cp == 1 or (model.is_transformer and model.sequence_length % (2 * cp) == 0
+                       and attention_of(model, hardware, Strategy()) == "fused")
+
+
 def _check_context_parallel(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> None:
-    """Context parallelism splits a transformer's sequence into ``2 cp`` chunks, rank ``r``
-    taking chunks ``r`` and ``2cp - 1 - r`` so that causal attention's work balances (Megatron-LM
-    context parallelism; Llama 3 §3.3.2), each rank's attention running as FlashAttention blocks
-    over the ring's keys and values: a transformer, ``2 cp`` dividing the sequence (and ``tp``
-    its ``s / cp`` tokens with sequence parallelism), and fused attention."""
+    """:func:`context_parallel_legal` for the strategy, whose attention must also be fused, and
+    ``tp`` dividing a rank's ``s / cp`` tokens with sequence parallelism."""
     cp = strategy.cp
     if cp == 1:
         return

@@ -150,7 +150,8 @@ def _fitting_memory_choices(model: ModelSpec, hardware: Hardware, fields: dict[s
         return [tuple(values[i] for values, i in zip(memory, index, strict=True)) for index in indices]
 
     if not prune:
-        return chosen([index for index in every if fits(index)]), len(every), fits(every[0])
+        fitting = [index for index in every if fits(index)]
+        return chosen(fitting), len(every), bool(fitting) and fitting[0] == every[0]
     if not fits(every[0]):
         return [], 1, False
     if len(every) == 1 or fits(every[-1]):

@@ -24,7 +24,7 @@ import optuna
 from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
 from simulator.legality import (
-    attention_of,
+    context_parallel_legal,
     divisors,
     global_batch,
     interleaving_legal,
@@ -33,7 +33,7 @@ from simulator.legality import (
     sequence_parallel_legal,
     tp_divides,
 )
-from simulator.strategy import RECOMPUTES, Strategy
+from simulator.strategy import RECOMPUTES
 from simulator.workload.spec import ModelSpec
 from spaces._choices import conditional_name, suggest_among
 
@@ -135,10 +135,9 @@ def enumerate_degrees(model: ModelSpec, hardware: Hardware, *, devices: int | No
 
 def _context_parallel_choices(model: ModelSpec, hardware: Hardware, devices: int) -> list[int]:
     """The :data:`CONTEXT_PARALLEL_CHOICES` that divide ``devices`` and are legal for the model
-    on the machine (1 always)."""
-    fused = attention_of(model, hardware, Strategy()) == "fused"
+    on the machine (:func:`simulator.legality.context_parallel_legal`; 1 always)."""
     return [cp for cp in CONTEXT_PARALLEL_CHOICES
-            if cp == 1 or (fused and devices % cp == 0 and model.sequence_length % (2 * cp) == 0)]
+            if devices % cp == 0 and context_parallel_legal(model, hardware, cp)]
 
 
 def enumerate_microbatch_sizes(model: ModelSpec, degrees: ParallelDegrees, *,
@@ -200,13 +199,14 @@ host and replicate across hosts: Zhao et al., VLDB'23, §3.2.2; MiCS, Zhang et a
 
 
 def node_shard_group_size(degrees: ParallelDegrees, hardware: Hardware) -> int | None:
-    """The data-parallel ranks of one node, ``devices_per_node / tp``, where ZeRO-3 gathers per
-    microbatch (devices holding their weights: :func:`simulator.workload.stages.zero3_collectives`)
-    and that splits ``dp`` into two or more groups of two or more; None otherwise."""
+    """The ranks of one node holding the same weights, ``devices_per_node / tp``, where ZeRO-3
+    gathers per microbatch (devices holding their weights:
+    :func:`simulator.workload.stages.zero3_collectives`) and that splits the ``dp * cp`` such
+    ranks into two or more groups of two or more; None otherwise."""
     if hardware.network.sram_dataflow() is not None:
         return None
-    size = hardware.network.devices_per_node // degrees.tp
-    return size if 2 <= size < degrees.dp and degrees.dp % size == 0 else None
+    size, replicas = hardware.network.devices_per_node // degrees.tp, degrees.dp * degrees.cp
+    return size if 2 <= size < replicas and replicas % size == 0 else None
 
 
 def suggest_degrees(trial: optuna.trial.Trial, choices: Sequence[ParallelDegrees]) -> ParallelDegrees:

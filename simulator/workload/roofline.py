@@ -170,12 +170,13 @@ def cost_unit(ops: tuple[Operator, ...], *, recomputed: tuple[Operator, ...], co
     backward = () if overlapped else collectives.backward
     if parameters is None:
         parameters = sum(op.parameter_bytes for op in ops) / strategy.bytes_per_element
-    attention = [op for op in ops if op.kind == "attention"]
+    attention_forward_s, attention_backward_s = _pass_times([op for op in ops if op.kind == "attention"],
+                                                            hardware, peak)
     return UnitCost(
         context_forward=collectives.context_forward,
         context_backward=collectives.context_backward if training else (),
-        attention_forward_s=_pass_times(attention, hardware, peak)[0],
-        attention_backward_s=_pass_times(attention, hardware, peak)[1] if training else 0.0,
+        attention_forward_s=attention_forward_s,
+        attention_backward_s=attention_backward_s if training else 0.0,
         ops=ops, recomputed=recomputed if training else (),
         forward_collectives=collectives.forward,
         backward_collectives=(*backward, *collectives.recompute) if training else (),

@@ -134,6 +134,7 @@ def test_hybrid_sharding_is_offered_with_zero3_within_a_gpu_node_and_where_it_fi
     assert node(spaces.ParallelDegrees(2, 1, 64), h100) == 4  # a TP pair per shard rank
     assert node(spaces.ParallelDegrees(8, 1, 16), h100) is None  # one DP rank per node
     assert node(spaces.ParallelDegrees(1, 1, 8), h100) is None  # the node is the whole DP group
+    assert node(spaces.ParallelDegrees(1, 1, 4, 4), h100) == 8  # CP ranks hold the same weights too
     assert node(spaces.ParallelDegrees(1, 2, 8), wafer) is None  # meshes stream weights anyway
     model = simulator.load_model("LLaMA2-7B")
     space = spaces.SearchedSpace(model=model, searched=frozenset({"zero_stage"}))
