@@ -1,0 +1,160 @@
+"""What a worker does with one chip: cost it, screen its mappings, and simulate the best of them.
+
+Two rungs of successive halving (Jamieson and Talwalkar, AISTATS 2016) nested over hardware and
+mapping:
+
+* :func:`screen_chip` (every chip of the space): the chip's area and power
+  (:mod:`simulator.hardware.silicon`); over a budget it is infeasible, with the reason. Otherwise,
+  for each model, every mapping of the study's mapping space that fits memory is estimated in
+  closed form (:func:`simulator.estimate_samples_per_s`, the screen of ``optimize``) and the
+  ``refine`` best are kept.
+* :func:`simulate_mapping` (the kept mappings of the best chips): the event-driven simulation.
+
+Both return small picklable records and never raise: a failing chip is infeasible with the error
+as its reason, so it never stops a search.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from functools import cache
+
+from palm_search.codesign.spec import CodesignSpec
+from palm_search.search.evaluate import evaluate
+from palm_search.search.screen import estimate_points
+from palm_search.search.space import candidate_builder, enumerate_candidates
+from simulator import Hardware, InputError, ModelSpec, Strategy, load_hardware, load_model
+from simulator.hardware.silicon import SiliconCost, Technology, hardware_cost, load_technology
+from spaces.hardware import HardwareSpace, build_hardware
+
+MAPPING_LIMIT = 20_000
+"""Most mappings estimated per model and chip (the ``optimize`` screen's limit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChipScreen:
+    """A chip after the first rung.
+
+    Attributes:
+        params: the hardware point (``hw.*`` parameters).
+        area_m2, power_W: the chip's area (m^2) and full-activity power (W).
+        reason: why the chip is infeasible ("" when feasible).
+        estimates: model -> best estimated samples/s on the chip.
+        shortlist: model -> the strategies (``Strategy.to_dict``) of its best-estimated mappings.
+        mappings: mappings estimated, all models.
+        seconds: wall time of the screen (s).
+    """
+
+    params: dict
+    area_m2: float
+    power_W: float
+    reason: str = ""
+    estimates: dict[str, float] = field(default_factory=dict)
+    shortlist: dict[str, list[dict]] = field(default_factory=dict)
+    mappings: int = 0
+    seconds: float = 0.0
+
+    @property
+    def samples_per_s(self) -> float:
+        """Mean over the models of the best estimated samples/s (PHAZE's score); 0 if infeasible."""
+        return sum(self.estimates.values()) / len(self.estimates) if self.estimates and not self.reason else 0.0
+
+
+@cache
+def _model(name: str) -> ModelSpec:
+    return load_model(name)
+
+
+@cache
+def _base(name: str) -> Hardware:
+    return load_hardware(name)
+
+
+@cache
+def _technology(name: str) -> Technology:
+    return load_technology(name)
+
+
+def chip_space(spec: CodesignSpec) -> HardwareSpace:
+    """The study's hardware space around its base chip.
+
+    Raises:
+        InputError: an unreadable base chip or a bad dimension.
+    """
+    return HardwareSpace(_base(spec.hardware), dict(spec.hardware_choices))
+
+
+def chip_cost(spec: CodesignSpec, hardware: Hardware) -> SiliconCost:
+    """Area and power of a chip under the study's technology."""
+    return hardware_cost(hardware, _technology(spec.technology))
+
+
+def budgets(spec: CodesignSpec) -> tuple[float, float]:
+    """The area (m^2) and power (W) budgets: the study's, or else the base chip's own."""
+    base = chip_cost(spec, _base(spec.hardware))
+    return spec.area_budget_m2 or base.area_m2, spec.power_budget_W or base.power_W
+
+
+def screen_chip(spec: CodesignSpec, params: dict) -> ChipScreen:
+    """The first rung for the chip of ``params`` (module docstring); never raises."""
+    started = time.perf_counter()
+    try:
+        hardware = build_hardware(chip_space(spec), params)
+        cost = chip_cost(spec, hardware)
+    except InputError as error:
+        return ChipScreen(params, 0.0, 0.0, reason=str(error))
+    area_budget, power_budget = budgets(spec)
+    over = _over_budget(cost, area_budget, power_budget)
+    if over:
+        return ChipScreen(params, cost.area_m2, cost.power_W, reason=over)
+    estimates, shortlist, mappings = {}, {}, 0
+    try:
+        for name in spec.models:
+            best, kept, count = _screen_model(spec, name, hardware)
+            mappings += count
+            if not kept:
+                return ChipScreen(params, cost.area_m2, cost.power_W, reason=f"{name}: no mapping fits",
+                                  mappings=mappings, seconds=time.perf_counter() - started)
+            estimates[name], shortlist[name] = best, kept
+    except Exception as error:  # noqa: BLE001 - a failing chip must not stop a search
+        reason = f"{type(error).__name__}: {error}" if not isinstance(error, InputError) else str(error)
+        if not isinstance(error, InputError):
+            reason += f" ({traceback.extract_tb(error.__traceback__)[-1].lineno})"
+        return ChipScreen(params, cost.area_m2, cost.power_W, reason=reason, mappings=mappings)
+    return ChipScreen(params, cost.area_m2, cost.power_W, estimates=estimates, shortlist=shortlist,
+                      mappings=mappings, seconds=time.perf_counter() - started)
+
+
+def _over_budget(cost: SiliconCost, area_budget_m2: float, power_budget_W: float) -> str:
+    if cost.area_m2 > area_budget_m2 * (1 + 1e-9):
+        return f"area {cost.area_m2 * 1e6:,.0f} mm^2 over the budget {area_budget_m2 * 1e6:,.0f} mm^2"
+    if cost.power_W > power_budget_W * (1 + 1e-9):
+        return f"power {cost.power_W:,.0f} W over the budget {power_budget_W:,.0f} W"
+    return ""
+
+
+def _screen_model(spec: CodesignSpec, name: str, hardware: Hardware) -> tuple[float, list[dict], int]:
+    """The best estimate of model ``name`` on ``hardware``, its ``refine`` best-estimated
+    strategies, and the mappings estimated (none kept: nothing fits)."""
+    model = _model(name)
+    try:
+        build = candidate_builder(spec.mapping_spec(name), model, hardware)
+    except InputError:
+        return 0.0, [], 0
+    walk = enumerate_candidates(build, MAPPING_LIMIT) or []
+    values = estimate_points(model, [candidate for _, candidate in walk])
+    order = sorted(range(len(walk)), key=lambda i: -values[i])
+    kept = [walk[i][1].strategy.to_dict() for i in order[:spec.refine] if values[i] > 0]
+    return (values[order[0]] if kept else 0.0), kept, len(walk)
+
+
+def simulate_mapping(spec: CodesignSpec, params: dict, name: str, strategy: dict) -> dict:
+    """The event-driven evaluation record (:func:`palm_search.search.evaluate.evaluate`) of
+    model ``name`` mapped by ``strategy`` on the chip of ``params``; never raises."""
+    try:
+        hardware = build_hardware(chip_space(spec), params)
+    except InputError as error:
+        return {"error": str(error)}
+    return evaluate(_model(name), hardware, Strategy.from_dict(strategy), spec.network)

@@ -1,0 +1,159 @@
+"""A co-design study: which chips to consider, for which models, scored how.
+
+Co-design study files are TOML (see ``studies/codesign-wafer-sram-compute.toml``)::
+
+    [codesign]
+    name = "wafer-sram-compute"         # default: "codesign-<models>-<hardware>"
+    models = ["T-18B", "T-145B"]        # each gets its own best mapping on the shared chip
+    hardware = "studies/hardware/wafer-tiled.toml"   # the base chip (a mesh): unsearched values
+    technology = "tsmc-n7"              # area and power coefficients (simulator.hardware.silicon)
+    objective = "throughput"            # throughput | throughput_per_area | throughput_per_power |
+                                        # pareto_area | pareto_power (front of throughput vs area / power)
+    area_budget_mm2 = 0                 # chips over it are infeasible; 0: the base chip's area
+    power_budget_W = 0                  # 0: the base chip's full-activity power
+    trials = 12                         # chips refined with simulations after the screen
+    refine = 3                          # best-estimated mappings simulated per model on each
+    network = "sharing"                 # the refining simulations' network model
+
+    [hardware_space]                    # spaces.hardware: each dimension a list of choices
+    sram_MB_per_core = [2.5, 3.75, 5.0]
+    TFLOP_per_s_per_core = [12, 16, 20]
+
+    [search]                            # the mapping space, as in optimize's study files
+    dimensions = ["degrees", "microbatch_size", "recompute", "zero_stage"]
+    microbatch_sizes = [1, 2, 4]
+
+    [fixed]                             # Strategy fields not searched
+    placement = "s-shape"
+
+Scores follow PHAZE (Wang et al., ICML'24 §5): a chip's throughput is the mean over the models of
+each model's best samples/s on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from palm_search.search.study import NETWORKS, StudySpec, _positive_integers, _strategy_fields
+from simulator.config import Table, read_toml
+from simulator.errors import InputError
+
+OBJECTIVES = ("throughput", "throughput_per_area", "throughput_per_power", "pareto_area", "pareto_power")
+DEFAULT_SEARCHED = ("degrees", "microbatch_size", "recompute", "zero_stage")
+"""Mapping dimensions searched on each chip by default: PHAZE's (parallel degrees, microbatch
+size, recompute vs stash) and ZeRO, with the placement fixed (``s-shape``)."""
+DEFAULT_FIXED = {"placement": "s-shape", "optimizer": "adam", "precision": "fp16"}
+DEFAULT_TRIALS = 12
+DEFAULT_REFINE = 3
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CodesignSpec:
+    """Everything a co-design search needs (keys in the module docstring)."""
+
+    models: tuple[str, ...]
+    hardware: str
+    hardware_choices: dict = field(default_factory=dict)
+    name: str = ""
+    technology: str = "tsmc-n7"
+    objective: str = "throughput"
+    area_budget_m2: float = 0.0
+    power_budget_W: float = 0.0
+    trials: int = DEFAULT_TRIALS
+    refine: int = DEFAULT_REFINE
+    network: str = "sharing"
+    searched: tuple[str, ...] = DEFAULT_SEARCHED
+    microbatch_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    fixed: dict = field(default_factory=lambda: dict(DEFAULT_FIXED))
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise InputError("codesign: give at least one model")
+        if self.objective not in OBJECTIVES:
+            raise InputError(f"codesign: `objective` must be one of {list(OBJECTIVES)}, got {self.objective!r}")
+        if self.network not in NETWORKS:
+            raise InputError(f"codesign: `network` must be one of {list(NETWORKS)}, got {self.network!r}")
+        for key in ("trials", "refine"):
+            if getattr(self, key) < 1:
+                raise InputError(f"codesign: `{key}` must be >= 1, got {getattr(self, key)}")
+        if not self.name:
+            stems = "-".join(Path(m).stem for m in self.models)
+            object.__setattr__(self, "name", f"codesign-{stems}-{Path(self.hardware).stem}".lower())
+
+    @property
+    def directions(self) -> list[str]:
+        """Optuna directions: throughput (or its ratio) up; area or power down on a front."""
+        return ["maximize", "minimize"] if self.objective.startswith("pareto") else ["maximize"]
+
+    def mapping_spec(self, model: str) -> StudySpec:
+        """The mapping space searched for ``model`` on each chip (an ``optimize`` study's spec)."""
+        return StudySpec(model=model, hardware=self.hardware, searched=self.searched,
+                         microbatch_sizes=self.microbatch_sizes, fixed=dict(self.fixed))
+
+    def replace(self, **changes) -> CodesignSpec:
+        """A copy with the given (not None) changes; a default name follows changed models."""
+        changes = {k: v for k, v in changes.items() if v is not None}
+        if "models" in changes and self.name == CodesignSpec(models=self.models, hardware=self.hardware).name:
+            changes.setdefault("name", "")
+        return dataclasses.replace(self, **changes)
+
+
+def load_codesign(path: str | Path) -> CodesignSpec:
+    """Read a co-design study file.
+
+    Raises:
+        InputError: unreadable file, unknown or missing key, bad value (one line naming the file,
+            table, key and value).
+    """
+    root = read_toml(path)
+    values = _codesign_values(root.take_table("codesign"))
+    values["hardware_choices"] = _choices(root.take_table("hardware_space"))
+    if root.has("search"):
+        search = root.take_table("search")
+        if search.has("dimensions"):
+            values["searched"] = tuple(search.take_strings("dimensions"))
+        if search.has("microbatch_sizes"):
+            values["microbatch_sizes"] = _positive_integers(search, "microbatch_sizes")
+        search.finish(["dimensions", "microbatch_sizes"])
+    if root.has("fixed"):
+        values["fixed"] = {**DEFAULT_FIXED, **_strategy_fields(root.take_table("fixed"))}
+    root.finish(["codesign", "hardware_space", "search", "fixed"])
+    try:
+        return CodesignSpec(**values)
+    except InputError as error:
+        raise InputError(f"{path}: {error}") from None
+
+
+_STRINGS = ("name", "hardware", "technology", "objective", "network")
+_INTEGERS = ("trials", "refine")
+
+
+def _codesign_values(table: Table) -> dict:
+    values: dict = {"models": tuple(table.take_strings("models"))}
+    for key in _STRINGS:
+        if table.has(key):
+            values[key] = table.take_string(key, OBJECTIVES if key == "objective" else None)
+    for key in _INTEGERS:
+        if table.has(key):
+            values[key] = int(table.take_number(key, integer=True, minimum=0))
+    if table.has("area_budget_mm2"):
+        values["area_budget_m2"] = float(table.take_number("area_budget_mm2", inclusive=True)) * 1e-6
+    if table.has("power_budget_W"):
+        values["power_budget_W"] = float(table.take_number("power_budget_W", inclusive=True))
+    if "hardware" not in values:
+        raise table.error("missing key 'hardware' (the base chip)")
+    table.finish(["models", *_STRINGS, *_INTEGERS, "area_budget_mm2", "power_budget_W"])
+    return values
+
+
+def _choices(table: Table) -> dict:
+    """The hardware space's lists (checked when the space is built, with the file's name)."""
+    choices = {}
+    for key in table.keys():
+        value = table.data[key]
+        if not isinstance(value, list) or not value:
+            raise table.error(f"key '{key}' must be a non-empty list of choices, got {value!r}")
+        choices[key] = tuple(value)
+    return choices
