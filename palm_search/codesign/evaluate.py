@@ -97,8 +97,9 @@ def budgets(spec: CodesignSpec) -> tuple[float, float]:
     return spec.area_budget_m2 or base.area_m2, spec.power_budget_W or base.power_W
 
 
-def screen_chip(spec: CodesignSpec, params: dict) -> ChipScreen:
-    """The first rung for the chip of ``params`` (module docstring); never raises."""
+def screen_chip(spec: CodesignSpec, params: dict, budgeted: bool = True) -> ChipScreen:
+    """The first rung for the chip of ``params`` (module docstring), its budgets checked unless
+    not ``budgeted`` (the base chip, screened as the reference); never raises."""
     started = time.perf_counter()
     try:
         hardware = build_hardware(chip_space(spec), params)
@@ -106,7 +107,7 @@ def screen_chip(spec: CodesignSpec, params: dict) -> ChipScreen:
     except InputError as error:
         return ChipScreen(params, 0.0, 0.0, reason=str(error))
     area_budget, power_budget = budgets(spec)
-    over = _over_budget(cost, area_budget, power_budget)
+    over = _over_budget(cost, area_budget, power_budget) if budgeted else ""
     if over:
         return ChipScreen(params, cost.area_m2, cost.power_W, reason=over)
     estimates, shortlist, mappings = {}, {}, 0

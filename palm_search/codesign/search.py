@@ -67,12 +67,15 @@ class CodesignRun:
     Attributes:
         spec: the study.
         chips: every chip of the space, in the space's order.
+        base: the base chip (no ``hw.*`` parameter), screened and refined as the reference
+            whatever its budget.
         area_budget_m2, power_budget_W: the budgets applied.
         screen_s, refine_s: wall time of each rung (s).
     """
 
     spec: CodesignSpec
     chips: list[Chip]
+    base: Chip
     area_budget_m2: float
     power_budget_W: float
     screen_s: float
@@ -80,11 +83,13 @@ class CodesignRun:
 
     @property
     def simulations(self) -> int:
-        return sum(c.simulations for c in self.chips)
+        """Event-driven simulations spent, the base chip's included."""
+        return sum(c.simulations for c in self.chips) + self.base.simulations
 
     @property
     def estimated_mappings(self) -> int:
-        return sum(c.screen.mappings for c in self.chips)
+        """Mappings estimated in closed form, the base chip's included."""
+        return sum(c.screen.mappings for c in self.chips) + self.base.screen.mappings
 
     def best(self) -> Chip | None:
         """The refined chip with the best objective (ties: the space's first)."""
@@ -117,27 +122,27 @@ def run_codesign(spec: CodesignSpec, jobs: int, progress: Progress = lambda *_: 
                          " give fewer choices per dimension")
     area_budget, power_budget = budgets(spec)
     started = time.perf_counter()
-    screens = _parallel(jobs, "screen", [delayed(screen_chip)(spec, p) for p in points], progress)
-    chips = [Chip(screen) for screen in screens]
+    tasks = [delayed(screen_chip)(spec, p) for p in points] + [delayed(screen_chip)(spec, {}, budgeted=False)]
+    *chips, base = [Chip(screen) for screen in _parallel(jobs, "screen", tasks, progress)]
     screen_s = time.perf_counter() - started
     chosen = choose(spec, [c.screen for c in chips])
     if not chosen:
         reasons = sorted({c.screen.reason for c in chips})
         raise InputError(f"codesign: none of the {len(chips)} chips fits the budgets and every model"
                          f" ({'; '.join(reasons[:3])})")
-    tasks = [(i, name, strategy) for i in chosen for name, strategies in chips[i].screen.shortlist.items()
-             for strategy in strategies]
+    refined = [chips[i] for i in chosen] + [base]
+    simulations = [(chip, name, strategy) for chip in refined for name, strategies in chip.screen.shortlist.items()
+                   for strategy in strategies]
     started = time.perf_counter()
-    records = _parallel(jobs, "refine", [delayed(simulate_mapping)(spec, chips[i].screen.params, name, strategy)
-                                         for i, name, strategy in tasks], progress)
-    for (i, name, strategy), record in zip(tasks, records, strict=True):
-        chip = chips[i]
+    records = _parallel(jobs, "refine", [delayed(simulate_mapping)(spec, chip.screen.params, name, strategy)
+                                         for chip, name, strategy in simulations], progress)
+    for (chip, name, strategy), record in zip(simulations, records, strict=True):
         chip.simulations += 1
         best = chip.simulated.get(name)
         value = record.get("samples_per_s", 0.0) if record.get("feasible") else 0.0
         if best is None or value > (best.get("samples_per_s", 0.0) if best.get("feasible") else 0.0):
             chip.simulated[name] = {**record, "strategy": strategy}
-    return CodesignRun(spec, chips, area_budget, power_budget, screen_s, time.perf_counter() - started)
+    return CodesignRun(spec, chips, base, area_budget, power_budget, screen_s, time.perf_counter() - started)
 
 
 def _parallel(jobs: int, phase: str, tasks: list, progress: Progress) -> list:

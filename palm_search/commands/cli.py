@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from palm_search.commands.codesign import codesign_command
 from palm_search.commands.hardware import hardware_app, new_hardware
 from palm_search.commands.optimize import dashboard_cmd, optimize_command
 from palm_search.commands.worker import worker_cmd
@@ -228,6 +229,7 @@ def _resumable(command):
 
 
 app.command("optimize")(_user_errors(_resumable(optimize_command)))
+app.command("codesign")(_user_errors(codesign_command))
 hardware_app.command("new")(_user_errors(new_hardware))
 app.add_typer(hardware_app, name="hardware")
 app.command("dashboard")(_user_errors(dashboard_cmd))
