@@ -127,7 +127,8 @@ def _write_best(run: CodesignRun, best: Chip, directory: Path, summary: dict) ->
         document = {"schema_version": SCHEMA_VERSION, "model": name, "hardware": hardware.name,
                     "network": run.spec.network, "strategy": record["strategy"], "machine": machine,
                     "result": {k: v for k, v in record.items() if k != "strategy"}}
-        (directory / f"best-{Path(name).stem}.json").write_text(strict_json(document, indent=2))
+        stem = Path(name).stem if Path(name).is_file() else name
+        (directory / f"best-{stem}.json").write_text(strict_json(document, indent=2))
 
 
 def _write_study(run: CodesignRun, directory: Path) -> None:

@@ -39,6 +39,8 @@ from pathlib import Path
 from palm_search.search.study import NETWORKS, StudySpec, _positive_integers, _strategy_fields
 from simulator.config import Table, read_toml
 from simulator.errors import InputError
+from simulator.hardware.loader import load_hardware
+from spaces.hardware import HardwareSpace
 
 OBJECTIVES = ("throughput", "throughput_per_area", "throughput_per_power", "pareto_area", "pareto_power")
 DEFAULT_SEARCHED = ("degrees", "microbatch_size", "recompute", "zero_stage")
@@ -79,7 +81,7 @@ class CodesignSpec:
             if getattr(self, key) < 1:
                 raise InputError(f"codesign: `{key}` must be >= 1, got {getattr(self, key)}")
         if not self.name:
-            stems = "-".join(Path(m).stem for m in self.models)
+            stems = "-".join(Path(m).stem if Path(m).is_file() else m for m in self.models)
             object.__setattr__(self, "name", f"codesign-{stems}-{Path(self.hardware).stem}".lower())
 
     @property
@@ -121,9 +123,11 @@ def load_codesign(path: str | Path) -> CodesignSpec:
         values["fixed"] = {**DEFAULT_FIXED, **_strategy_fields(root.take_table("fixed"))}
     root.finish(["codesign", "hardware_space", "search", "fixed"])
     try:
-        return CodesignSpec(**values)
+        spec = CodesignSpec(**values)
+        HardwareSpace(load_hardware(spec.hardware), dict(spec.hardware_choices))
     except InputError as error:
         raise InputError(f"{path}: {error}") from None
+    return spec
 
 
 _STRINGS = ("name", "hardware", "technology", "objective", "network")

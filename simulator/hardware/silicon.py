@@ -38,7 +38,7 @@ DEFAULT_TECHNOLOGY = "tsmc-n7"
 _AREA_KEYS: dict[str, tuple[str, float]] = {
     "die_fixed_mm2": ("die_fixed_m2", 1e-6),
     "core_fixed_mm2": ("core_fixed_m2", 1e-6),
-    "sram_mm2_per_MB": ("sram_m2_per_byte", 1e-6 / 1e6),
+    "sram_mm2_per_MiB": ("sram_m2_per_byte", 1e-6 / 2**20),
     "matrix_engine_mm2_per_TFLOP_per_s": ("matrix_engine_m2_per_flop_per_s", 1e-6 / 1e12),
     "router_mm2_per_TB_per_s": ("router_m2_per_byte_per_s", 1e-6 / 1e12),
     "dram_phy_mm2_per_TB_per_s": ("dram_phy_m2_per_byte_per_s", 1e-6 / 1e12),
@@ -61,7 +61,7 @@ _CHECK_KEYS: dict[str, tuple[str, float]] = {
     "tdp_W": ("tdp_W", 1.0),
     "dies": ("dies", 1.0),
     "cores": ("cores", 1.0),
-    "sram_MB_per_core": ("sram_bytes_per_core", 1e6),
+    "sram_MiB_per_core": ("sram_bytes_per_core", 2**20),
     "bf16_TFLOP_per_s_per_core": ("flop_per_s_per_core", 1e12),
     "core_link_TB_per_s": ("core_link_bytes_per_s", 1e12),
     "dram_TB_per_s": ("dram_bytes_per_s", 1e12),
@@ -122,6 +122,8 @@ class Die:
         sram_bandwidth_bytes_per_s: SRAM bandwidth of the die (all cores).
         noc_bytes_per_s: link bandwidth of the die's network (all cores' links).
         die_area_m2, tdp_W: published die area and thermal design power (checked chips only).
+        used_to_derive: the technology file's coefficient keys this chip's own figures gave (its
+            check of those is not independent).
     """
 
     name: str
@@ -136,6 +138,7 @@ class Die:
     noc_bytes_per_s: float
     die_area_m2: float = 0.0
     tdp_W: float = 0.0
+    used_to_derive: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +228,17 @@ class CheckRow:
     published_area_m2: float
     predicted_power_W: float
     published_tdp_W: float
+    used_to_derive: tuple[str, ...] = ()
+
+    @property
+    def independent_area(self) -> bool:
+        """No area coefficient was derived from this chip."""
+        return not any(key in _AREA_KEYS for key in self.used_to_derive)
+
+    @property
+    def independent_power(self) -> bool:
+        """No coefficient was derived from this chip (power depends on the area too)."""
+        return not self.used_to_derive
 
     @property
     def area_error(self) -> float:
@@ -243,7 +257,7 @@ def check_rows(technology: Technology) -> list[CheckRow]:
     for chip in technology.checks:
         cost = die_cost(technology, chip)
         rows.append(CheckRow(chip.name, cost.area_m2, chip.die_area_m2 * chip.dies, cost.power_W,
-                             chip.tdp_W))
+                             chip.tdp_W, chip.used_to_derive))
     return rows
 
 
@@ -286,13 +300,23 @@ def _check(root: Table, index: int, entry: object, sources: dict[str, str]) -> D
     table = Table(file=root.file, path=f"check[{index}]", data=entry)
     name = table.take_string("name")
     process = table.take_string("process") if table.has("process") else ""
+    if table.has("process"):
+        sources[f"{table.path}.process"] = table.take_source("process")
+    derived = tuple(table.take_strings("used_to_derive")) if table.has("used_to_derive") else ()
+    unknown = [k for k in derived if k not in _AREA_KEYS and k not in _POWER_KEYS]
+    if unknown:
+        raise table.error(f"key 'used_to_derive' names {unknown[0]!r}, not a coefficient of [area] or [power]")
+    if derived:
+        sources[f"{table.path}.used_to_derive"] = table.take_source("used_to_derive")
     values: dict[str, float] = {}
     for key, (attribute, factor) in _CHECK_KEYS.items():
         if key == "dies" and not table.has(key):
             continue
         values[attribute] = float(table.take_number(key, minimum=0.0, inclusive=True)) * factor
         sources[f"{table.path}.{key}"] = table.take_source(key)
-    table.finish(["name", "process", *_CHECK_KEYS, *(k + "_source" for k in _CHECK_KEYS)])
+    table.finish(["name", "process", "process_source", "used_to_derive", "used_to_derive_source", *_CHECK_KEYS,
+                  *(k + "_source" for k in _CHECK_KEYS)])
     integers = {f.name for f in fields(Die) if f.type in ("int", int)}
     figures = {k: int(v) if k in integers else v for k, v in values.items()}
-    return Die(name=f"{name} ({process})" if process else name, **figures)  # type: ignore[arg-type]
+    return Die(name=f"{name} ({process})" if process else name, used_to_derive=derived,
+               **figures)  # type: ignore[arg-type]

@@ -1,0 +1,123 @@
+"""palm-search codesign: chips screened and refined, scored as PHAZE does, written for replay."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from palm_search.codesign.search import _dominates, front_ranks, run_codesign
+from palm_search.codesign.spec import load_codesign
+from palm_search.commands.cli import app
+from simulator import InputError, Strategy, hardware_to_toml, load_hardware, load_model, simulate
+from spaces.hardware import HardwareSpace, build_hardware
+
+TECHNOLOGY = """name = "test"
+name_source = "unit coefficients for a test"
+[area]
+""" + "".join(f'{k} = {v}\n{k}_source = "test"\n' for k, v in {
+    "die_fixed_mm2": 20, "core_fixed_mm2": 2, "sram_mm2_per_MiB": 0.45, "matrix_engine_mm2_per_TFLOP_per_s": 0.5,
+    "router_mm2_per_TB_per_s": 0.2, "dram_phy_mm2_per_TB_per_s": 30, "die_to_die_mm2_per_TB_per_s": 5}.items()) + """
+[power]
+""" + "".join(f'{k} = {v}\n{k}_source = "test"\n' for k, v in {
+    "leakage_W_per_mm2": 0.05, "matrix_engine_pJ_per_flop": 0.5, "sram_pJ_per_byte": 1,
+    "noc_pJ_per_byte_per_hop": 0.5, "dram_pJ_per_byte": 30, "die_to_die_pJ_per_byte": 5}.items())
+
+
+@pytest.fixture
+def study(tmp_path: Path) -> Path:
+    """Two small models on chips of a 2 x 2-die wafer, SRAM x matrix engine, budgets of the base."""
+    return write_study(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """The study's search with one worker (shared by the tests that only read it)."""
+    return run_codesign(load_codesign(write_study(tmp_path_factory.mktemp("codesign"))), jobs=1)
+
+
+def write_study(tmp_path: Path) -> Path:
+    base = build_hardware(HardwareSpace(load_hardware("studies/hardware/wafer-tiled.toml"), {"dies": ("2x2",)}),
+                          {"hw.dies": "2x2"})
+    (tmp_path / "small.toml").write_text(hardware_to_toml(base))
+    (tmp_path / "tech.toml").write_text(TECHNOLOGY)
+    (tmp_path / "study.toml").write_text(f"""
+[codesign]
+models = ["T-1.7B", "T-3.6B"]
+hardware = "{tmp_path / 'small.toml'}"
+technology = "{tmp_path / 'tech.toml'}"
+trials = 2
+refine = 2
+[hardware_space]
+sram_MB_per_core = [1.0, 3.75, 5.0]
+TFLOP_per_s_per_core = [8, 16]
+[search]
+dimensions = ["degrees", "microbatch_size", "recompute"]
+microbatch_sizes = [1, 2]
+""")
+    return tmp_path / "study.toml"
+
+
+def test_chips_over_the_budget_are_infeasible_and_the_best_is_the_best_refined(run):
+    assert len(run.chips) == 6
+    over = [c for c in run.chips if c.screen.area_m2 > run.area_budget_m2]
+    assert over and all("area" in c.screen.reason and "over the budget" in c.screen.reason for c in over)
+    refined = [c for c in run.chips if c.refined]
+    assert len(refined) == 2
+    best = run.best()
+    assert best is not None and best.samples_per_s == max(c.samples_per_s for c in refined)
+    # PHAZE's score: the mean over the models of each model's best simulated samples/s
+    assert best.samples_per_s == pytest.approx(sum(r["samples_per_s"] for r in best.simulated.values()) / 2)
+    # the budget counts simulations: models x refine per refined chip and the base chip
+    assert run.simulations <= (2 + 1) * 2 * 2
+    assert run.base.samples_per_s > 0
+
+
+def test_the_answer_does_not_depend_on_the_workers(run):
+    two = run_codesign(run.spec, jobs=2)
+    assert [c.samples_per_s for c in run.chips] == [c.samples_per_s for c in two.chips]
+
+
+def test_the_best_chip_and_mapping_replay_from_the_run_directory(study, tmp_path):
+    result = CliRunner().invoke(app, ["codesign", "--study", str(study), "--run-dir", str(tmp_path / "run"),
+                                      "--jobs", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    run = tmp_path / "run"
+    assert {p.name for p in run.iterdir()} >= {"best-hardware.toml", "best.json", "trials.csv", "report.html",
+                                                "study.journal", "best-T-1.7B.json", "best-T-3.6B.json"}
+    hardware = load_hardware(str(run / "best-hardware.toml"))
+    document = json.loads((run / "best-T-1.7B.json").read_text())
+    replayed = simulate(load_model("T-1.7B"), hardware, Strategy.from_dict(document["strategy"]))
+    assert replayed.samples_per_s == pytest.approx(summary["best"]["per_model"]["T-1.7B"]["samples_per_s"], rel=1e-9)
+
+
+def test_a_bad_study_is_one_line_naming_the_file_and_key(study):
+    study.write_text(study.read_text().replace('refine = 2', 'refine = 2\nobjective = "speed"'))
+    result = CliRunner().invoke(app, ["codesign", "--study", str(study)])
+    assert result.exit_code == 2
+    assert "study.toml" in result.output and "objective" in result.output and "speed" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_bad_hardware_choice_names_the_study_file(study):
+    study.write_text(study.read_text().replace("TFLOP_per_s_per_core = [8, 16]", "TFLOP_per_s_per_core = [8, -1]"))
+    with pytest.raises(InputError, match=r"study\.toml: .*TFLOP_per_s_per_core.*positive"):
+        load_codesign(study)
+
+
+points = st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9)), min_size=1, max_size=30)
+
+
+@given(points)
+def test_front_ranks_sort_points_into_successive_non_dominated_fronts(values):
+    ranks = front_ranks(values)
+    for i, rank in enumerate(ranks):
+        same_or_better = [j for j, r in enumerate(ranks) if r < rank]
+        assert not any(_dominates(values[j], values[i]) for j, r in enumerate(ranks) if r == rank)
+        if rank:
+            assert any(_dominates(values[j], values[i]) for j in same_or_better if ranks[j] == rank - 1)
