@@ -23,9 +23,8 @@ from functools import cache
 
 from palm_search.codesign.spec import CodesignSpec
 from palm_search.search.evaluate import evaluate
-from palm_search.search.screen import estimate_points
 from palm_search.search.space import candidate_builder, enumerate_candidates
-from simulator import Hardware, InputError, ModelSpec, Strategy, load_hardware, load_model
+from simulator import Hardware, InputError, ModelSpec, Strategy, estimate_samples_per_s, load_hardware, load_model
 from simulator.hardware.silicon import SiliconCost, Technology, hardware_cost, load_technology
 from spaces.hardware import HardwareSpace, build_hardware
 
@@ -140,15 +139,47 @@ def _screen_model(spec: CodesignSpec, name: str, hardware: Hardware) -> tuple[fl
     """The best estimate of model ``name`` on ``hardware``, its ``refine`` best-estimated
     strategies, and the mappings estimated (none kept: nothing fits)."""
     model = _model(name)
+    strategies = _mapping_walk(spec, name, hardware)
+    values = [_estimate(model, hardware, strategy) for strategy in strategies]
+    order = sorted(range(len(strategies)), key=lambda i: -values[i])
+    kept = [strategies[i].to_dict() for i in order[:spec.refine] if values[i] > 0]
+    return (values[order[0]] if kept else 0.0), kept, len(strategies)
+
+
+def _estimate(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> float:
+    """Estimated samples/s (0 where the plan is not legal on this chip)."""
     try:
-        build = candidate_builder(spec.mapping_spec(name), model, hardware)
+        return estimate_samples_per_s(model, hardware, strategy)
     except InputError:
-        return 0.0, [], 0
-    walk = enumerate_candidates(build, MAPPING_LIMIT) or []
-    values = estimate_points(model, [candidate for _, candidate in walk])
-    order = sorted(range(len(walk)), key=lambda i: -values[i])
-    kept = [walk[i][1].strategy.to_dict() for i in order[:spec.refine] if values[i] > 0]
-    return (values[order[0]] if kept else 0.0), kept, len(walk)
+        return 0.0
+
+
+def _walk_key(spec: CodesignSpec, name: str, hardware: Hardware) -> tuple:
+    """What the mapping space of model ``name`` on a chip depends on: the study's mapping
+    dimensions, the chip's grid (devices, dies, placements) and its memory (which plans fit).
+    SRAM, peaks and bandwidths do not change which plans are proposed (a plan they make illegal
+    is estimated at 0)."""
+    mesh = hardware.network
+    return (repr(spec.mapping_spec(name)), mesh.dies_x, mesh.dies_y, mesh.cores_x, mesh.cores_y,  # type: ignore[attr-defined]
+            hardware.device_memory_bytes())
+
+
+_WALKS: dict[tuple, tuple[Strategy, ...]] = {}
+"""Mapping spaces enumerated in this process, by :func:`_walk_key`."""
+
+
+def _mapping_walk(spec: CodesignSpec, name: str, hardware: Hardware) -> tuple[Strategy, ...]:
+    """The strategies of model ``name``'s mapping space on ``hardware``, enumerated once per
+    worker process for all chips of the same :func:`_walk_key`."""
+    key = _walk_key(spec, name, hardware)
+    if key not in _WALKS:
+        try:
+            build = candidate_builder(spec.mapping_spec(name), _model(name), hardware)
+            walk = enumerate_candidates(build, MAPPING_LIMIT) or []
+        except InputError:
+            walk = []
+        _WALKS[key] = tuple(candidate.strategy for _, candidate in walk)
+    return _WALKS[key]
 
 
 def simulate_mapping(spec: CodesignSpec, params: dict, name: str, strategy: dict) -> dict:

@@ -15,7 +15,9 @@ Power is at full activity of every part (every matrix engine at its peak, every 
 DRAM interface at its bandwidth), the quantity a thermal design power bounds. A mesh
 :class:`~simulator.hardware.spec.Hardware` maps onto the parts as: a core's link bandwidth is its
 four mesh links (one direction each); a die's die-to-die bandwidth is the inter-die links of its
-four edges, one per edge core; the matrix engine is the 16-bit (bf16, else fp16) peak.
+four edges, one per edge core; the matrix engine is the 16-bit (bf16, else fp16) peak; the NoC's
+energy is charged on the die's bisection bandwidth (the links crossing its shorter midline, one
+direction), one hop per byte, as the technology file's checked chips are.
 
 The file also lists real chips (``[[check]]``) with their published die area and TDP, so
 :func:`check_rows` reports the model's error on them. All quantities are SI inside (m^2, W, J,
@@ -120,7 +122,8 @@ class Die:
         dram_bytes_per_s: the die's DRAM interface bandwidth.
         die_to_die_bytes_per_s: bandwidth of the links crossing the die's edges, summed.
         sram_bandwidth_bytes_per_s: SRAM bandwidth of the die (all cores).
-        noc_bytes_per_s: link bandwidth of the die's network (all cores' links).
+        noc_bytes_per_s: bandwidth of the die's network charged one hop per byte at full activity
+            (its bisection bandwidth, one direction).
         die_area_m2, tdp_W: published die area and thermal design power (checked chips only).
         used_to_derive: the technology file's coefficient keys this chip's own figures gave (its
             check of those is not independent).
@@ -207,7 +210,8 @@ def mesh_die(hardware: Hardware) -> Die:
                dram_bytes_per_s=mesh.dram_bandwidth_bytes_per_s,  # type: ignore[attr-defined]
                die_to_die_bytes_per_s=edge_cores * mesh.inter_die_link_bandwidth_bytes_per_s,  # type: ignore[attr-defined]
                sram_bandwidth_bytes_per_s=cores * hardware.sram_bandwidth_bytes_per_s,
-               noc_bytes_per_s=cores * core_link)
+               noc_bytes_per_s=min(mesh.cores_x, mesh.cores_y)  # type: ignore[attr-defined]
+               * mesh.intra_die_link_bandwidth_bytes_per_s)  # type: ignore[attr-defined]
 
 
 def hardware_cost(hardware: Hardware, technology: Technology) -> SiliconCost:

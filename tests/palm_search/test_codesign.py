@@ -121,3 +121,19 @@ def test_front_ranks_sort_points_into_successive_non_dominated_fronts(values):
         assert not any(_dominates(values[j], values[i]) for j, r in enumerate(ranks) if r == rank)
         if rank:
             assert any(_dominates(values[j], values[i]) for j in same_or_better if ranks[j] == rank - 1)
+
+
+def test_chips_of_one_grid_and_memory_propose_the_same_mappings(study):
+    """The search enumerates a mapping space once per grid and memory (SRAM, peaks and bandwidths
+    do not change which plans are proposed): fresh enumerations on two distant chips agree."""
+    from palm_search.codesign.evaluate import chip_space
+    from palm_search.search.space import candidate_builder, enumerate_candidates
+
+    spec = load_codesign(study)
+    walks = []
+    for params in ({"hw.sram_MB_per_core": 1.0, "hw.TFLOP_per_s_per_core": 16},
+                   {"hw.sram_MB_per_core": 5.0, "hw.TFLOP_per_s_per_core": 8}):
+        hardware = build_hardware(chip_space(spec), params)
+        build = candidate_builder(spec.mapping_spec("T-3.6B"), load_model("T-3.6B"), hardware)
+        walks.append([c.strategy for _, c in enumerate_candidates(build, 10_000)])
+    assert walks[0] == walks[1] and walks[0]

@@ -53,6 +53,7 @@ def test_the_wafer_maps_onto_its_parts():
     assert die.core_link_bytes_per_s == 4 * 1024e9
     assert die.die_to_die_bytes_per_s == 16 * 256e9   # one link per edge core, four edges of 4
     assert die.dram_bytes_per_s == 256e9
+    assert die.noc_bytes_per_s == 4 * 1024e9       # the 4 x 4 die's bisection
 
 
 def test_a_gpu_cluster_is_refused_with_a_reason():
