@@ -26,6 +26,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/search_speed.py
 	$(BIN)/python benchmarks/fidelity.py
 	$(BIN)/python benchmarks/search_quality.py
+	$(BIN)/python benchmarks/codesign_search.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -33,7 +33,7 @@ from palm_search.codesign.search import run_codesign
 from palm_search.codesign.spec import CodesignSpec
 from palm_search.search.space import candidate_builder, enumerate_candidates
 from simulator import InputError, hardware_to_toml, load_hardware, load_model
-from spaces.hardware import HardwareSpace, build_hardware, enumerate_hardware
+from spaces.hardware import HardwareSpace, build_hardware
 
 MODELS = ("T-1.7B", "T-3.6B")
 SRAM_MB = (1.0, 1.875, 2.5, 3.75, 5.0, 7.5)
@@ -110,11 +110,16 @@ def main() -> None:
                          "hit": found >= optimum * (1 - 1e-9), "simulations": run.simulations,
                          "simulated share": run.simulations / points if points else 0.0,
                          "search s": search_s, "exhaustive s": time.perf_counter() - started})
-            print(pd.DataFrame(rows[-1:]).to_string(index=False, header=seed == 0, float_format="%.4g"), flush=True)
+            row = rows[-1]
+            print(f"seed {seed}: {row['in budget']} of {row['chips']} chips in budget, {points} points;"
+                  f" optimum {optimum:.4g}, found {found:.4g} ({'hit' if row['hit'] else 'MISS'}) with"
+                  f" {run.simulations} simulations ({row['simulated share']:.1%}); search {search_s:.1f} s,"
+                  f" exhaustive {row['exhaustive s']:.1f} s", flush=True)
     frame = pd.DataFrame(rows)
     print(f"\noptimum found in {int(frame['hit'].sum())} of {len(frame)} spaces; simulations "
           f"{frame['simulations'].mean():.0f} per space ({frame['simulated share'].mean():.1%} of "
-          f"{frame['points'].mean():.0f} hardware x mapping points on average, max {frame['simulated share'].max():.1%});"
+          f"{frame['points'].mean():.0f} hardware x mapping points on average, max"
+          f" {frame['simulated share'].max():.1%});"
           f" search {frame['search s'].mean():.1f} s vs exhaustive {frame['exhaustive s'].mean():.1f} s per space")
 
 

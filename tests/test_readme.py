@@ -23,6 +23,8 @@ ELSEWHERE = {
     "--executor dask": "tests/palm_search/test_distributed.py",
     "my-model.toml": "a user's own files, named for illustration",
     " dashboard ": "a web server that runs until stopped: tests/palm_search/test_dashboard.py",
+    "codesign-wafer-sram-compute": "a study of minutes: the same command runs on codesign-small above and in"
+                                   " tests/palm_search/test_codesign.py",
 }
 """A marker in a command -> why and where it is tested instead."""
 
@@ -37,7 +39,7 @@ def readme_commands() -> list[str]:
 
 def test_the_readme_shows_commands_of_every_kind():
     kinds = {shlex.split(c)[1] for c in readme_commands()}
-    assert {"optimize", "simulate", "report", "validate", "dashboard", "worker"} <= kinds
+    assert {"optimize", "simulate", "report", "validate", "dashboard", "worker", "codesign"} <= kinds
 
 
 @pytest.fixture(scope="module")

@@ -92,9 +92,11 @@ class CodesignRun:
         return sum(c.screen.mappings for c in self.chips) + self.base.screen.mappings
 
     def best(self) -> Chip | None:
-        """The refined chip with the best objective (ties: the space's first)."""
+        """The refined chip with the best objective (ties: the smaller, then the less
+        power-hungry chip, then the space's first)."""
         scored = [c for c in self.chips if c.samples_per_s > 0]
-        return max(scored, key=lambda c: objective_values(self.spec, c.samples_per_s, c.screen)[0], default=None)
+        return max(scored, key=lambda c: (objective_values(self.spec, c.samples_per_s, c.screen)[0],
+                                          -c.screen.area_m2, -c.screen.power_W), default=None)
 
 
 def objective_values(spec: CodesignSpec, samples_per_s: float, screen: ChipScreen) -> list[float]:
@@ -156,14 +158,15 @@ def _parallel(jobs: int, phase: str, tasks: list, progress: Progress) -> list:
 
 def choose(spec: CodesignSpec, screens: list[ChipScreen]) -> list[int]:
     """Indices of the ``spec.trials`` feasible chips to refine: best estimated objective first
-    (a front: lower non-dominated rank first, then higher throughput); ties in the space's order."""
+    (a front: lower non-dominated rank first, then higher throughput); ties: the smaller chip,
+    then the space's order."""
     feasible = [i for i, s in enumerate(screens) if not s.reason and s.samples_per_s > 0]
     values = {i: objective_values(spec, screens[i].samples_per_s, screens[i]) for i in feasible}
     if len(spec.directions) == 1:
-        order = sorted(feasible, key=lambda i: -values[i][0])
+        order = sorted(feasible, key=lambda i: (-values[i][0], screens[i].area_m2))
     else:
         rank = front_ranks([(values[i][0], values[i][1]) for i in feasible])
-        order = sorted(feasible, key=lambda i: (rank[feasible.index(i)], -values[i][0]))
+        order = sorted(feasible, key=lambda i: (rank[feasible.index(i)], -values[i][0], screens[i].area_m2))
     return order[:spec.trials]
 
 
