@@ -61,6 +61,18 @@ class ChipScreen:
         return sum(self.estimates.values()) / len(self.estimates) if self.estimates and not self.reason else 0.0
 
 
+def objective_values(spec: CodesignSpec, samples_per_s: float, screen: ChipScreen) -> list[float]:
+    """The study's objective(s) of a chip scoring ``samples_per_s`` (samples/s, per m^2 or per W;
+    with area (m^2) or power (W) second on a front)."""
+    return {
+        "throughput": [samples_per_s],
+        "throughput_per_area": [samples_per_s / screen.area_m2 if screen.area_m2 else 0.0],
+        "throughput_per_power": [samples_per_s / screen.power_W if screen.power_W else 0.0],
+        "pareto_area": [samples_per_s, screen.area_m2],
+        "pareto_power": [samples_per_s, screen.power_W],
+    }[spec.objective]
+
+
 @cache
 def _model(name: str) -> ModelSpec:
     return load_model(name)

@@ -24,9 +24,9 @@ import pandas as pd
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
-from palm_search.codesign.evaluate import chip_space
+from palm_search.codesign.evaluate import chip_space, objective_values
 from palm_search.codesign.report import write_report
-from palm_search.codesign.search import Chip, CodesignRun, objective_values
+from palm_search.codesign.search import Chip, CodesignRun
 from palm_search.search.storage import journal_storage
 from palm_search.views.outputs import strict_json
 from simulator import hardware_tables, hardware_to_toml

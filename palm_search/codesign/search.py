@@ -1,16 +1,18 @@
 """The co-design search: every chip of the space screened, the most promising refined.
 
 1. **Screen** (:func:`palm_search.codesign.evaluate.screen_chip`, in parallel joblib workers): every
-   chip of the hardware space is costed; chips over the area or power budget are infeasible with
-   the reason. Each model's mappings are estimated in closed form on every other chip. A chip's
-   estimated score is PHAZE's: the mean over the models of each one's best samples/s.
+   chip of the hardware space (or the ``screen_chips`` a sampler proposes:
+   :mod:`palm_search.codesign.sampled`) is costed; chips over the area or power budget are
+   infeasible with the reason. Each model's mappings are estimated in closed form on every other
+   chip. A chip's estimated score is PHAZE's: the mean over the models of each one's best samples/s.
 2. **Refine**: the ``trials`` chips best by the estimated objective (for a Pareto objective: by
    non-dominated rank, Deb et al. NSGA-II 2002, then throughput) have each model's ``refine``
    best-estimated mappings simulated with the event-driven network; a chip's score is then the mean
    of each model's best simulated samples/s.
 
-Everything is deterministic (no sampler draws), so the same study gives the same answer for any
-number of workers. The budget ``trials x models x refine`` counts simulations.
+Screening every chip draws nothing at random; a sampled screen is seeded and asks fixed batches;
+either way the same study gives the same answer for any number of workers. The budget
+``trials x models x refine`` counts simulations.
 """
 
 from __future__ import annotations
@@ -21,7 +23,15 @@ from dataclasses import dataclass, field
 
 from joblib import Parallel, delayed
 
-from palm_search.codesign.evaluate import ChipScreen, budgets, chip_space, screen_chip, simulate_mapping
+from palm_search.codesign.evaluate import (
+    ChipScreen,
+    budgets,
+    chip_space,
+    objective_values,
+    screen_chip,
+    simulate_mapping,
+)
+from palm_search.codesign.sampled import sampled_screens
 from palm_search.codesign.spec import CodesignSpec
 from simulator import InputError
 from spaces.hardware import enumerate_hardware
@@ -99,18 +109,6 @@ class CodesignRun:
                                           -c.screen.area_m2, -c.screen.power_W), default=None)
 
 
-def objective_values(spec: CodesignSpec, samples_per_s: float, screen: ChipScreen) -> list[float]:
-    """The study's objective(s) of a chip scoring ``samples_per_s`` (samples/s, per m^2 or per W;
-    with area (m^2) or power (W) second on a front)."""
-    return {
-        "throughput": [samples_per_s],
-        "throughput_per_area": [samples_per_s / screen.area_m2 if screen.area_m2 else 0.0],
-        "throughput_per_power": [samples_per_s / screen.power_W if screen.power_W else 0.0],
-        "pareto_area": [samples_per_s, screen.area_m2],
-        "pareto_power": [samples_per_s, screen.power_W],
-    }[spec.objective]
-
-
 def run_codesign(spec: CodesignSpec, jobs: int, progress: Progress = lambda *_: None) -> CodesignRun:
     """Screen every chip of the study's space and refine the best (module docstring).
 
@@ -118,14 +116,20 @@ def run_codesign(spec: CodesignSpec, jobs: int, progress: Progress = lambda *_: 
         InputError: a bad base chip or space, more than :data:`CHIP_LIMIT` chips, or no chip that
             fits the budgets and the models.
     """
-    points = enumerate_hardware(chip_space(spec))
-    if len(points) > CHIP_LIMIT:
-        raise InputError(f"codesign: the hardware space has {len(points):,} chips, more than {CHIP_LIMIT:,};"
-                         " give fewer choices per dimension")
+    space = chip_space(spec)
+    sampled = 0 < spec.screen_chips < space.size
+    if space.size > CHIP_LIMIT and not sampled:
+        raise InputError(f"codesign: the hardware space has {space.size:,} chips, more than {CHIP_LIMIT:,} to"
+                         " screen each; give `screen_chips` (a sampler proposes that many) or fewer choices")
     area_budget, power_budget = budgets(spec)
     started = time.perf_counter()
-    tasks = [delayed(screen_chip)(spec, p) for p in points] + [delayed(screen_chip)(spec, {}, budgeted=False)]
-    *chips, base = [Chip(screen) for screen in _parallel(jobs, "screen", tasks, progress)]
+    if sampled:
+        chips = [Chip(s) for s in sampled_screens(spec, jobs, lambda done, total: progress("screen", done, total))]
+        base = Chip(screen_chip(spec, {}, budgeted=False))
+    else:
+        tasks = [delayed(screen_chip)(spec, p) for p in enumerate_hardware(space)]
+        tasks.append(delayed(screen_chip)(spec, {}, budgeted=False))
+        *chips, base = [Chip(screen) for screen in _parallel(jobs, "screen", tasks, progress)]
     screen_s = time.perf_counter() - started
     chosen = choose(spec, [c.screen for c in chips])
     if not chosen:

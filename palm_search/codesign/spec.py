@@ -13,6 +13,9 @@ Co-design study files are TOML (see ``studies/codesign-wafer-sram-compute.toml``
     power_budget_W = 0                  # 0: the base chip's full-activity power
     trials = 12                         # chips refined with simulations after the screen
     refine = 3                          # best-estimated mappings simulated per model on each
+    screen_chips = 0                    # 0: screen every chip; else a sampler (TPE, NSGA-II for a
+                                        # front) proposes this many (needed above 2,000 chips)
+    seed = 0                            # the sampler's seed
     network = "sharing"                 # the refining simulations' network model
 
     [hardware_space]                    # spaces.hardware: each dimension a list of choices
@@ -65,6 +68,8 @@ class CodesignSpec:
     power_budget_W: float = 0.0
     trials: int = DEFAULT_TRIALS
     refine: int = DEFAULT_REFINE
+    screen_chips: int = 0
+    seed: int = 0
     network: str = "sharing"
     searched: tuple[str, ...] = DEFAULT_SEARCHED
     microbatch_sizes: tuple[int, ...] = (1, 2, 4, 8)
@@ -77,6 +82,9 @@ class CodesignSpec:
             raise InputError(f"codesign: `objective` must be one of {list(OBJECTIVES)}, got {self.objective!r}")
         if self.network not in NETWORKS:
             raise InputError(f"codesign: `network` must be one of {list(NETWORKS)}, got {self.network!r}")
+        if self.screen_chips < 0 or not 0 <= self.seed < 2**32:
+            raise InputError(f"codesign: `screen_chips` must be >= 0 and `seed` in [0, 2**32), got"
+                             f" {self.screen_chips} and {self.seed}")
         for key in ("trials", "refine"):
             if getattr(self, key) < 1:
                 raise InputError(f"codesign: `{key}` must be >= 1, got {getattr(self, key)}")
@@ -131,7 +139,7 @@ def load_codesign(path: str | Path) -> CodesignSpec:
 
 
 _STRINGS = ("name", "hardware", "technology", "objective", "network")
-_INTEGERS = ("trials", "refine")
+_INTEGERS = ("trials", "refine", "screen_chips", "seed")
 
 
 def _codesign_values(table: Table) -> dict:
@@ -141,7 +149,8 @@ def _codesign_values(table: Table) -> dict:
             values[key] = table.take_string(key, OBJECTIVES if key == "objective" else None)
     for key in _INTEGERS:
         if table.has(key):
-            values[key] = int(table.take_number(key, integer=True, minimum=0))
+            values[key] = int(table.take_number(key, integer=True, minimum=0,
+                                                inclusive=key in ("screen_chips", "seed")))
     if table.has("area_budget_mm2"):
         values["area_budget_m2"] = float(table.take_number("area_budget_mm2", inclusive=True)) * 1e-6
     if table.has("power_budget_W"):

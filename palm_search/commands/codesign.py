@@ -23,6 +23,10 @@ def codesign_command(
         "Chips refined with event-driven simulations after every chip is screened in closed form"
         " (each: --refine mappings per model); default 12."))] = None,
     refine: Annotated[int | None, Opt(help="Best-estimated mappings simulated per model on each refined chip.")] = None,
+    screen_chips: Annotated[int | None, Opt(help=(
+        "Chips to screen: 0 (default) screens every chip of the space; N has a sampler (TPE, or NSGA-II for"
+        " a front) propose N, as a space of more than 2,000 chips needs."))] = None,
+    seed: Annotated[int | None, Opt(help="Seed of the sampler of --screen-chips.")] = None,
     jobs: Annotated[int, Opt(help="Worker processes (default: all cores).")] = 0,
     run_dir: Annotated[Path | None, Opt(help="Run directory (default runs/<study name>).")] = None,
     json_output: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False,
@@ -37,7 +41,7 @@ def codesign_command(
 
     _check_jobs(jobs)
     spec = load_codesign(study_file).replace(models=tuple(model) if model else None, objective=objective,
-                                             trials=trials, refine=refine)
+                                             trials=trials, refine=refine, screen_chips=screen_chips, seed=seed)
     directory = run_dir or Path("runs") / spec.name
     with _progress_bar(1, "co-design") as (progress, task):
         def report(phase: str, done: int, total: int) -> None:

@@ -137,3 +137,21 @@ def test_chips_of_one_grid_and_memory_propose_the_same_mappings(study):
         build = candidate_builder(spec.mapping_spec("T-3.6B"), load_model("T-3.6B"), hardware)
         walks.append([c.strategy for _, c in enumerate_candidates(build, 10_000)])
     assert walks[0] == walks[1] and walks[0]
+
+
+def test_a_sampled_screen_proposes_distinct_chips_and_does_not_depend_on_the_workers(run):
+    """``screen_chips``: a seeded sampler proposes that many distinct chips, asked in fixed
+    batches, so one and two workers screen the same chips and find the same best."""
+    spec = run.spec.replace(screen_chips=4, seed=3)
+    one, two = run_codesign(spec, jobs=1), run_codesign(spec, jobs=2)
+    assert len(one.chips) == 4
+    assert len({tuple(sorted(c.screen.params.items())) for c in one.chips}) == 4
+    assert [c.screen.params for c in one.chips] == [c.screen.params for c in two.chips]
+    assert [c.samples_per_s for c in one.chips] == [c.samples_per_s for c in two.chips]
+
+
+def test_a_space_too_big_to_screen_whole_asks_for_a_sampler(run):
+    spec = run.spec.replace(hardware_choices={"sram_MB_per_core": tuple(range(1, 46)),
+                                              "TFLOP_per_s_per_core": tuple(range(1, 46))})
+    with pytest.raises(InputError, match="screen_chips"):
+        run_codesign(spec, jobs=1)
