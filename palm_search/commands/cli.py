@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from palm_search.commands.codesign import codesign_command
-from palm_search.commands.hardware import hardware_app, new_hardware
+from palm_search.commands.hardware import hardware_app, hardware_cost, new_hardware
 from palm_search.commands.optimize import dashboard_cmd, optimize_command
 from palm_search.commands.worker import worker_cmd
 from palm_search.search.study import DEFAULT_EVAL_TIMEOUT_S, MAX_EVAL_TIMEOUT_S
@@ -231,6 +231,7 @@ def _resumable(command):
 app.command("optimize")(_user_errors(_resumable(optimize_command)))
 app.command("codesign")(_user_errors(codesign_command))
 hardware_app.command("new")(_user_errors(new_hardware))
+hardware_app.command("cost")(_user_errors(hardware_cost))
 app.add_typer(hardware_app, name="hardware")
 app.command("dashboard")(_user_errors(dashboard_cmd))
 app.command("worker")(_user_errors(worker_cmd))

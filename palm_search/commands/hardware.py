@@ -55,3 +55,27 @@ def new_hardware(
 def _require(kind: str, wanted: str, flag: str) -> None:
     if kind != wanted:
         raise InputError(f"{flag}: applies to a {wanted}, and this machine is a {kind}")
+
+
+def hardware_cost(
+    hw: Annotated[str | None, Opt("--hw", help="A mesh preset or hardware file to cost (default: none).")] = None,
+    technology: Annotated[str, Opt(help="Technology file: a name under simulator/hardware/technology or a path.")]
+    = "tsmc-n7",
+) -> None:
+    """Print the technology's check against real chips (published die area and TDP), and with
+    --hw a mesh chip's silicon area and full-activity power, part by part."""
+    from simulator.hardware.silicon import check_rows, hardware_cost, load_technology
+
+    tech = load_technology(technology)
+    cost = hardware_cost(load_hardware(hw), tech) if hw is not None else None
+    typer.echo(f"{tech.name}: model against published chips (area mm^2, power W; * = a coefficient came from it)")
+    for row in check_rows(tech):
+        mark = "" if row.independent_area else " *"
+        typer.echo(f"  {row.name}{mark}: area {row.predicted_area_m2 * 1e6:,.0f} vs {row.published_area_m2 * 1e6:,.0f}"
+                   f" ({row.area_error:+.0%}), power {row.predicted_power_W:,.0f} vs {row.published_tdp_W:,.0f}"
+                   f" ({row.power_error:+.0%})")
+    if cost is None:
+        return
+    typer.echo(f"{hw}: {cost.area_m2 * 1e6:,.0f} mm^2, {cost.power_W:,.0f} W at full activity")
+    typer.echo("  area mm^2: " + ", ".join(f"{k} {v * 1e6:,.0f}" for k, v in cost.area_parts_m2.items()))
+    typer.echo("  power W: " + ", ".join(f"{k} {v:,.0f}" for k, v in cost.power_parts_W.items()))

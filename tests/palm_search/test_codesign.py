@@ -155,3 +155,11 @@ def test_a_space_too_big_to_screen_whole_asks_for_a_sampler(run):
                                               "TFLOP_per_s_per_core": tuple(range(1, 46))})
     with pytest.raises(InputError, match="screen_chips"):
         run_codesign(spec, jobs=1)
+
+
+def test_hardware_cost_prints_the_check_and_a_chips_parts():
+    result = CliRunner().invoke(app, ["hardware", "cost", "--hw", "wafer"])
+    assert result.exit_code == 0, result.output
+    assert "Cerebras WSE-2" in result.output and "3,207 mm^2" in result.output
+    refused = CliRunner().invoke(app, ["hardware", "cost", "--hw", "a100-cluster"])
+    assert refused.exit_code == 2 and refused.output.count("\n") == 1 and "mesh" in refused.output
