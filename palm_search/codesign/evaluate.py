@@ -131,9 +131,8 @@ def screen_chip(spec: CodesignSpec, params: dict, budgeted: bool = True) -> Chip
                                   mappings=mappings, seconds=time.perf_counter() - started)
             estimates[name], shortlist[name] = best, kept
     except Exception as error:  # noqa: BLE001 - a failing chip must not stop a search
-        reason = f"{type(error).__name__}: {error}" if not isinstance(error, InputError) else str(error)
-        if not isinstance(error, InputError):
-            reason += f" ({traceback.extract_tb(error.__traceback__)[-1].lineno})"
+        where = traceback.extract_tb(error.__traceback__)[-1]
+        reason = f"{type(error).__name__}: {error} ({where.filename.rsplit('/', 1)[-1]}:{where.lineno})"
         return ChipScreen(params, cost.area_m2, cost.power_W, reason=reason, mappings=mappings)
     return ChipScreen(params, cost.area_m2, cost.power_W, estimates=estimates, shortlist=shortlist,
                       mappings=mappings, seconds=time.perf_counter() - started)

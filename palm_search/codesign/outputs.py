@@ -16,6 +16,7 @@ run as it was.
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from optuna.trial import TrialState, create_trial
 from palm_search.codesign.evaluate import chip_space, objective_values
 from palm_search.codesign.report import write_report
 from palm_search.codesign.search import Chip, CodesignRun
+from palm_search.search.screen import spearman
 from palm_search.search.storage import journal_storage
 from palm_search.views.outputs import strict_json
 from simulator import hardware_tables, hardware_to_toml
@@ -98,12 +100,23 @@ def summary_of(run: CodesignRun, frame: pd.DataFrame, best: Chip | None) -> dict
         "chips": len(run.chips), "feasible_chips": int(frame["feasible"][:-1].sum()),
         "refined_chips": sum(c.refined for c in run.chips), "estimated_mappings": run.estimated_mappings,
         "simulations": run.simulations, "screen_s": run.screen_s, "refine_s": run.refine_s,
+        "rank_agreement": _agreement(frame),
         "base": _chip_document(run, run.base), "best": None,
     }
     if best is not None:
         speedup = best.samples_per_s / base if base else None
         summary["best"] = {**_chip_document(run, best), "speedup_over_base": speedup}
     return summary
+
+
+def _agreement(frame: pd.DataFrame) -> float | None:
+    """Spearman's rank correlation between the refined chips' estimated and simulated mean
+    samples/s (None with fewer than 3): how far the screen's order held."""
+    refined = frame[frame["samples_per_s"] > 0]
+    if len(refined) < 3:
+        return None
+    rho = spearman(refined["estimated_samples_per_s"], refined["samples_per_s"])
+    return None if math.isnan(rho) else rho
 
 
 def _chip_document(run: CodesignRun, chip: Chip) -> dict:

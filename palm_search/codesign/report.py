@@ -68,6 +68,10 @@ def figure(run: CodesignRun, frame: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def _rho(value: float | None) -> str:
+    return "n/a (fewer than 3 chips)" if value is None else f"{value:.2f}"
+
+
 def write_report(run: CodesignRun, frame: pd.DataFrame, summary: dict, path: Path) -> None:
     """Write the page to ``path``."""
     best, base = summary["best"], summary["base"]
@@ -76,7 +80,8 @@ def write_report(run: CodesignRun, frame: pd.DataFrame, summary: dict, path: Pat
              f"<p>{summary['chips']} chips screened ({summary['feasible_chips']} within the budgets of "
              f"{run.area_budget_m2 * 1e6:,.0f} mm<sup>2</sup> and {run.power_budget_W:,.0f} W), "
              f"{summary['estimated_mappings']:,} mappings estimated, {summary['simulations']} simulated; "
-             f"screen {summary['screen_s']:.1f} s, refine {summary['refine_s']:.1f} s.</p>"]
+             f"screen {summary['screen_s']:.1f} s, refine {summary['refine_s']:.1f} s; rank agreement of"
+             f" estimate and simulation over the refined chips (Spearman): {_rho(summary['rank_agreement'])}.</p>"]
     for title, chip in (("Best chip", best), ("Base chip", base)):
         if chip is None:
             continue

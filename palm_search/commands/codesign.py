@@ -63,6 +63,8 @@ def _print_summary(summary: dict) -> None:
          f"({summary['area_budget_m2'] * 1e6:,.0f} mm^2, {summary['power_budget_W']:,.0f} W); "
          f"{summary['estimated_mappings']:,} mappings estimated, {summary['simulations']} simulated "
          f"in {summary['screen_s'] + summary['refine_s']:.1f} s")
+    if summary["rank_agreement"] is not None:
+        echo(f"estimate vs simulation over the refined chips: Spearman {summary['rank_agreement']:.2f}")
     for title, chip in (("base", summary["base"]), ("best", summary["best"])):
         if chip is None:
             echo("best: no chip fits every model within the budgets")
