@@ -57,13 +57,13 @@ def chips_frame(run: CodesignRun) -> pd.DataFrame:
 
 
 def _mapping(strategy: dict | None) -> str:
-    """A strategy in a few words: ``TP8 PP20 DP2 mb1 1f1b full ZeRO1``."""
+    """A strategy in a few words: ``TP8 PP20 DP2 mb1 1f1b full SP ZeRO1``."""
     if not strategy:
         return ""
     s = {"tp": 1, "pp": 1, "dp": 1, "microbatch_size": 1, "schedule": "1f1b", "recompute": "none",
-         "zero_stage": 0, **strategy}
+         "sequence_parallel": False, "zero_stage": 0, **strategy}
     return (f"TP{s['tp']} PP{s['pp']} DP{s['dp']} mb{s['microbatch_size']} {s['schedule']} {s['recompute']}"
-            f" ZeRO{s['zero_stage']}")
+            f"{' SP' if s['sequence_parallel'] else ''} ZeRO{s['zero_stage']}")
 
 
 def write_codesign(run: CodesignRun, run_dir: Path) -> dict:

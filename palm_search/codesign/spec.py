@@ -23,7 +23,7 @@ Co-design study files are TOML (see ``studies/codesign-wafer-sram-compute.toml``
     TFLOP_per_s_per_core = [12, 16, 20]
 
     [search]                            # the mapping space, as in optimize's study files
-    dimensions = ["degrees", "microbatch_size", "recompute", "zero_stage"]
+    dimensions = ["degrees", "microbatch_size", "recompute", "sequence_parallel", "zero_stage"]
     microbatch_sizes = [1, 2, 4]
 
     [fixed]                             # Strategy fields not searched
@@ -46,9 +46,9 @@ from simulator.hardware.loader import load_hardware
 from spaces.hardware import HardwareSpace
 
 OBJECTIVES = ("throughput", "throughput_per_area", "throughput_per_power", "pareto_area", "pareto_power")
-DEFAULT_SEARCHED = ("degrees", "microbatch_size", "recompute", "zero_stage")
+DEFAULT_SEARCHED = ("degrees", "microbatch_size", "recompute", "sequence_parallel", "zero_stage")
 """Mapping dimensions searched on each chip by default: PHAZE's (parallel degrees, microbatch
-size, recompute vs stash) and ZeRO, with the placement fixed (``s-shape``)."""
+size, recompute vs stash), sequence parallelism and ZeRO, with the placement fixed (``s-shape``)."""
 DEFAULT_FIXED = {"placement": "s-shape", "optimizer": "adam", "precision": "fp16"}
 DEFAULT_TRIALS = 12
 DEFAULT_REFINE = 3
