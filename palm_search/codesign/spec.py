@@ -39,7 +39,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from palm_search.search.study import NETWORKS, StudySpec, _positive_integers, _strategy_fields
+from palm_search.search.study import NETWORKS, StudySpec, positive_integers, strategy_fields
 from simulator.config import Table, read_toml
 from simulator.errors import InputError
 from simulator.hardware.loader import load_hardware
@@ -125,10 +125,10 @@ def load_codesign(path: str | Path) -> CodesignSpec:
         if search.has("dimensions"):
             values["searched"] = tuple(search.take_strings("dimensions"))
         if search.has("microbatch_sizes"):
-            values["microbatch_sizes"] = _positive_integers(search, "microbatch_sizes")
+            values["microbatch_sizes"] = positive_integers(search, "microbatch_sizes")
         search.finish(["dimensions", "microbatch_sizes"])
     if root.has("fixed"):
-        values["fixed"] = {**DEFAULT_FIXED, **_strategy_fields(root.take_table("fixed"))}
+        values["fixed"] = {**DEFAULT_FIXED, **strategy_fields(root.take_table("fixed"))}
     root.finish(["codesign", "hardware_space", "search", "fixed"])
     try:
         spec = CodesignSpec(**values)

@@ -150,7 +150,7 @@ def load_study(path: str | Path) -> StudySpec:
         values.update(_search_values(root.take_table("search")))
     for key in ("fixed", "baseline"):
         if root.has(key):
-            values[key] = _strategy_fields(root.take_table(key))
+            values[key] = strategy_fields(root.take_table(key))
     if root.has("placements"):
         values["placements"] = root.take_table("placements").data
     root.finish()
@@ -183,12 +183,12 @@ def _search_values(search: Table) -> dict:
         values["searched"] = tuple(search.take_strings("dimensions"))
     for key, field_name in (("microbatch_sizes", "microbatch_sizes"), ("devices", "device_counts")):
         if search.has(key):
-            values[field_name] = _positive_integers(search, key)
+            values[field_name] = positive_integers(search, key)
     search.finish()
     return values
 
 
-def _positive_integers(table: Table, key: str) -> tuple[int, ...]:
+def positive_integers(table: Table, key: str) -> tuple[int, ...]:
     """A non-empty list of integers >= 1 under ``key`` (taken from the table).
 
     Raises:
@@ -201,7 +201,7 @@ def _positive_integers(table: Table, key: str) -> tuple[int, ...]:
     return tuple(values)
 
 
-def _strategy_fields(table: Table) -> dict:
+def strategy_fields(table: Table) -> dict:
     """A strategy table's fields, checked by building a Strategy from them."""
     fields = dict(table.data)
     try:
