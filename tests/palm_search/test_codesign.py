@@ -163,3 +163,23 @@ def test_hardware_cost_prints_the_check_and_a_chips_parts():
     assert "Cerebras WSE-2" in result.output and "3,207 mm^2" in result.output
     refused = CliRunner().invoke(app, ["hardware", "cost", "--hw", "a100-cluster"])
     assert refused.exit_code == 2 and refused.output.count("\n") == 1 and "mesh" in refused.output
+
+
+def test_each_objective_scores_the_refined_chips_as_it_says(run):
+    import dataclasses
+
+    refined = [c for c in run.chips if c.samples_per_s > 0]
+    per_area = dataclasses.replace(run, spec=run.spec.replace(objective="throughput_per_area")).best()
+    assert per_area.samples_per_s / per_area.screen.area_m2 == max(c.samples_per_s / c.screen.area_m2 for c in refined)
+    per_watt = dataclasses.replace(run, spec=run.spec.replace(objective="throughput_per_power")).best()
+    assert per_watt.samples_per_s / per_watt.screen.power_W == max(c.samples_per_s / c.screen.power_W for c in refined)
+
+
+def test_the_report_draws_the_front_the_base_and_the_budget(run, tmp_path):
+    from palm_search.codesign.outputs import write_codesign
+
+    summary = write_codesign(run, tmp_path / "out")
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert all(text in page for text in ("front", "base chip", "budget", "Sensitivity"))
+    assert summary["best"]["samples_per_s"] == run.best().samples_per_s
+    assert summary["base"]["samples_per_s"] == run.base.samples_per_s
