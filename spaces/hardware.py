@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import optuna
 
 from simulator import Hardware, InputError
-from simulator.config import split_unit
+from simulator.config import plausible_range, split_unit
 
 _GRIDS = {"dies": ("dies_x", "dies_y"), "cores": ("cores_x", "cores_y")}
 _MESH_QUANTITIES = {
@@ -84,6 +84,11 @@ class HardwareSpace:
         return math.prod(len(v) for v in self.choices.values())
 
 
+_SI = {"sram_MB_per_core": ("sram_bytes", 1e6), "TFLOP_per_s_per_core": ("peak_flop_per_s", 1e12),
+       **_MESH_QUANTITIES}
+"""Each numeric dimension's SI quantity and factor, for the plausible ranges hardware files obey."""
+
+
 def _check_dimension(name: str, values: tuple) -> None:
     if name not in HARDWARE_DIMENSIONS:
         raise InputError(f"hardware space: unknown dimension {name!r} (known: {list(HARDWARE_DIMENSIONS)})")
@@ -97,6 +102,12 @@ def _check_dimension(name: str, values: tuple) -> None:
         elif name == "dram_ports_per_die" and value not in (1, 2):
             raise InputError(f"hardware space: `dram_ports_per_die` choices must be 1 or 2 (ports on the"
                              f" die's west and east edges), got {value!r}")
+        else:
+            quantity, factor = _SI[name]
+            low, high, why = plausible_range(quantity)
+            if not low <= value * factor <= high:
+                raise InputError(f"hardware space: `{name}` choices must lie in [{low / factor:g}, {high / factor:g}]"
+                                 f" ({why}), got {value!r}")
 
 
 def grid_of(name: str, label: object) -> tuple[int, int]:
@@ -106,8 +117,9 @@ def grid_of(name: str, label: object) -> tuple[int, int]:
         InputError: not two positive integers joined by ``x``.
     """
     parts = label.lower().split("x") if isinstance(label, str) else []
-    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise InputError(f"hardware space: `{name}` choices are grids written AxB (e.g. \"4x4\"), got {label!r}")
+    if len(parts) != 2 or not all(p.isdigit() and 0 < int(p) <= 1024 for p in parts):
+        raise InputError(f"hardware space: `{name}` choices are grids written AxB of 1 to 1024 (e.g. \"4x4\"),"
+                         f" got {label!r}")
     return int(parts[0]), int(parts[1])
 
 

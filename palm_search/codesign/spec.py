@@ -43,6 +43,9 @@ from palm_search.search.study import NETWORKS, StudySpec, positive_integers, str
 from simulator.config import Table, read_toml
 from simulator.errors import InputError
 from simulator.hardware.loader import load_hardware
+from simulator.hardware.silicon import load_technology
+from simulator.workload.loader import load_model
+from spaces import DIMENSIONS
 from spaces.hardware import HardwareSpace
 
 OBJECTIVES = ("throughput", "throughput_per_area", "throughput_per_power", "pareto_area", "pareto_power")
@@ -133,9 +136,24 @@ def load_codesign(path: str | Path) -> CodesignSpec:
     try:
         spec = CodesignSpec(**values)
         HardwareSpace(load_hardware(spec.hardware), dict(spec.hardware_choices))
+        check_references(spec)
     except InputError as error:
         raise InputError(f"{path}: {error}") from None
     return spec
+
+
+def check_references(spec: CodesignSpec) -> None:
+    """The models, technology and mapping dimensions the study names exist.
+
+    Raises:
+        InputError: naming the first that does not.
+    """
+    for model in spec.models:
+        load_model(model)
+    load_technology(spec.technology)
+    unknown = [d for d in spec.searched if d not in DIMENSIONS]
+    if unknown:
+        raise InputError(f"[search] `dimensions` has {unknown[0]!r}, not one of {list(DIMENSIONS)}")
 
 
 _STRINGS = ("name", "hardware", "technology", "objective", "network")

@@ -36,12 +36,13 @@ def codesign_command(
     palm-search simulate --hw), best.json, trials.csv, report.html and the dashboard's study."""
     from palm_search.codesign.outputs import write_codesign
     from palm_search.codesign.search import run_codesign
-    from palm_search.codesign.spec import load_codesign
+    from palm_search.codesign.spec import check_references, load_codesign
     from palm_search.views.outputs import strict_json
 
     _check_jobs(jobs)
     spec = load_codesign(study_file).replace(models=tuple(model) if model else None, objective=objective,
                                              trials=trials, refine=refine, screen_chips=screen_chips, seed=seed)
+    check_references(spec)
     directory = run_dir or Path("runs") / spec.name
     with _progress_bar(1, "co-design") as (progress, task):
         def report(phase: str, done: int, total: int) -> None:

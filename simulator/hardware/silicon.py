@@ -279,6 +279,8 @@ def load_technology(name_or_path: str = DEFAULT_TECHNOLOGY) -> Technology:
         if not path.is_file():
             known = sorted(p.stem for p in TECHNOLOGY_DIR.glob("*.toml"))
             raise InputError(f"silicon: no technology {name_or_path!r} (known: {known}; or give a file path)")
+    elif not path.is_file():
+        raise InputError(f"silicon: technology file {str(path)!r} does not exist")
     root = read_toml(path)
     name = root.take_string("name")
     sources = {"name": root.take_source("name")}

@@ -183,3 +183,20 @@ def test_the_report_draws_the_front_the_base_and_the_budget(run, tmp_path):
     assert all(text in page for text in ("front", "base chip", "budget", "Sensitivity"))
     assert summary["best"]["samples_per_s"] == run.best().samples_per_s
     assert summary["base"]["samples_per_s"] == run.base.samples_per_s
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (("[search]\n", '[search]\ndimensions = ["warp"]\n'), "dimensions.*warp"),
+    (("sram_MB_per_core = [1.0, 3.75, 5.0]", "sram_MB_per_core = [1e300]"), "sram_MB_per_core.*must lie in"),
+    (('technology = "', 'technology = "/no/such/'), "technology"),
+])
+def test_what_a_study_names_is_checked_before_any_chip_is_screened(study, change, message):
+    text = study.read_text().replace("dimensions = [\"degrees\", \"microbatch_size\", \"recompute\"]\n", "")
+    study.write_text(text.replace(*change))
+    with pytest.raises(InputError, match=message):
+        load_codesign(study)
+
+
+def test_a_model_given_on_the_command_line_is_checked_too(study):
+    result = CliRunner().invoke(app, ["codesign", "--study", str(study), "--model", "T-999B"])
+    assert result.exit_code == 2 and "T-999B" in result.output and result.output.count("\n") == 1
