@@ -108,19 +108,26 @@ def budgets(spec: CodesignSpec) -> tuple[float, float]:
     return spec.area_budget_m2 or base.area_m2, spec.power_budget_W or base.power_W
 
 
+def costed_out(spec: CodesignSpec, params: dict) -> ChipScreen | None:
+    """The chip of ``params`` as infeasible when it cannot be built or is over a budget (the
+    analytic constraints: microseconds, no mapping screened), else None."""
+    try:
+        cost = chip_cost(spec, build_hardware(chip_space(spec), params))
+    except InputError as error:
+        return ChipScreen(params, 0.0, 0.0, reason=str(error))
+    over = _over_budget(cost, *budgets(spec))
+    return ChipScreen(params, cost.area_m2, cost.power_W, reason=over) if over else None
+
+
 def screen_chip(spec: CodesignSpec, params: dict, budgeted: bool = True) -> ChipScreen:
     """The first rung for the chip of ``params`` (module docstring), its budgets checked unless
     not ``budgeted`` (the base chip, screened as the reference); never raises."""
     started = time.perf_counter()
-    try:
-        hardware = build_hardware(chip_space(spec), params)
-        cost = chip_cost(spec, hardware)
-    except InputError as error:
-        return ChipScreen(params, 0.0, 0.0, reason=str(error))
-    area_budget, power_budget = budgets(spec)
-    over = _over_budget(cost, area_budget, power_budget) if budgeted else ""
-    if over:
-        return ChipScreen(params, cost.area_m2, cost.power_W, reason=over)
+    out = costed_out(spec, params) if budgeted else None
+    if out is not None:
+        return out
+    hardware = build_hardware(chip_space(spec), params)
+    cost = chip_cost(spec, hardware)
     estimates, shortlist, mappings = {}, {}, 0
     try:
         for name in spec.models:
