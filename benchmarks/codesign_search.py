@@ -9,15 +9,16 @@ the base chip's area and power (TSMC N7 file). Two models (T-1.7B, T-3.6B) are m
   optimum is the chip with the best mean over the models of each one's best samples/s (PHAZE).
 * **codesign**: ``palm-search codesign``'s search (every chip screened in closed form, the best
   ``--trials`` chips' best ``--refine`` mappings per model simulated). It draws nothing at random.
-* **sampled**: the same with a sampled screen (``--screen-chips``, default 9 of the 18 chips:
-  multivariate TPE seeded with the seed proposes them).
+* **sampled**: the same with a sampled screen (``screen_chips``: multivariate TPE seeded with the
+  seed proposes chips until ``--screen-share`` (default half) of the chips within the budgets had
+  their mappings screened; chips over a budget cost nothing and do not count).
 
 Printed per seed: hardware x mapping points, the exhaustive optimum, what each search found,
 whether it is the optimum (its mean samples/s equal to the optimum's), and the simulations it
 spent as a share of the points. Each seed draws a different space.
 
 Usage: ``python benchmarks/codesign_search.py [--seeds 10] [--jobs 2] [--trials 4] [--refine 2]
-[--screen-chips 9]``.
+[--screen-share 0.5]``.
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--trials", type=int, default=4, help="chips refined by the search")
     parser.add_argument("--refine", type=int, default=2, help="mappings simulated per model and refined chip")
-    parser.add_argument("--screen-chips", type=int, default=9, help="chips the sampled search screens")
+    parser.add_argument("--screen-share", type=float, default=0.5,
+                        help="share of the chips within the budgets that the sampled search screens")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as directory:
@@ -104,7 +106,9 @@ def main() -> None:
             started = time.perf_counter()
             run = run_codesign(spec, args.jobs)
             search_s = time.perf_counter() - started
-            sampled = run_codesign(spec.replace(screen_chips=args.screen_chips, seed=seed), args.jobs)
+            in_budget = sum(not c.screen.reason.startswith(("area", "power")) for c in run.chips)
+            sample = max(1, round(args.screen_share * in_budget))
+            sampled = run_codesign(spec.replace(screen_chips=sample, seed=seed), args.jobs)
             feasible = [c.screen.params for c in run.chips if not c.screen.reason.startswith(("area", "power"))]
             started = time.perf_counter()
             optimum, points = exhaustive(spec, feasible, args.jobs)
@@ -122,7 +126,7 @@ def main() -> None:
             print(f"seed {seed}: {row['in budget']} of {row['chips']} chips in budget, {points} points;"
                   f" optimum {optimum:.4g}, found {found:.4g} ({'hit' if row['hit'] else 'MISS'}) with"
                   f" {run.simulations} simulations ({row['simulated share']:.1%}); search {search_s:.1f} s,"
-                  f" exhaustive {row['exhaustive s']:.1f} s; sampled screen of {args.screen_chips} chips:"
+                  f" exhaustive {row['exhaustive s']:.1f} s; sampled screen of {sample} chips:"
                   f" {sampled_found:.4g} ({'hit' if row['sampled hit'] else 'MISS'}) with"
                   f" {sampled.simulations} simulations", flush=True)
     frame = pd.DataFrame(rows)
@@ -131,7 +135,8 @@ def main() -> None:
           f"{frame['points'].mean():.0f} hardware x mapping points on average, max"
           f" {frame['simulated share'].max():.1%});"
           f" search {frame['search s'].mean():.1f} s vs exhaustive {frame['exhaustive s'].mean():.1f} s per space")
-    print(f"sampled screen of {args.screen_chips} chips: optimum found in {int(frame['sampled hit'].sum())} of"
+    print(f"sampled screen of {args.screen_share:.0%} of the chips in budget: optimum found in"
+          f" {int(frame['sampled hit'].sum())} of"
           f" {len(frame)} spaces, {frame['sampled simulations'].mean():.0f} simulations per space")
 
 
