@@ -52,6 +52,9 @@ HARDWARE_DIMENSIONS = ("dies", "cores", "sram_MB_per_core", "TFLOP_per_s_per_cor
 PARAM_PREFIX = "hw."
 """Prefix of the hardware parameters' names in an Optuna trial (``hw.sram_MB_per_core``)."""
 PROPOSED = "proposed by palm-search codesign"
+MAX_GRID_SIDE = 1024
+"""Most dies or cores along one side of a proposed chip (a wafer of 1024 x 1024 cores already
+exceeds any announced one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +99,9 @@ def _check_dimension(name: str, values: tuple) -> None:
         raise InputError(f"hardware space: `{name}` needs at least one choice")
     for value in values:
         if name in _GRIDS:
-            grid_of(name, value)
+            if max(grid_of(f"hardware space: `{name}`", value)) > MAX_GRID_SIDE:
+                raise InputError(f"hardware space: `{name}` choices must be at most {MAX_GRID_SIDE} along a side,"
+                                 f" got {value!r}")
         elif isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
             raise InputError(f"hardware space: `{name}` choices must be positive numbers, got {value!r}")
         elif name == "dram_ports_per_die" and value not in (1, 2):
@@ -110,16 +115,15 @@ def _check_dimension(name: str, values: tuple) -> None:
                                  f" ({why}), got {value!r}")
 
 
-def grid_of(name: str, label: object) -> tuple[int, int]:
-    """``"5x4"`` -> ``(5, 4)``.
+def grid_of(what: str, label: object) -> tuple[int, int]:
+    """``"5x4"`` -> ``(5, 4)``; ``what`` names the value in the error.
 
     Raises:
         InputError: not two positive integers joined by ``x``.
     """
     parts = label.lower().split("x") if isinstance(label, str) else []
-    if len(parts) != 2 or not all(p.isdigit() and 0 < int(p) <= 1024 for p in parts):
-        raise InputError(f"hardware space: `{name}` choices are grids written AxB of 1 to 1024 (e.g. \"4x4\"),"
-                         f" got {label!r}")
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise InputError(f"{what}: expected two positive integers as AxB (e.g. 4x4), got {label!r}")
     return int(parts[0]), int(parts[1])
 
 
@@ -155,7 +159,7 @@ def build_hardware(space: HardwareSpace, params: dict) -> Hardware:
     network: dict[str, float | int] = {}
     for name, value in values.items():
         if name in _GRIDS:
-            network.update(zip(_GRIDS[name], grid_of(name, value), strict=True))
+            network.update(zip(_GRIDS[name], grid_of(f"hardware space: `{name}`", value), strict=True))
         elif name in _MESH_QUANTITIES:
             key, factor = _MESH_QUANTITIES[name]
             network[key] = int(value) if key == "dram_ports_per_die" else float(value) * factor

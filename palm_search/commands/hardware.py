@@ -8,22 +8,11 @@ from typing import Annotated
 import typer
 
 from simulator import InputError, hardware_from_tables, hardware_tables, hardware_to_toml, load_hardware
+from spaces.hardware import grid_of
 
 Opt = typer.Option
 
 hardware_app = typer.Typer(no_args_is_help=True, help="Hardware files: start your own from a preset.")
-
-
-def _grid(flag: str, text: str) -> tuple[int, int]:
-    """``"2x3"`` -> ``(2, 3)``.
-
-    Raises:
-        InputError: not two positive integers joined by ``x``.
-    """
-    parts = text.lower().split("x")
-    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise InputError(f"{flag}: expected two positive integers as AxB (e.g. 2x2), got {text!r}")
-    return int(parts[0]), int(parts[1])
 
 
 def new_hardware(
@@ -40,7 +29,7 @@ def new_hardware(
                                     ("--cores", cores, "mesh", ("cores_x", "cores_y"))):
         if value is not None:
             _require(hardware.kind, kind, flag)
-            changes.update(zip(keys, _grid(flag, value), strict=True))
+            changes.update(zip(keys, grid_of(flag, value), strict=True))
     if nodes is not None:
         _require(hardware.kind, "cluster", "--nodes")
         changes["nodes"] = nodes
