@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from simulator import InputError, hardware_from_tables, hardware_tables, hardware_to_toml, load_hardware
-from spaces.hardware import grid_of
 
 Opt = typer.Option
 
@@ -23,6 +22,8 @@ def new_hardware(
 ) -> None:
     """Print a hardware file (TOML, SI keys, every number with its source) to edit: the machine of
     --from with the changes asked; a changed number's source says so, to be replaced by yours."""
+    from spaces.hardware import grid_of  # spaces imports optuna: not at the command line's start-up
+
     hardware = load_hardware(start)
     changes: dict[str, int] = {}
     for flag, value, kind, keys in (("--dies", dies, "mesh", ("dies_x", "dies_y")),
