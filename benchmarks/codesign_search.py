@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 from joblib import Parallel, delayed
 
-from palm_search.codesign.evaluate import chip_space, simulate_mapping
+from palm_search.codesign.evaluate import chip_space, simulate_mapping, simulated_samples_per_s
 from palm_search.codesign.search import run_codesign
 from palm_search.codesign.spec import CodesignSpec
 from palm_search.search.space import candidate_builder, enumerate_candidates
@@ -82,8 +82,7 @@ def exhaustive(spec: CodesignSpec, feasible: list[dict], jobs: int) -> tuple[flo
     records = Parallel(n_jobs=jobs)(delayed(simulate_mapping)(spec, feasible[i], name, s) for i, name, s in tasks)
     best: dict[tuple[int, str], float] = {}
     for (i, name, _), record in zip(tasks, records, strict=True):
-        value = record.get("samples_per_s", 0.0) if record.get("feasible") else 0.0
-        best[(i, name)] = max(best.get((i, name), 0.0), value)
+        best[(i, name)] = max(best.get((i, name), 0.0), simulated_samples_per_s(record))
     scores = [np.mean([best.get((i, n), 0.0) for n in spec.models]) if all(best.get((i, n)) for n in spec.models)
               else 0.0 for i in range(len(feasible))]
     return float(max(scores, default=0.0)), len(tasks)

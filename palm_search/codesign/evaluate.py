@@ -108,26 +108,38 @@ def budgets(spec: CodesignSpec) -> tuple[float, float]:
     return spec.area_budget_m2 or base.area_m2, spec.power_budget_W or base.power_W
 
 
-def costed_out(spec: CodesignSpec, params: dict) -> ChipScreen | None:
-    """The chip of ``params`` as infeasible when it cannot be built or is over a budget (the
-    analytic constraints: microseconds, no mapping screened), else None."""
+def simulated_samples_per_s(record: dict) -> float:
+    """Samples/s of an evaluation record (0 when infeasible or failed)."""
+    return record.get("samples_per_s", 0.0) if record.get("feasible") else 0.0
+
+
+def _costed(spec: CodesignSpec, params: dict, budgeted: bool) -> tuple[Hardware, SiliconCost] | ChipScreen:
+    """The chip of ``params`` and its cost, or its infeasible screen when it cannot be built or
+    (if ``budgeted``) is over a budget: the analytic constraints, microseconds."""
     try:
-        cost = chip_cost(spec, build_hardware(chip_space(spec), params))
+        hardware = build_hardware(chip_space(spec), params)
     except InputError as error:
         return ChipScreen(params, 0.0, 0.0, reason=str(error))
-    over = _over_budget(cost, *budgets(spec))
-    return ChipScreen(params, cost.area_m2, cost.power_W, reason=over) if over else None
+    cost = chip_cost(spec, hardware)
+    over = _over_budget(cost, *budgets(spec)) if budgeted else ""
+    return ChipScreen(params, cost.area_m2, cost.power_W, reason=over) if over else (hardware, cost)
+
+
+def costed_out(spec: CodesignSpec, params: dict) -> ChipScreen | None:
+    """The chip of ``params`` as infeasible when it cannot be built or is over a budget (no
+    mapping screened), else None."""
+    costed = _costed(spec, params, budgeted=True)
+    return costed if isinstance(costed, ChipScreen) else None
 
 
 def screen_chip(spec: CodesignSpec, params: dict, budgeted: bool = True) -> ChipScreen:
     """The first rung for the chip of ``params`` (module docstring), its budgets checked unless
     not ``budgeted`` (the base chip, screened as the reference); never raises."""
     started = time.perf_counter()
-    out = costed_out(spec, params) if budgeted else None
-    if out is not None:
-        return out
-    hardware = build_hardware(chip_space(spec), params)
-    cost = chip_cost(spec, hardware)
+    costed = _costed(spec, params, budgeted)
+    if isinstance(costed, ChipScreen):
+        return costed
+    hardware, cost = costed
     estimates, shortlist, mappings = {}, {}, 0
     try:
         for name in spec.models:

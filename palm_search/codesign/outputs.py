@@ -25,7 +25,7 @@ import pandas as pd
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
-from palm_search.codesign.evaluate import chip_space, objective_values
+from palm_search.codesign.evaluate import chip_space, objective_values, simulated_samples_per_s
 from palm_search.codesign.report import write_report
 from palm_search.codesign.search import Chip, CodesignRun
 from palm_search.search.screen import spearman
@@ -50,7 +50,7 @@ def chips_frame(run: CodesignRun) -> pd.DataFrame:
         for name in run.spec.models:
             record = chip.simulated.get(name, {})
             row[f"estimated_samples_per_s[{name}]"] = screen.estimates.get(name, 0.0)
-            row[f"samples_per_s[{name}]"] = record.get("samples_per_s", 0.0) if record.get("feasible") else 0.0
+            row[f"samples_per_s[{name}]"] = simulated_samples_per_s(record)
             row[f"mapping[{name}]"] = _mapping(record.get("strategy"))
         rows.append(row)
     return pd.DataFrame(rows)
@@ -124,7 +124,7 @@ def _chip_document(run: CodesignRun, chip: Chip) -> dict:
             "area_m2": chip.screen.area_m2, "power_W": chip.screen.power_W, "reason": chip.screen.reason,
             "samples_per_s": chip.samples_per_s,
             "objective": objective_values(run.spec, chip.samples_per_s, chip.screen),
-            "per_model": {name: {"samples_per_s": r.get("samples_per_s", 0.0), "strategy": r.get("strategy"),
+            "per_model": {name: {"samples_per_s": simulated_samples_per_s(r), "strategy": r.get("strategy"),
                                  "mapping": _mapping(r.get("strategy")),
                                  "model_flops_utilisation": r.get("model_flops_utilisation")}
                           for name, r in chip.simulated.items()}}

@@ -30,6 +30,7 @@ from palm_search.codesign.evaluate import (
     objective_values,
     screen_chip,
     simulate_mapping,
+    simulated_samples_per_s,
 )
 from palm_search.codesign.sampled import sampled_screens
 from palm_search.codesign.spec import CodesignSpec
@@ -60,13 +61,14 @@ class Chip:
 
     @property
     def refined(self) -> bool:
+        """Whether its mappings were simulated."""
         return bool(self.simulated)
 
     @property
     def samples_per_s(self) -> float:
         """Mean over the models of the best simulated samples/s (0 when not refined or a model has
         no feasible mapping)."""
-        values = [r.get("samples_per_s", 0.0) if r.get("feasible") else 0.0 for r in self.simulated.values()]
+        values = [simulated_samples_per_s(r) for r in self.simulated.values()]
         return sum(values) / len(values) if values and all(values) else 0.0
 
 
@@ -145,8 +147,7 @@ def run_codesign(spec: CodesignSpec, jobs: int, progress: Progress = lambda *_: 
     for (chip, name, strategy), record in zip(simulations, records, strict=True):
         chip.simulations += 1
         best = chip.simulated.get(name)
-        value = record.get("samples_per_s", 0.0) if record.get("feasible") else 0.0
-        if best is None or value > (best.get("samples_per_s", 0.0) if best.get("feasible") else 0.0):
+        if best is None or simulated_samples_per_s(record) > simulated_samples_per_s(best):
             chip.simulated[name] = {**record, "strategy": strategy}
     return CodesignRun(spec, chips, base, area_budget, power_budget, screen_s, time.perf_counter() - started)
 
@@ -169,8 +170,8 @@ def choose(spec: CodesignSpec, screens: list[ChipScreen]) -> list[int]:
     if len(spec.directions) == 1:
         order = sorted(feasible, key=lambda i: (-values[i][0], screens[i].area_m2))
     else:
-        rank = front_ranks([(values[i][0], values[i][1]) for i in feasible])
-        order = sorted(feasible, key=lambda i: (rank[feasible.index(i)], -values[i][0], screens[i].area_m2))
+        rank = dict(zip(feasible, front_ranks([(values[i][0], values[i][1]) for i in feasible]), strict=True))
+        order = sorted(feasible, key=lambda i: (rank[i], -values[i][0], screens[i].area_m2))
     return order[:spec.trials]
 
 

