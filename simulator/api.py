@@ -271,38 +271,43 @@ def estimate_samples_per_s(model: ModelSpec, hardware: Hardware, strategy: Strat
     return batch / iteration
 
 
-SHORT_WINDOW = (4, 8)
+SHORT_WINDOW = (2, 4)
 """Microbatches of the first two short runs that may replace ``(p, 2p)`` (schedules without
 chunks, ``p`` above the first); each next pair doubles them while the longer run has at most
-``p``."""
+``p``. Over 40 random feasible mappings of T-18B to T-145B on the wafer, A100 and H100 clusters
+(pp 4-40), starting at ``(2, 4)`` rather than ``(4, 8)`` moved the iteration time by 0.36% at
+most and kept it within 0.43% of a full run; starting at ``(1, 2)`` missed by up to 1.3%."""
 PERIOD_AGREEMENT = 0.01
 """Largest relative gap between the short runs' period and the closed-form steady state
 (:meth:`Engine.estimate`) for the short runs to be trusted."""
 
 
 def _run(engine: Engine, m: int, pp: int, steady_state: bool, training: bool) -> _Outcome:
-    """Full run, or two runs and a linear extrapolation: of ``(4, 8)``, ``(8, 16)``... microbatches,
+    """Full run, or two runs and a linear extrapolation: of ``(2, 4)``, ``(4, 8)``... microbatches,
     the first pair whose period per microbatch agrees with the closed-form steady state (a cost
     near linear in the pipeline depth when one does), else of ``p`` and ``2p`` (the steady state
-    of 1F1B is reached after ``p``)."""
+    of 1F1B is reached after ``p``). ``simulated_microbatches`` counts every run, the short
+    ones that did not agree included."""
     m_a, m_b = pp, 2 * pp
     if not training or (steady_state and m > m_b):
-        short = _short_run(engine, m, pp) if engine.schedule.num_chunks == 1 else None
-        if short is not None:
-            return short
+        tried = 0
+        if engine.schedule.num_chunks == 1:
+            short, tried = _short_run(engine, m, pp)
+            if short is not None:
+                return short
         a, b = engine.run(m_a), engine.run(m_b)
-        return _Outcome(run=_extrapolate(a, b, m_a, m_b, m), simulated_microbatches=m_a + m_b,
+        return _Outcome(run=_extrapolate(a, b, m_a, m_b, m), simulated_microbatches=tried + m_a + m_b,
                         extrapolated=True, period_s=_period(a, b, m_b - m_a))
     return _Outcome(run=engine.run(m), simulated_microbatches=m, extrapolated=False, period_s=0.0)
 
 
-def _short_run(engine: Engine, m: int, pp: int) -> _Outcome | None:
+def _short_run(engine: Engine, m: int, pp: int) -> tuple[_Outcome | None, int]:
     """The extrapolation from the first pair of :data:`SHORT_WINDOW` and its doublings (the longer
     run at most ``pp`` microbatches) whose period is within :data:`PERIOD_AGREEMENT` of the
-    closed-form steady state, or None."""
+    closed-form steady state, or None; and the microbatches simulated."""
     m_a, m_b = SHORT_WINDOW
     if m_a >= pp:
-        return None
+        return None, 0
     steady = engine.estimate(m)[1]
     a, simulated = engine.run(m_a), m_a
     while True:
@@ -311,9 +316,9 @@ def _short_run(engine: Engine, m: int, pp: int) -> _Outcome | None:
         period = _period(a, b, m_b - m_a)
         if abs(period - steady) <= PERIOD_AGREEMENT * steady:
             return _Outcome(run=_extrapolate(a, b, m_a, m_b, m), simulated_microbatches=simulated,
-                            extrapolated=True, period_s=period)
+                            extrapolated=True, period_s=period), simulated
         if 2 * m_b > pp:
-            return None
+            return None, simulated
         a, m_a, m_b = b, m_b, 2 * m_b
 
 

@@ -78,13 +78,15 @@ class SimulationResult:
             the strategy's precision (``fp8``: the FP8 peak, twice the bf16 one on an H100).
         hardware_flops_utilisation: executed flop per s / peak (recompute included).
         num_microbatches: microbatches per replica per iteration.
-        simulated_microbatches: microbatches actually simulated (the two runs of the steady-
-            state extrapolation, or the full count).
+        simulated_microbatches: microbatches actually simulated (every run of the steady-state
+            extrapolation, short runs whose period was not yet the steady one included, or the
+            full count).
         extrapolated: whether the iteration time was extrapolated from steady state.
         stages: per pipeline stage reports.
         resources: utilisation summary per resource kind.
         traffic_bytes: bytes moved per traffic class (``tp``, ``dp``, ``p2p``, ``dram``).
-        events_simulated: simulation events processed.
+        events_simulated: simulation events processed by the runs the result comes from (the
+            two of an extrapolation, or the full one).
         wall_time_s: host time the simulation took.
     """
 

@@ -27,24 +27,24 @@ def test_steady_state_extrapolation_is_within_half_a_percent_of_a_full_run(netwo
 
 
 def test_deep_pipelines_extrapolate_from_a_few_microbatches_when_the_period_is_the_steady_one():
-    # PP 40 of T-18B: the two short runs' period agrees with the closed-form steady state, so 4 + 8
+    # PP 40 of T-18B: the two short runs' period agrees with the closed-form steady state, so 2 + 4
     # microbatches are simulated instead of 40 + 80, with the full run's answer.
     model, strategy = load_model("T-18B"), Strategy(tp=4, dp=2, pp=40, recompute="full", global_batch_size=512)
     wide = dataclasses.replace(WAFER, network=dataclasses.replace(WAFER.network, dies_x=10, dies_y=4))
     full = simulate(model, wide, strategy, steady_state=False)
     short = simulate(model, wide, strategy)
-    assert short.simulated_microbatches == 4 + 8
+    assert short.simulated_microbatches == 2 + 4
     assert short.iteration_time_s == pytest.approx(full.iteration_time_s, rel=5e-3)
 
 
 def test_when_the_first_short_runs_are_not_yet_steady_doubled_ones_are_tried_before_p_and_2p():
-    # PP 20 of T-18B at TP 4: the period of 4 and 8 microbatches is not yet the steady one, that
-    # of 8 and 16 is; 4 + 8 + 16 microbatches are simulated instead of 20 + 40.
+    # PP 20 of T-18B at TP 4: the periods of 2 and 4, and of 4 and 8 microbatches are not yet the
+    # steady one, that of 8 and 16 is; 2 + 4 + 8 + 16 microbatches are simulated instead of 20 + 40.
     model, strategy = load_model("T-18B"), Strategy(tp=4, pp=20, recompute="full", global_batch_size=96)
     wide = dataclasses.replace(WAFER, network=dataclasses.replace(WAFER.network, dies_x=10, dies_y=4))
     full = simulate(model, wide, strategy, steady_state=False)
     short = simulate(model, wide, strategy)
-    assert short.simulated_microbatches == 4 + 8 + 16
+    assert short.simulated_microbatches == 2 + 4 + 8 + 16
     assert short.iteration_time_s == pytest.approx(full.iteration_time_s, rel=5e-3)
 
 
