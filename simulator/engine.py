@@ -37,7 +37,7 @@ from simulator.errors import BudgetExceeded
 from simulator.hardware.spec import Calibration, Hardware
 from simulator.network.backends import NetworkBackend
 from simulator.network.collectives import Flow, all_pairs_edges, make_flow, ring_edges
-from simulator.network.sharing import Phase, SharingNetwork
+from simulator.network.sharing import Phase, PhaseTimes, Plan, SharingNetwork
 from simulator.network.topology import Edge, Topology
 from simulator.placement import StagePlacement
 from simulator.schedules import Pass, PipelineSchedule
@@ -127,6 +127,32 @@ class Segments:
     collective_bytes: float
 
 
+@dataclass(frozen=True, slots=True)
+class _Started:
+    """A sharing plan and when its sequence started (s), to read the sequence's phase times."""
+
+    plan: Plan
+    start_s: float
+
+    def times(self, done: simpy.Event) -> list[PhaseTimes]:
+        """The phase times of the sequence whose event ``done`` has fired."""
+        return done.value or self.plan.times(self.start_s)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedPass:
+    """A pass under bandwidth sharing: its :class:`Segments`, named phases (name, bytes over all
+    edges, flow or None, duration alone s, latency part s, not before s), their
+    :class:`~simulator.network.sharing.Plan`, and the DRAM stall and communication it adds to its
+    stage when nothing shares with it (s)."""
+
+    segments: Segments
+    phases: list[_Phase]
+    plan: Plan
+    alone_dram_stall_s: float
+    alone_communication_s: float
+
+
 @dataclass(slots=True)
 class EngineRun:
     """Raw outcome of one engine run."""
@@ -182,6 +208,7 @@ class Engine:
                                                                 transfer_strategy, all_to_all)
         self.flows = _all_flows(self.stage_flows, self.p2p)
         self._memos: dict[tuple[str, int, int], tuple[Any, list[tuple[Flow, float]]]] = {}
+        self._plans: dict[Phase, Plan] = {}
         self.sharing = network if isinstance(network, SharingNetwork) else None
         self.booking = None if isinstance(network, SharingNetwork) else network
         if self.booking is not None and self.booking.uses_contention():
@@ -425,21 +452,29 @@ class Engine:
         books), as one :meth:`~simulator.network.sharing.SharingNetwork.sequence`."""
         net, stats = self.sharing, self.stats[i]
         assert net is not None
-        seg, phases, transfers = self._memo("phases", i, cost, lambda: self._phases(i, cost))
-        self.events += 2 * seg.count
-        times = yield net.sequence(transfers)
-        for (name, size, flow, *_), (start, arrived, end) in zip(phases, times, strict=True):
-            if name == "dram":
-                stats.dram_stall_s += end - start - seg.compute_s
-            elif name != "compute":
-                stats.communication_s += end - start
+        shared = self._memo("phases", i, cost, lambda: self._phases(i, cost))
+        self.events += 2 * shared.segments.count
+        start = self.env.now
+        times = yield net.sequence(shared.plan)
+        if times is None:  # every phase took its time alone
+            stats.dram_stall_s += shared.alone_dram_stall_s
+            stats.communication_s += shared.alone_communication_s
+            if not self.record:
+                return
+        compute_s = shared.segments.compute_s
+        for (name, size, flow, *_), (begin, arrived, end) in zip(shared.phases, times or shared.plan.times(start),
+                                                                 strict=True):
+            if times is not None:
+                if name == "dram":
+                    stats.dram_stall_s += end - begin - compute_s
+                elif name != "compute":
+                    stats.communication_s += end - begin
             if self.record and flow is not None:
-                self._trace(flow, f"stage {i}", name, start, (arrived if name == "dram" else end) - start, size,
+                self._trace(flow, f"stage {i}", name, begin, (arrived if name == "dram" else end) - begin, size,
                             microbatch)
 
-    def _phases(self, i: int, cost: PassCost) -> tuple[Segments, list[_Phase], list[Phase]]:
-        """The segments of a pass under sharing, its named phases (name, bytes over all edges,
-        then a :data:`~simulator.network.sharing.Phase`) and those phases' transfers."""
+    def _phases(self, i: int, cost: PassCost) -> SharedPass:
+        """A pass under sharing: its segments, named phases and plan (:class:`SharedPass`)."""
         flows = self.stage_flows[i]
         seg = self._segments_of(i, cost)
         segment: list[_Phase] = []
@@ -454,8 +489,11 @@ class Engine:
         if cost.exposed_dp_collectives:
             duration, moved, latency = self._collectives_time(i, cost.exposed_dp_collectives, flows.dp)
             phases.append(("zero-3 exposed", moved, flows.dp, duration, latency, 0.0))
-        transfers: list[Phase] = [(flow, duration, latency, wait) for _, _, flow, duration, latency, wait in phases]
-        return seg, phases, transfers
+        assert self.sharing is not None
+        plan = self.sharing.plan([(flow, duration, latency, wait) for _, _, flow, duration, latency, wait in phases])
+        stall = sum(max(d, wait) - seg.compute_s for name, _, _, d, _, wait in phases if name == "dram")
+        communication = sum(max(d, wait) for name, _, _, d, _, wait in phases if name not in ("dram", "compute"))
+        return SharedPass(seg, phases, plan, stall, communication)
 
     def _pass_end(self, i: int, cost: PassCost, now: float, microbatch: int = -1) -> float:
         """Finish time of a pass started at ``now`` with booked resources: per segment, compute
@@ -534,9 +572,10 @@ class Engine:
         self.events += 2
         if flow is not None and size_bytes > 0 and self.sharing is not None:
             per_edge = self._p2p_bytes(flow, i, size_bytes)
-            sent = self.sharing.sequence([(flow, flow.step_time_s(per_edge), flow.latency_s, 0.0)])
+            plan = self._plan((flow, flow.step_time_s(per_edge), flow.latency_s, 0.0))
+            sent = self.sharing.sequence(plan)
             sent.callbacks.append(partial(self._shared_regroup, flow, i, dst, kind, microbatch, size_bytes,
-                                          per_edge, message))
+                                          per_edge, message, _Started(plan, now)))
             return sent
         end = sent_s = now
         if flow is not None and size_bytes > 0:
@@ -552,30 +591,40 @@ class Engine:
         return sent_s
 
     def _shared_regroup(self, flow: Flow, i: int, dst: int, kind: str, microbatch: int, size_bytes: float,
-                        per_edge: float, message: simpy.Event, sent: simpy.Event) -> None:
+                        per_edge: float, message: simpy.Event, started: _Started, sent: simpy.Event) -> None:
         """:meth:`_send` under bandwidth sharing, once the transfer has ended: the regroup, then
         the message is delivered."""
         net = self.sharing
         assert net is not None
         if self.record:
-            start, _, end = sent.value[0]  # type: ignore[index]
+            start, _, end = started.times(sent)[0]
             self._trace_p2p(flow, i, dst, kind, microbatch, start, end - start, per_edge)
         regroup = self._regroup_cost(dst, size_bytes)
         if regroup is None:
             message.succeed()
             return
         tp, duration, moved, latency = regroup
-        regrouped = net.sequence([(tp, duration, latency, 0.0)])
-        regrouped.callbacks.append(partial(self._delivered, tp, i, dst, microbatch, moved, message))
+        plan = self._plan((tp, duration, latency, 0.0))
+        regrouped = net.sequence(plan)
+        regrouped.callbacks.append(partial(self._delivered, tp, i, dst, microbatch, moved, message,
+                                           _Started(plan, self.env.now)))
 
     def _delivered(self, tp: Flow, i: int, dst: int, microbatch: int, moved: float, message: simpy.Event,
-                   regrouped: simpy.Event) -> None:
+                   started: _Started, regrouped: simpy.Event) -> None:
         """A regroup under bandwidth sharing has ended: deliver ``message``."""
         if self.record:
-            start, _, end = regrouped.value[0]  # type: ignore[index]
+            start, _, end = started.times(regrouped)[0]
             self._trace(tp, f"{i}->{dst}", f"regroup mb {microbatch}", start, end - start, moved * tp.num_edges,
                         microbatch, kind="p2p")
         message.succeed()
+
+    def _plan(self, phase: Phase) -> Plan:
+        """The one-phase sharing plan of ``phase`` (remembered for the engine's life)."""
+        plan = self._plans.get(phase)
+        if plan is None:
+            assert self.sharing is not None
+            plan = self._plans[phase] = self.sharing.plan([phase])
+        return plan
 
     def _p2p_bytes(self, flow: Flow, i: int, size_bytes: float) -> float:
         """Bytes per edge of stage ``i``'s send of ``size_bytes`` (counted as moved)."""

@@ -34,7 +34,7 @@ def trials_frame(study: optuna.Study) -> pd.DataFrame:
         row["peak_memory_GiB"] = (attrs.get("peak_memory_bytes") or 0.0) / 2**30
         rows.append(row)
     frame = pd.DataFrame(rows)
-    if frame.empty:
+    if frame.empty or "samples_per_s" not in frame:  # no trial, or every one failed
         return frame
     base = frame.loc[frame.get("baseline", False) == True, "samples_per_s"]  # noqa: E712
     base_value = float(base.iloc[0]) if len(base) and base.iloc[0] else float("nan")

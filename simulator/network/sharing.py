@@ -71,22 +71,42 @@ PhaseTimes = tuple[float, float, float]
 """When a phase started, its bytes arrived and it ended (s)."""
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Plan:
+    """A :meth:`SharingNetwork.sequence` prepared once (:meth:`SharingNetwork.plan`) and run any
+    number of times: its phases by flow index (-1: a plain wait), the flows they use, and when
+    each phase ends after the start if nothing shares with it (s)."""
+
+    phases: tuple[tuple[int, float, float, float], ...]
+    flows: frozenset[int]
+    ends: tuple[float, ...]
+
+    def times(self, start_s: float, upto: int | None = None) -> list[PhaseTimes]:
+        """(start, arrival, end) of the phases before ``upto`` (default: all) run alone from
+        ``start_s`` (s)."""
+        upto = len(self.phases) if upto is None else upto
+        starts = [start_s, *(start_s + end for end in self.ends[:upto - 1])] if upto else []
+        return [(t, t + self.phases[j][1], start_s + self.ends[j]) for j, t in enumerate(starts)]
+
+
+def _plan(phases: tuple[tuple[int, float, float, float], ...]) -> Plan:
+    """The :class:`Plan` of indexed ``phases``."""
+    ends, t = [], 0.0
+    for _, duration, _, not_before in phases:
+        t += max(duration, not_before)
+        ends.append(t)
+    return Plan(phases, frozenset(k for k, *_ in phases if k >= 0), tuple(ends))
+
+
 @dataclass(slots=True, eq=False)
 class _Train:
-    """A sequence running alone: ``phases`` (flow index or -1) from ``start_s``; phase ``j`` ends
-    at ``ends[j]``; ``live`` until it ends or is materialised."""
+    """A sequence running alone: ``plan`` from ``start_s``; ``live`` until it ends or is
+    materialised."""
 
-    phases: list[tuple[int, float, float, float]]
-    flows: frozenset[int]
+    plan: Plan
     start_s: float
-    ends: list[float]
     done: simpy.Event
     live: bool = True
-
-    def times(self, upto: int) -> list[PhaseTimes]:
-        """(start, arrival, end) of the phases before ``upto``, as run alone."""
-        starts = [self.start_s, *self.ends[:upto - 1]] if upto else []
-        return [(t, t + self.phases[j][1], self.ends[j]) for j, t in enumerate(starts)]
 
 
 class SharingNetwork:
@@ -170,39 +190,45 @@ class SharingNetwork:
             self._refill(self._component([k], now), now)
         return done
 
-    def sequence(self, phases: Sequence[Phase]) -> simpy.Event:
-        """An event that fires when ``phases`` have run one after another, each as
-        :meth:`transfer` runs it (a phase without a flow is a plain wait); its value is each
-        phase's :data:`PhaseTimes`.
+    def plan(self, phases: Sequence[Phase]) -> Plan:
+        """``phases`` prepared for :meth:`sequence` (a plan holds flow positions: it serves the
+        runs of this set of flows, see :meth:`start`).
+
+        Raises:
+            RuntimeError: :meth:`start` was not called.
+        """
+        if self._env is None:
+            raise RuntimeError("SharingNetwork.start must be called before a plan")
+        return _plan(tuple((self._index[id(f)] if f is not None else -1, d, lat, nb) for f, d, lat, nb in phases))
+
+    def sequence(self, plan: Plan) -> simpy.Event:
+        """An event that fires when ``plan``'s phases have run one after another, each as
+        :meth:`transfer` runs it (a phase without a flow is a plain wait). Its value is None when
+        nothing shared with any phase, so each took its time alone from the start
+        (:meth:`Plan.times`), else each phase's :data:`PhaseTimes`.
 
         Raises:
             RuntimeError: :meth:`start` was not called for this run.
         """
-        env = self._env
-        if env is None:
+        if self._env is None:
             raise RuntimeError("SharingNetwork.start must be called before a sequence")
-        indexed = [(self._index[id(f)] if f is not None else -1, d, lat, nb) for f, d, lat, nb in phases]
-        return self._sequence(indexed)
+        return self._sequence(plan)
 
-    def _sequence(self, phases: list[tuple[int, float, float, float]]) -> simpy.Event:
+    def _sequence(self, plan: Plan) -> simpy.Event:
         env = self._env
         assert env is not None
         now, done = env.now, env.event()
-        flows = frozenset(k for k, *_ in phases if k >= 0)
-        if not (self.trains and self._quiet(flows, now)):
-            env.process(self._stepwise(phases, done))
+        if not (self.trains and self._quiet(plan.flows, now)):
+            env.process(self._stepwise(plan.phases, done))
             return done
-        ends, t = [], now
-        for _, duration, _, not_before in phases:
-            t += max(duration, not_before)
-            ends.append(t)
-        train = _Train(phases, flows, now, ends, done)
-        for k in flows:
-            self._trains[k].add(train)
-        env.timeout(t - now).callbacks.append(partial(self._train_end, train))
+        train = _Train(plan, now, done)
+        trains = self._trains
+        for k in plan.flows:
+            trains[k].add(train)
+        env.timeout(plan.ends[-1] if plan.ends else 0.0).callbacks.append(partial(self._train_end, train))
         return done
 
-    def _stepwise(self, phases: list[tuple[int, float, float, float]],
+    def _stepwise(self, phases: tuple[tuple[int, float, float, float], ...],
                   done: simpy.Event) -> Generator[simpy.Event, Any, None]:
         """Run the first phase as a transfer, then the others as a sequence (a train again if
         nothing shares with them by then)."""
@@ -211,21 +237,29 @@ class SharingNetwork:
         times: list[PhaseTimes] = []
         for j, (k, duration, latency, not_before) in enumerate(phases):
             if j and self.trains:
-                times += yield self._sequence(phases[j:])
+                times += yield from self._rest(_plan(phases[j:]))
                 break
             start = env.now
             arrived = yield self._transfer(k, duration, latency, not_before)
             times.append((start, arrived, env.now))
         done.succeed(times)
 
+    def _rest(self, plan: Plan) -> Generator[simpy.Event, Any, list[PhaseTimes]]:
+        """Run ``plan`` from now as a sequence; return its phases' times."""
+        env = self._env
+        assert env is not None
+        start = env.now
+        times = yield self._sequence(plan)
+        return plan.times(start) if times is None else times
+
     def _train_end(self, train: _Train, _event: simpy.Event) -> None:
         if train.live:
             self._drop(train)
-            train.done.succeed(train.times(len(train.phases)))
+            train.done.succeed(None)
 
     def _drop(self, train: _Train) -> None:
         train.live = False
-        for k in train.flows:
+        for k in train.plan.flows:
             self._trains[k].discard(train)
 
     def _quiet(self, flows: Sequence[int] | frozenset[int], now: float) -> bool:
@@ -247,12 +281,13 @@ class SharingNetwork:
         phase's transfer (alone so far) and a process for the phases after it."""
         env = self._env
         assert env is not None
-        j = next((j for j, end in enumerate(train.ends) if end > now), None)
+        plan, begun = train.plan, train.start_s
+        j = next((j for j, end in enumerate(plan.ends) if begun + end > now), None)
         if j is None:  # ends now: its timer fires next
             return
         self._drop(train)
-        start = train.ends[j - 1] if j else train.start_s
-        k, duration, latency, not_before = train.phases[j]
+        start = begun + plan.ends[j - 1] if j else begun
+        k, duration, latency, not_before = plan.phases[j]
         spb = self._spb[k] if k >= 0 else 0.0
         fluid_end = start + max(duration - latency, 0.0)
         if spb > 0.0 and fluid_end > now:
@@ -263,7 +298,7 @@ class SharingNetwork:
             self._schedule(t, 1.0 / spb, alone=True)
             current = t.done
         else:
-            current = env.timeout(train.ends[j] - now, start + duration)
+            current = env.timeout(begun + plan.ends[j] - now, start + duration)
         env.process(self._resume(train, j, start, current))
 
     def _resume(self, train: _Train, j: int, start: float,
@@ -272,9 +307,10 @@ class SharingNetwork:
         env = self._env
         assert env is not None
         arrived = yield current
-        times = [*train.times(j), (start, arrived, env.now)]
-        if j + 1 < len(train.phases):
-            times += yield self._sequence(train.phases[j + 1:])
+        plan = train.plan
+        times = [*plan.times(train.start_s, j), (start, arrived, env.now)]
+        if j + 1 < len(plan.phases):
+            times += yield from self._rest(_plan(plan.phases[j + 1:]))
         train.done.succeed(times)
 
     def _live(self, k: int, now: float) -> bool:

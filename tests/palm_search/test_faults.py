@@ -262,3 +262,15 @@ def test_a_simulation_over_its_budget_fails_its_trial_and_the_search_goes_on(tmp
     trials = search.study.trials
     assert len(trials) == 8 and all(t.state == TrialState.FAIL for t in trials)
     assert all("BudgetExceeded: simulation stopped at its wall-clock budget" in t.user_attrs["error"] for t in trials)
+
+
+def test_outputs_of_a_study_whose_every_trial_failed_have_no_best_and_do_not_crash():
+    from palm_search.views.outputs import top_mappings, trials_frame
+
+    study = optuna.create_study(direction="maximize")
+    trial = study.ask()
+    trial.set_user_attr("error", "RuntimeError: boom")
+    study.tell(trial, state=TrialState.FAIL)
+    frame = trials_frame(study)
+    assert list(frame["state"]) == ["FAIL"] and "samples_per_s" not in frame
+    assert "speedup" not in frame and "samples_per_s" not in top_mappings(frame, 3)
