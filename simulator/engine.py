@@ -37,7 +37,7 @@ from simulator.errors import BudgetExceeded
 from simulator.hardware.spec import Calibration, Hardware
 from simulator.network.backends import NetworkBackend
 from simulator.network.collectives import Flow, all_pairs_edges, make_flow, ring_edges
-from simulator.network.sharing import Phase, PhaseTimes, Plan, SharingNetwork
+from simulator.network.sharing import PhaseTimes, Plan, SharingNetwork
 from simulator.network.topology import Edge, Topology
 from simulator.placement import StagePlacement
 from simulator.schedules import Pass, PipelineSchedule
@@ -128,15 +128,25 @@ class Segments:
 
 
 @dataclass(frozen=True, slots=True)
-class _Started:
-    """A sharing plan and when its sequence started (s), to read the sequence's phase times."""
+class SharedSend:
+    """A send under bandwidth sharing from a stage to stage ``dst`` on p2p ``flow``
+    (``per_edge`` bytes per edge): the plans of its transfer, of the receiving group's regroup
+    (None for TP 1) and of both back to back; the regroup's flow and bytes per edge."""
 
-    plan: Plan
-    start_s: float
+    flow: Flow
+    dst: int
+    per_edge: float
+    transfer: Plan
+    regroup: Plan | None
+    both: Plan
+    regroup_flow: Flow | None
+    regroup_bytes: float
 
-    def times(self, done: simpy.Event) -> list[PhaseTimes]:
-        """The phase times of the sequence whose event ``done`` has fired."""
-        return done.value or self.plan.times(self.start_s)
+
+def _times(done: simpy.Event, plan: Plan, start_s: float) -> list[PhaseTimes]:
+    """The phase times of the sequence of ``plan`` started at ``start_s`` whose event ``done`` has
+    fired (:meth:`~simulator.network.sharing.SharingNetwork.sequence`)."""
+    return done.value or plan.times(start_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,8 +217,7 @@ class Engine:
         self.stage_flows, self.p2p, self.index = _machine_flows(topology, placements, hardware.calibration,
                                                                 transfer_strategy, all_to_all)
         self.flows = _all_flows(self.stage_flows, self.p2p)
-        self._memos: dict[tuple[str, int, int], tuple[Any, list[tuple[Flow, float]]]] = {}
-        self._plans: dict[Phase, Plan] = {}
+        self._memos: dict[tuple[str, int, object], tuple[Any, list[tuple[Flow, float]]]] = {}
         self.sharing = network if isinstance(network, SharingNetwork) else None
         self.booking = None if isinstance(network, SharingNetwork) else network
         if self.booking is not None and self.booking.uses_contention():
@@ -400,10 +409,11 @@ class Engine:
             self.records.append(PassRecord(i, p.kind, p.microbatch, p.chunk, now, self.env.now, cost.recompute_s,
                                            cost.compute_s))
 
-    def _memo(self, kind: str, i: int, cost: PassCost, compute: Callable[[], _T]) -> _T:
-        """``compute()`` for pass ``cost`` of stage ``i``, remembered for the engine's life with the
-        bytes it counted on the stage's own flows, which a remembered answer counts again."""
-        key = (kind, i, id(cost))
+    def _memo(self, kind: str, i: int, what: object, compute: Callable[[], _T]) -> _T:
+        """``compute()`` for ``what`` (a pass's cost, by identity, or a hashable key) of stage ``i``,
+        remembered for the engine's life with the bytes it counted on the stage's own flows, which
+        a remembered answer counts again."""
+        key = (kind, i, id(what) if isinstance(what, PassCost) else what)
         memo = self._memos.get(key)
         if memo is None:
             own = _own_flows(self.stage_flows[i])
@@ -572,10 +582,13 @@ class Engine:
         self.events += 2
         if flow is not None and size_bytes > 0 and self.sharing is not None:
             per_edge = self._p2p_bytes(flow, i, size_bytes)
-            plan = self._plan((flow, flow.step_time_s(per_edge), flow.latency_s, 0.0))
-            sent = self.sharing.sequence(plan)
-            sent.callbacks.append(partial(self._shared_regroup, flow, i, dst, kind, microbatch, size_bytes,
-                                          per_edge, message, _Started(plan, now)))
+            send = self._memo("send", dst, (i, size_bytes), lambda: self._shared_send(flow, dst, size_bytes, per_edge))
+            if not self.p2p_blocking:
+                done = self.sharing.sequence(send.both)
+                done.callbacks.append(partial(self._delivered, send, i, kind, microbatch, message, now))
+                return now
+            sent = self.sharing.sequence(send.transfer)
+            sent.callbacks.append(partial(self._shared_regroup, send, i, kind, microbatch, message, now))
             return sent
         end = sent_s = now
         if flow is not None and size_bytes > 0:
@@ -590,41 +603,61 @@ class Engine:
         self.env.timeout(end - now).callbacks.append(lambda _event: _succeed(message))
         return sent_s
 
-    def _shared_regroup(self, flow: Flow, i: int, dst: int, kind: str, microbatch: int, size_bytes: float,
-                        per_edge: float, message: simpy.Event, started: _Started, sent: simpy.Event) -> None:
-        """:meth:`_send` under bandwidth sharing, once the transfer has ended: the regroup, then
-        the message is delivered."""
+    def _shared_send(self, flow: Flow, dst: int, size_bytes: float, per_edge: float) -> SharedSend:
+        """The plans of a send of ``size_bytes`` on p2p ``flow`` to stage ``dst`` under sharing."""
+        assert self.sharing is not None
+        transfer = (flow, flow.step_time_s(per_edge), flow.latency_s, 0.0)
+        regroup = self._regroup_cost(dst, size_bytes)
+        if regroup is None:
+            plan = self.sharing.plan([transfer])
+            return SharedSend(flow, dst, per_edge, plan, None, plan, None, 0.0)
+        tp, duration, moved, latency = regroup
+        both = [transfer, (tp, duration, latency, 0.0)]
+        return SharedSend(flow, dst, per_edge, self.sharing.plan(both[:1]), self.sharing.plan(both[1:]),
+                          self.sharing.plan(both), tp, moved)
+
+    def _shared_regroup(self, send: SharedSend, i: int, kind: str, microbatch: int, message: simpy.Event,
+                        start_s: float, sent: simpy.Event) -> None:
+        """A blocking :meth:`_send` under bandwidth sharing, once the transfer has ended: the
+        regroup, then the message is delivered."""
         net = self.sharing
         assert net is not None
         if self.record:
-            start, _, end = started.times(sent)[0]
-            self._trace_p2p(flow, i, dst, kind, microbatch, start, end - start, per_edge)
-        regroup = self._regroup_cost(dst, size_bytes)
-        if regroup is None:
+            self._trace_shared_send(send, i, kind, microbatch, _times(sent, send.transfer, start_s))
+        if send.regroup is None:
             message.succeed()
             return
-        tp, duration, moved, latency = regroup
-        plan = self._plan((tp, duration, latency, 0.0))
-        regrouped = net.sequence(plan)
-        regrouped.callbacks.append(partial(self._delivered, tp, i, dst, microbatch, moved, message,
-                                           _Started(plan, self.env.now)))
+        regrouped = net.sequence(send.regroup)
+        regrouped.callbacks.append(partial(self._regrouped, send, i, microbatch, message, self.env.now))
 
-    def _delivered(self, tp: Flow, i: int, dst: int, microbatch: int, moved: float, message: simpy.Event,
-                   started: _Started, regrouped: simpy.Event) -> None:
-        """A regroup under bandwidth sharing has ended: deliver ``message``."""
+    def _regrouped(self, send: SharedSend, i: int, microbatch: int, message: simpy.Event, start_s: float,
+                   regrouped: simpy.Event) -> None:
+        """A blocking send's regroup under bandwidth sharing has ended: deliver ``message``."""
+        assert send.regroup is not None
         if self.record:
-            start, _, end = started.times(regrouped)[0]
-            self._trace(tp, f"{i}->{dst}", f"regroup mb {microbatch}", start, end - start, moved * tp.num_edges,
-                        microbatch, kind="p2p")
+            self._trace_shared_regroup(send, i, microbatch, _times(regrouped, send.regroup, start_s)[0])
         message.succeed()
 
-    def _plan(self, phase: Phase) -> Plan:
-        """The one-phase sharing plan of ``phase`` (remembered for the engine's life)."""
-        plan = self._plans.get(phase)
-        if plan is None:
-            assert self.sharing is not None
-            plan = self._plans[phase] = self.sharing.plan([phase])
-        return plan
+    def _delivered(self, send: SharedSend, i: int, kind: str, microbatch: int, message: simpy.Event,
+                   start_s: float, done: simpy.Event) -> None:
+        """A send and its regroup under bandwidth sharing have ended: deliver ``message``."""
+        if self.record:
+            times = _times(done, send.both, start_s)
+            self._trace_shared_send(send, i, kind, microbatch, times)
+            if send.regroup is not None:
+                self._trace_shared_regroup(send, i, microbatch, times[1])
+        message.succeed()
+
+    def _trace_shared_send(self, send: SharedSend, i: int, kind: str, microbatch: int,
+                           times: list[PhaseTimes]) -> None:
+        start, _, end = times[0]
+        self._trace_p2p(send.flow, i, send.dst, kind, microbatch, start, end - start, send.per_edge)
+
+    def _trace_shared_regroup(self, send: SharedSend, i: int, microbatch: int, times: PhaseTimes) -> None:
+        start, _, end = times
+        assert send.regroup_flow is not None
+        self._trace(send.regroup_flow, f"{i}->{send.dst}", f"regroup mb {microbatch}", start, end - start,
+                    send.regroup_bytes * send.regroup_flow.num_edges, microbatch, kind="p2p")
 
     def _p2p_bytes(self, flow: Flow, i: int, size_bytes: float) -> float:
         """Bytes per edge of stage ``i``'s send of ``size_bytes`` (counted as moved)."""
