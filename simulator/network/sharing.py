@@ -100,12 +100,13 @@ def _plan(phases: tuple[tuple[int, float, float, float], ...]) -> Plan:
 
 @dataclass(slots=True, eq=False)
 class _Train:
-    """A sequence running alone: ``plan`` from ``start_s``; ``live`` until it ends or is
-    materialised."""
+    """A sequence running alone: ``plan`` from ``start_s``, ending when ``timer`` fires (whose
+    first callback ends the train, the others are the sequence's waiters); ``live`` until it
+    ends or is materialised."""
 
     plan: Plan
     start_s: float
-    done: simpy.Event
+    timer: simpy.Event
     live: bool = True
 
 
@@ -215,18 +216,22 @@ class SharingNetwork:
         return self._sequence(plan)
 
     def _sequence(self, plan: Plan) -> simpy.Event:
+        """A train's timer is the sequence's event itself (its value None) unless the train is
+        materialised, which moves the timer's waiters to an event of its own."""
         env = self._env
         assert env is not None
-        now, done = env.now, env.event()
+        now = env.now
         if not (self.trains and self._quiet(plan.flows, now)):
+            done = env.event()
             env.process(self._stepwise(plan.phases, done))
             return done
-        train = _Train(plan, now, done)
+        timer = env.timeout(plan.ends[-1] if plan.ends else 0.0)
+        train = _Train(plan, now, timer)
         trains = self._trains
         for k in plan.flows:
             trains[k].add(train)
-        env.timeout(plan.ends[-1] if plan.ends else 0.0).callbacks.append(partial(self._train_end, train))
-        return done
+        timer.callbacks.append(partial(self._train_end, train))
+        return timer
 
     def _stepwise(self, phases: tuple[tuple[int, float, float, float], ...],
                   done: simpy.Event) -> Generator[simpy.Event, Any, None]:
@@ -255,7 +260,6 @@ class SharingNetwork:
     def _train_end(self, train: _Train, _event: simpy.Event) -> None:
         if train.live:
             self._drop(train)
-            train.done.succeed(None)
 
     def _drop(self, train: _Train) -> None:
         train.live = False
@@ -299,10 +303,14 @@ class SharingNetwork:
             current = t.done
         else:
             current = env.timeout(begun + plan.ends[j] - now, start + duration)
-        env.process(self._resume(train, j, start, current))
+        done, timer = env.event(), train.timer
+        assert timer.callbacks is not None  # the train has not ended
+        done.callbacks.extend(timer.callbacks[1:])  # its waiters, after the train's own end
+        del timer.callbacks[1:]
+        env.process(self._resume(train, j, start, current, done))
 
-    def _resume(self, train: _Train, j: int, start: float,
-                current: simpy.Event) -> Generator[simpy.Event, Any, None]:
+    def _resume(self, train: _Train, j: int, start: float, current: simpy.Event,
+                done: simpy.Event) -> Generator[simpy.Event, Any, None]:
         """A materialised train: wait for phase ``j`` (started at ``start``), run the rest."""
         env = self._env
         assert env is not None
@@ -311,7 +319,7 @@ class SharingNetwork:
         times = [*plan.times(train.start_s, j), (start, arrived, env.now)]
         if j + 1 < len(plan.phases):
             times += yield from self._rest(_plan(plan.phases[j + 1:]))
-        train.done.succeed(times)
+        done.succeed(times)
 
     def _live(self, k: int, now: float) -> bool:
         """Whether flow ``k`` has transfers still moving bytes at ``now`` (forgetting those whose
