@@ -130,15 +130,15 @@ class Segments:
 @dataclass(frozen=True, slots=True)
 class SharedSend:
     """A send under bandwidth sharing from a stage to stage ``dst`` on p2p ``flow``
-    (``per_edge`` bytes per edge): the plans of its transfer, of the receiving group's regroup
-    (None for TP 1) and of both back to back; the regroup's flow and bytes per edge."""
+    (``per_edge`` bytes per edge): the plan of its transfer and the receiving group's regroup
+    back to back; for a blocking sender, the plans of the transfer and of the regroup (None for
+    TP 1) apart; the regroup's flow (None for TP 1) and bytes per edge."""
 
     flow: Flow
     dst: int
     per_edge: float
-    transfer: Plan
-    regroup: Plan | None
     both: Plan
+    parts: tuple[Plan, Plan | None] | None
     regroup_flow: Flow | None
     regroup_bytes: float
 
@@ -583,11 +583,11 @@ class Engine:
         if flow is not None and size_bytes > 0 and self.sharing is not None:
             per_edge = self._p2p_bytes(flow, i, size_bytes)
             send = self._memo("send", dst, (i, size_bytes), lambda: self._shared_send(flow, dst, size_bytes, per_edge))
-            if not self.p2p_blocking:
+            if send.parts is None:
                 done = self.sharing.sequence(send.both)
                 done.callbacks.append(partial(self._delivered, send, i, kind, microbatch, message, now))
                 return now
-            sent = self.sharing.sequence(send.transfer)
+            sent = self.sharing.sequence(send.parts[0])
             sent.callbacks.append(partial(self._shared_regroup, send, i, kind, microbatch, message, now))
             return sent
         end = sent_s = now
@@ -604,17 +604,17 @@ class Engine:
         return sent_s
 
     def _shared_send(self, flow: Flow, dst: int, size_bytes: float, per_edge: float) -> SharedSend:
-        """The plans of a send of ``size_bytes`` on p2p ``flow`` to stage ``dst`` under sharing."""
-        assert self.sharing is not None
-        transfer = (flow, flow.step_time_s(per_edge), flow.latency_s, 0.0)
+        """The plans of a send of ``size_bytes`` on p2p ``flow`` to stage ``dst`` under sharing
+        (those of its parts only for a blocking sender, which waits for the first)."""
+        net = self.sharing
+        assert net is not None
+        phases = [(flow, flow.step_time_s(per_edge), flow.latency_s, 0.0)]
         regroup = self._regroup_cost(dst, size_bytes)
-        if regroup is None:
-            plan = self.sharing.plan([transfer])
-            return SharedSend(flow, dst, per_edge, plan, None, plan, None, 0.0)
-        tp, duration, moved, latency = regroup
-        both = [transfer, (tp, duration, latency, 0.0)]
-        return SharedSend(flow, dst, per_edge, self.sharing.plan(both[:1]), self.sharing.plan(both[1:]),
-                          self.sharing.plan(both), tp, moved)
+        tp, moved = (regroup[0], regroup[2]) if regroup else (None, 0.0)
+        if regroup is not None:
+            phases.append((regroup[0], regroup[1], regroup[3], 0.0))
+        parts = (net.plan(phases[:1]), net.plan(phases[1:]) if regroup else None) if self.p2p_blocking else None
+        return SharedSend(flow, dst, per_edge, net.plan(phases), parts, tp, moved)
 
     def _shared_regroup(self, send: SharedSend, i: int, kind: str, microbatch: int, message: simpy.Event,
                         start_s: float, sent: simpy.Event) -> None:
@@ -622,20 +622,22 @@ class Engine:
         regroup, then the message is delivered."""
         net = self.sharing
         assert net is not None
+        assert send.parts is not None
+        transfer, regroup = send.parts
         if self.record:
-            self._trace_shared_send(send, i, kind, microbatch, _times(sent, send.transfer, start_s))
-        if send.regroup is None:
+            self._trace_shared_send(send, i, kind, microbatch, _times(sent, transfer, start_s))
+        if regroup is None:
             message.succeed()
             return
-        regrouped = net.sequence(send.regroup)
+        regrouped = net.sequence(regroup)
         regrouped.callbacks.append(partial(self._regrouped, send, i, microbatch, message, self.env.now))
 
     def _regrouped(self, send: SharedSend, i: int, microbatch: int, message: simpy.Event, start_s: float,
                    regrouped: simpy.Event) -> None:
         """A blocking send's regroup under bandwidth sharing has ended: deliver ``message``."""
-        assert send.regroup is not None
         if self.record:
-            self._trace_shared_regroup(send, i, microbatch, _times(regrouped, send.regroup, start_s)[0])
+            assert send.parts is not None and send.parts[1] is not None
+            self._trace_shared_regroup(send, i, microbatch, _times(regrouped, send.parts[1], start_s)[0])
         message.succeed()
 
     def _delivered(self, send: SharedSend, i: int, kind: str, microbatch: int, message: simpy.Event,
@@ -644,7 +646,7 @@ class Engine:
         if self.record:
             times = _times(done, send.both, start_s)
             self._trace_shared_send(send, i, kind, microbatch, times)
-            if send.regroup is not None:
+            if send.regroup_flow is not None:
                 self._trace_shared_regroup(send, i, microbatch, times[1])
         message.succeed()
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
+from itertools import accumulate
 from typing import Any
 
 import simpy
@@ -80,6 +81,10 @@ class Plan:
     phases: tuple[tuple[int, float, float, float], ...]
     flows: frozenset[int]
     ends: tuple[float, ...]
+    neighbours: tuple[int, ...]
+    """The flows that share a constraint with one of ``flows`` (them included)."""
+    suffixes: dict[int, Plan] = field(default_factory=dict)
+    """The plans of the phases from ``j`` on, by ``j``, as materialised trains need them."""
 
     def times(self, start_s: float, upto: int | None = None) -> list[PhaseTimes]:
         """(start, arrival, end) of the phases before ``upto`` (default: all) run alone from
@@ -89,13 +94,19 @@ class Plan:
         return [(t, t + self.phases[j][1], start_s + self.ends[j]) for j, t in enumerate(starts)]
 
 
-def _plan(phases: tuple[tuple[int, float, float, float], ...]) -> Plan:
-    """The :class:`Plan` of indexed ``phases``."""
-    ends, t = [], 0.0
-    for _, duration, _, not_before in phases:
-        t += max(duration, not_before)
-        ends.append(t)
-    return Plan(phases, frozenset(k for k, *_ in phases if k >= 0), tuple(ends))
+def _plan(phases: tuple[tuple[int, float, float, float], ...], neighbours: list[tuple[int, ...]]) -> Plan:
+    """The :class:`Plan` of indexed ``phases``, given each flow's ``neighbours``."""
+    ends = tuple(accumulate([duration if duration >= not_before else not_before
+                             for _, duration, _, not_before in phases]))
+    flows = frozenset([phase[0] for phase in phases])
+    if -1 in flows:
+        flows -= _WAIT
+    near = tuple(sorted(set().union(*(neighbours[k] for k in flows))))
+    return Plan(phases, flows, ends, near)
+
+
+_WAIT = frozenset((-1,))
+"""The flow index of a plain wait."""
 
 
 @dataclass(slots=True, eq=False)
@@ -183,7 +194,7 @@ class SharingNetwork:
         t = Transfer(flow=k, remaining=work / spb, latency_s=latency_s, not_before_s=now + not_before_s,
                      done=done, since_s=now, constraints=self._constraints[k])
         active = self._active
-        alone = self._quiet((k,), now)
+        alone = self._quiet(self._neighbours[k], now)
         active[k].add(t)
         if alone:  # the common case: the component is this transfer, at its own rate
             self._schedule(t, 1.0 / spb, alone=True)
@@ -200,7 +211,9 @@ class SharingNetwork:
         """
         if self._env is None:
             raise RuntimeError("SharingNetwork.start must be called before a plan")
-        return _plan(tuple((self._index[id(f)] if f is not None else -1, d, lat, nb) for f, d, lat, nb in phases))
+        index = self._index
+        return _plan(tuple([(index[id(f)] if f is not None else -1, d, lat, nb) for f, d, lat, nb in phases]),
+                     self._neighbours)
 
     def sequence(self, plan: Plan) -> simpy.Event:
         """An event that fires when ``plan``'s phases have run one after another, each as
@@ -221,9 +234,9 @@ class SharingNetwork:
         env = self._env
         assert env is not None
         now = env.now
-        if not (self.trains and self._quiet(plan.flows, now)):
+        if not (self.trains and self._quiet(plan.neighbours, now)):
             done = env.event()
-            env.process(self._stepwise(plan.phases, done))
+            env.process(self._stepwise(plan, done))
             return done
         timer = env.timeout(plan.ends[-1] if plan.ends else 0.0)
         train = _Train(plan, now, timer)
@@ -233,21 +246,27 @@ class SharingNetwork:
         timer.callbacks.append(partial(self._train_end, train))
         return timer
 
-    def _stepwise(self, phases: tuple[tuple[int, float, float, float], ...],
-                  done: simpy.Event) -> Generator[simpy.Event, Any, None]:
+    def _stepwise(self, plan: Plan, done: simpy.Event) -> Generator[simpy.Event, Any, None]:
         """Run the first phase as a transfer, then the others as a sequence (a train again if
         nothing shares with them by then)."""
         env = self._env
         assert env is not None
         times: list[PhaseTimes] = []
-        for j, (k, duration, latency, not_before) in enumerate(phases):
+        for j, (k, duration, latency, not_before) in enumerate(plan.phases):
             if j and self.trains:
-                times += yield from self._rest(_plan(phases[j:]))
+                times += yield from self._rest(self._suffix(plan, j))
                 break
             start = env.now
             arrived = yield self._transfer(k, duration, latency, not_before)
             times.append((start, arrived, env.now))
         done.succeed(times)
+
+    def _suffix(self, plan: Plan, j: int) -> Plan:
+        """The plan of ``plan``'s phases from ``j`` on (remembered in ``plan``)."""
+        rest = plan.suffixes.get(j)
+        if rest is None:
+            rest = plan.suffixes[j] = _plan(plan.phases[j:], self._neighbours)
+        return rest
 
     def _rest(self, plan: Plan) -> Generator[simpy.Event, Any, list[PhaseTimes]]:
         """Run ``plan`` from now as a sequence; return its phases' times."""
@@ -266,18 +285,18 @@ class SharingNetwork:
         for k in train.plan.flows:
             self._trains[k].discard(train)
 
-    def _quiet(self, flows: Sequence[int] | frozenset[int], now: float) -> bool:
-        """Whether no live transfer shares a constraint with ``flows``, after materialising the
-        trains that could (they would share from now on)."""
+    def _quiet(self, neighbours: Sequence[int], now: float) -> bool:
+        """Whether no live transfer of flows ``neighbours`` is moving bytes (they share a
+        constraint with the flows about to start), after materialising the trains of those flows
+        (they would share from now on)."""
         active, trains = self._active, self._trains
         quiet = True
-        for k in flows:
-            for n in self._neighbours[k]:
-                if trains[n]:
-                    for train in list(trains[n]):
-                        self._materialise(train, now)
-                if quiet and active[n] and self._live(n, now):
-                    quiet = False
+        for n in neighbours:
+            if trains[n]:
+                for train in list(trains[n]):
+                    self._materialise(train, now)
+            if quiet and active[n] and self._live(n, now):
+                quiet = False
         return quiet
 
     def _materialise(self, train: _Train, now: float) -> None:
@@ -318,7 +337,7 @@ class SharingNetwork:
         plan = train.plan
         times = [*plan.times(train.start_s, j), (start, arrived, env.now)]
         if j + 1 < len(plan.phases):
-            times += yield from self._rest(_plan(plan.phases[j + 1:]))
+            times += yield from self._rest(self._suffix(plan, j + 1))
         done.succeed(times)
 
     def _live(self, k: int, now: float) -> bool:
