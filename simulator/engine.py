@@ -127,6 +127,16 @@ class Segments:
     collective_bytes: float
 
 
+@dataclass(slots=True)
+class _Memo:
+    """A remembered answer, the bytes per edge computing it counted on each flow, and how many
+    times it was used again since they were last counted."""
+
+    value: Any
+    moved: list[tuple[Flow, float]]
+    uses: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class SharedSend:
     """A send under bandwidth sharing from a stage to stage ``dst`` on p2p ``flow``
@@ -217,7 +227,7 @@ class Engine:
         self.stage_flows, self.p2p, self.index = _machine_flows(topology, placements, hardware.calibration,
                                                                 transfer_strategy, all_to_all)
         self.flows = _all_flows(self.stage_flows, self.p2p)
-        self._memos: dict[tuple[str, int, object], tuple[Any, list[tuple[Flow, float]]]] = {}
+        self._memos: dict[tuple[str, int, object], _Memo] = {}
         self.sharing = network if isinstance(network, SharingNetwork) else None
         self.booking = None if isinstance(network, SharingNetwork) else network
         if self.booking is not None and self.booking.uses_contention():
@@ -261,12 +271,15 @@ class Engine:
         self.messages: dict[tuple[str, int, int], simpy.Event] = {}
         for flow in self.flows:
             flow.bytes_moved = 0.0
+        for memo in self._memos.values():  # a run stopped by its budget left them uncounted
+            memo.uses = 0
         self.network.reset()
         if self.sharing is not None:
             self.sharing.start(self.env, self.flows)
         for i in range(self.pp):
             self.env.process(self._stage(i, num_microbatches))
         self.env.run()
+        self._count_memo_bytes()
         makespan = max(s.finish_s for s in self.stats)
         moved = [f.bytes_moved for f in self.flows]
         return EngineRun(makespan, self.stats, self.flows, moved, self.events, self.records, self.traces, self.index)
@@ -410,25 +423,32 @@ class Engine:
                                            cost.compute_s))
 
     def _memo(self, kind: str, i: int, what: object, compute: Callable[[], _T]) -> _T:
-        """``compute()`` for ``what`` (a pass's cost, by identity, or a hashable key) of stage ``i``,
+        """``compute()`` for ``what`` (``id`` of a pass's cost, or a hashable key) of stage ``i``,
         remembered for the engine's life with the bytes it counted on the stage's own flows, which
-        a remembered answer counts again."""
-        key = (kind, i, id(what) if isinstance(what, PassCost) else what)
+        every further use counts again (:meth:`_count_memo_bytes`)."""
+        key = (kind, i, what)
         memo = self._memos.get(key)
         if memo is None:
             own = _own_flows(self.stage_flows[i])
             before = [f.bytes_moved for f in own]
             value = compute()
-            memo = self._memos[key] = (value, [(f, f.bytes_moved - b) for f, b in zip(own, before, strict=True)
-                                               if f.bytes_moved != b])
+            moved = [(f, f.bytes_moved - b) for f, b in zip(own, before, strict=True) if f.bytes_moved != b]
+            self._memos[key] = _Memo(value, moved)
             return value
-        for flow, moved in memo[1]:
-            flow.bytes_moved += moved
-        return memo[0]  # type: ignore[no-any-return]
+        memo.uses += 1
+        return memo.value  # type: ignore[no-any-return]
+
+    def _count_memo_bytes(self) -> None:
+        """Add the bytes of the run's remembered answers' further uses to their flows."""
+        for memo in self._memos.values():
+            if memo.uses:
+                for flow, moved in memo.moved:
+                    flow.bytes_moved += moved * memo.uses
+                memo.uses = 0
 
     def _segments(self, i: int, cost: PassCost) -> Segments:
         """The segments of ``cost`` on stage ``i`` (remembered, :meth:`_memo`)."""
-        return self._memo("segments", i, cost, lambda: self._segments_of(i, cost))
+        return self._memo("segments", i, id(cost), lambda: self._segments_of(i, cost))
 
     def _segments_of(self, i: int, cost: PassCost) -> Segments:
         """The segments of ``cost`` on stage ``i`` (and count the bytes they move): the TP
@@ -462,7 +482,7 @@ class Engine:
         books), as one :meth:`~simulator.network.sharing.SharingNetwork.sequence`."""
         net, stats = self.sharing, self.stats[i]
         assert net is not None
-        shared = self._memo("phases", i, cost, lambda: self._phases(i, cost))
+        shared = self._memo("phases", i, id(cost), lambda: self._phases(i, cost))
         self.events += 2 * shared.segments.count
         start = self.env.now
         times = yield net.sequence(shared.plan)
