@@ -26,7 +26,7 @@ def _check_pictures(directory: Path, paper: bool = True) -> None:
             assert (directory / f"{name}.pdf").read_bytes()[:5] == b"%PDF-"
 
 
-def test_simulate_writes_trace_and_plots_in_three_engine_runs(tmp_path, monkeypatch):
+def test_simulate_writes_trace_and_plots_from_the_extrapolations_runs_and_one_recorded_window(tmp_path, monkeypatch):
     from simulator.engine import Engine
 
     runs: list[int] = []
@@ -36,7 +36,8 @@ def test_simulate_writes_trace_and_plots_in_three_engine_runs(tmp_path, monkeypa
                                       "--global-batch-size", "16", "--trace", str(tmp_path / "t.json"),
                                       "--plots", str(tmp_path / "plots")])
     assert result.exit_code == 0, result.output
-    assert runs == [4, 8, 8]  # two runs for the steady-state extrapolation, one recorded window
+    # the short runs (2 and 4 microbatches, not yet steady on PP 4), p and 2p, one recorded window
+    assert runs == [2, 4, 4, 8, 8]
     assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     _check_pictures(tmp_path / "plots")
 
