@@ -94,15 +94,15 @@ class Plan:
         return [(t, t + self.phases[j][1], start_s + self.ends[j]) for j, t in enumerate(starts)]
 
 
-def _plan(phases: tuple[tuple[int, float, float, float], ...], neighbours: list[tuple[int, ...]]) -> Plan:
-    """The :class:`Plan` of indexed ``phases``, given each flow's ``neighbours``."""
+def _plan(phases: tuple[tuple[int, float, float, float], ...],
+          near: Callable[[frozenset[int]], tuple[int, ...]]) -> Plan:
+    """The :class:`Plan` of indexed ``phases``, given the flows ``near`` a set of flows."""
     ends = tuple(accumulate([duration if duration >= not_before else not_before
                              for _, duration, _, not_before in phases]))
     flows = frozenset([phase[0] for phase in phases])
     if -1 in flows:
         flows -= _WAIT
-    near = tuple(sorted(set().union(*(neighbours[k] for k in flows))))
-    return Plan(phases, flows, ends, near)
+    return Plan(phases, flows, ends, near(flows))
 
 
 _WAIT = frozenset((-1,))
@@ -143,6 +143,7 @@ class SharingNetwork:
         self._constraints: list[tuple[tuple[int, float], ...]] = []
         self._spb: list[float] = []
         self._neighbours: list[tuple[int, ...]] = []
+        self._near: Callable[[frozenset[int]], tuple[int, ...]] = _nothing_near
         self._rates: Callable[[tuple[int, ...]], list[float]] = _no_rates
         self._active: list[set[Transfer]] = []
 
@@ -164,7 +165,7 @@ class SharingNetwork:
         self._trains = [set() for _ in flows]
         if [id(f) for f in flows] != list(self._index):
             structure = _structure(tuple(flows))
-            self._index, self._constraints, self._spb, self._neighbours, self._rates = structure
+            self._index, self._constraints, self._spb, self._neighbours, self._rates, self._near = structure
 
     def transfer(self, flow: Flow, duration_s: float, latency_s: float = 0.0,
                  not_before_s: float = 0.0) -> simpy.Event:
@@ -213,7 +214,7 @@ class SharingNetwork:
             raise RuntimeError("SharingNetwork.start must be called before a plan")
         index = self._index
         return _plan(tuple([(index[id(f)] if f is not None else -1, d, lat, nb) for f, d, lat, nb in phases]),
-                     self._neighbours)
+                     self._near)
 
     def sequence(self, plan: Plan) -> simpy.Event:
         """An event that fires when ``plan``'s phases have run one after another, each as
@@ -265,7 +266,7 @@ class SharingNetwork:
         """The plan of ``plan``'s phases from ``j`` on (remembered in ``plan``)."""
         rest = plan.suffixes.get(j)
         if rest is None:
-            rest = plan.suffixes[j] = _plan(plan.phases[j:], self._neighbours)
+            rest = plan.suffixes[j] = _plan(plan.phases[j:], self._near)
         return rest
 
     def _rest(self, plan: Plan) -> Generator[simpy.Event, Any, list[PhaseTimes]]:
@@ -423,15 +424,16 @@ RATES_CACHED = 4096
 combinations of concurrent transfers many times)."""
 
 _Structure = tuple[dict[int, int], list[tuple[tuple[int, float], ...]], list[float], list[tuple[int, ...]],
-                   Callable[[tuple[int, ...]], list[float]]]
+                   Callable[[tuple[int, ...]], list[float]], Callable[[frozenset[int]], tuple[int, ...]]]
 
 
 @lru_cache(maxsize=128)
 def _structure(flows: tuple[Flow, ...]) -> _Structure:
     """Of ``flows``: position by id, constraints (:func:`constraints_of`), seconds per byte and the
-    flows each shares a constraint with (itself included), and the max-min rates of transfers of
-    the given flows (sorted), memoised. Flows hash by identity, and the engine reuses one
-    placement's flows across runs, so this is computed once per placement."""
+    flows each shares a constraint with (itself included); the max-min rates of transfers of the
+    given flows (sorted) and the flows that share a constraint with one of a set, memoised. Flows
+    hash by identity, and the engine reuses one placement's flows across runs, so this is computed
+    once per placement."""
     constraints = constraints_of(flows)
     users: dict[int, set[int]] = {}
     for k, pairs in enumerate(constraints):
@@ -443,12 +445,20 @@ def _structure(flows: tuple[Flow, ...]) -> _Structure:
     def rates(of_flows: tuple[int, ...]) -> list[float]:
         return max_min_rates([constraints[k] for k in of_flows])
 
+    @lru_cache(maxsize=RATES_CACHED)
+    def near(of_flows: frozenset[int]) -> tuple[int, ...]:
+        return tuple(sorted(set().union(*(neighbours[k] for k in of_flows))))
+
     return ({id(f): k for k, f in enumerate(flows)}, constraints, [f.seconds_per_byte for f in flows], neighbours,
-            rates)
+            rates, near)
 
 
 def _no_rates(_flows: tuple[int, ...]) -> list[float]:
     raise RuntimeError("SharingNetwork.start must be called before a transfer")
+
+
+def _nothing_near(_flows: frozenset[int]) -> tuple[int, ...]:
+    raise RuntimeError("SharingNetwork.start must be called before a plan")
 
 
 def _flow_of(t: Transfer) -> int:
