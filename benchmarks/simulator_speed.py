@@ -1,11 +1,14 @@
-"""Simulator wall time per configuration under each network model: sharing (the default),
+"""Simulator CPU time per configuration under each network model: sharing (the default),
 contention (PALM's, the authors' model) and estimate (the closed-form screen).
 
 Cases: T-18B, T-76B and T-145B on ``wafer`` at TP 8 / DP 2 / PP 20 (PALM §V-B baseline: 1F1B,
 full recompute, Adam, FP16; ZeRO-1 where the plain baseline exceeds the per-die DRAM), T-145B at
 TP 16 and 32, PP 80 on a 10 x 8-die wafer, and the six Megatron configurations of PALM Table IV
 on ``a100-cluster``. Each case runs ``--repeat`` times
-after one warm-up run (which builds the cached topology); the median is reported.
+after one warm-up run (which builds the cached topology); the median CPU time of the process
+(``time.process_time``: what a busy machine's other work does not add) is reported, then the
+targets of issue 17: T-145B on the wafer at most 10 ms, PP 80 on the 10 x 8-die wafer at most
+100 ms, and its cost per pipeline stage against PP 20's (at most 1: linear in the depth).
 
 Usage: ``python benchmarks/simulator_speed.py [--repeat N] [--csv FILE]``.
 """
@@ -55,7 +58,7 @@ NETWORKS = ("sharing", "contention", "estimate")
 
 
 def measure(model: str, hardware: str, strategy: Strategy, repeat: int) -> dict:
-    """Median wall time of ``repeat`` simulations under each network and the default's headline
+    """Median CPU time of ``repeat`` simulations under each network and the default's headline
     numbers."""
     spec, hw = load_model(model), _hardware(hardware)
     row: dict = dict(model=model, hardware=hardware, tp=strategy.tp, dp=strategy.dp, pp=strategy.pp,
@@ -64,9 +67,9 @@ def measure(model: str, hardware: str, strategy: Strategy, repeat: int) -> dict:
         result = simulate(spec, hw, strategy, network=network)
         times = []
         for _ in range(repeat):
-            started = time.perf_counter()
+            started = time.process_time()
             result = simulate(spec, hw, strategy, network=network)
-            times.append(time.perf_counter() - started)
+            times.append(time.process_time() - started)
         row[f"{network}_s"] = statistics.median(times)
         if network == NETWORKS[0]:
             row.update(feasible=result.feasible, samples_per_s=result.samples_per_s,
@@ -89,8 +92,21 @@ def main() -> None:
     for network in NETWORKS:
         column = table[f"{network}_s"]
         print(f"{network}: max {column.max():.3f} s, mean {column.mean():.3f} s per configuration")
+    print_targets(table)
     if args.csv:
         table.to_csv(args.csv, index=False)
+
+
+def print_targets(table: pd.DataFrame) -> None:
+    """Issue 17's simulation-speed targets, from the table's sharing rows."""
+    def cpu_s(hardware: str, tp: int, pp: int) -> float:
+        row = table[(table.model == "T-145B") & (table.hardware == hardware) & (table.tp == tp) & (table.pp == pp)]
+        return float(row.sharing_s.iloc[0])
+
+    baseline, deep = cpu_s("wafer", 8, 20), cpu_s(WIDE_WAFER, 8, 80)
+    print(f"target: T-145B on the wafer (TP 8 / DP 2 / PP 20) {1e3 * baseline:.1f} ms CPU (at most 10 ms)")
+    print(f"target: PP 80 on the 10 x 8-die wafer {1e3 * deep:.1f} ms CPU (at most 100 ms); per stage "
+          f"{(deep / 80) / (baseline / 20):.2f}x PP 20's (at most 1: linear in the pipeline depth)")
 
 
 if __name__ == "__main__":
