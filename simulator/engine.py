@@ -605,7 +605,13 @@ class Engine:
             send = self._memo("send", dst, (i, size_bytes), lambda: self._shared_send(flow, dst, size_bytes, per_edge))
             if send.parts is None:
                 done = self.sharing.sequence(send.both)
-                done.callbacks.append(partial(self._delivered, send, i, kind, microbatch, message, now))
+                waiting = bool(message.callbacks)
+                done.callbacks.append(partial(self._delivered, send, i, kind, microbatch, message if not waiting
+                                              else None, now))
+                if waiting:  # the receiver waits already: it resumes on the delivery itself, one event fewer
+                    assert message.callbacks is not None
+                    done.callbacks.extend(message.callbacks)
+                    message.callbacks.clear()
                 return now
             sent = self.sharing.sequence(send.parts[0])
             sent.callbacks.append(partial(self._shared_regroup, send, i, kind, microbatch, message, now))
@@ -660,15 +666,17 @@ class Engine:
             self._trace_shared_regroup(send, i, microbatch, _times(regrouped, send.parts[1], start_s)[0])
         message.succeed()
 
-    def _delivered(self, send: SharedSend, i: int, kind: str, microbatch: int, message: simpy.Event,
+    def _delivered(self, send: SharedSend, i: int, kind: str, microbatch: int, message: simpy.Event | None,
                    start_s: float, done: simpy.Event) -> None:
-        """A send and its regroup under bandwidth sharing have ended: deliver ``message``."""
+        """A send and its regroup under bandwidth sharing have ended: deliver ``message`` (None:
+        its receiver waited on ``done`` itself)."""
         if self.record:
             times = _times(done, send.both, start_s)
             self._trace_shared_send(send, i, kind, microbatch, times)
             if send.regroup_flow is not None:
                 self._trace_shared_regroup(send, i, microbatch, times[1])
-        message.succeed()
+        if message is not None:
+            message.succeed()
 
     def _trace_shared_send(self, send: SharedSend, i: int, kind: str, microbatch: int,
                            times: list[PhaseTimes]) -> None:
