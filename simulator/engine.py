@@ -508,21 +508,24 @@ class Engine:
         flows = self.stage_flows[i]
         seg = self._segments_of(i, cost)
         segment: list[_Phase] = []
-        if seg.dram_s and flows.dram is not None:
-            segment.append(("dram", seg.dram_bytes, flows.dram, seg.dram_s, flows.dram.latency_s, seg.compute_s))
+        dram = flows.dram if seg.dram_s else None
+        streams = dram is not None
+        if dram is not None:
+            segment.append(("dram", seg.dram_bytes, dram, seg.dram_s, dram.latency_s, seg.compute_s))
         elif seg.compute_s:
             segment.append(("compute", 0.0, None, seg.compute_s, 0.0, 0.0))
         if seg.collective_s:
             segment.append(("tp collectives", seg.collective_bytes, flows.tp, seg.collective_s,
                             seg.collective_latency_s, 0.0))
         phases = segment * seg.count
+        stall = seg.count * (max(seg.dram_s, seg.compute_s) - seg.compute_s) if streams else 0.0
+        communication = seg.count * seg.collective_s
         if cost.exposed_dp_collectives:
             duration, moved, latency = self._collectives_time(i, cost.exposed_dp_collectives, flows.dp)
             phases.append(("zero-3 exposed", moved, flows.dp, duration, latency, 0.0))
+            communication += duration
         assert self.sharing is not None
         plan = self.sharing.plan([(flow, duration, latency, wait) for _, _, flow, duration, latency, wait in phases])
-        stall = sum(max(d, wait) - seg.compute_s for name, _, _, d, _, wait in phases if name == "dram")
-        communication = sum(max(d, wait) for name, _, _, d, _, wait in phases if name not in ("dram", "compute"))
         return SharedPass(seg, phases, plan, stall, communication)
 
     def _pass_end(self, i: int, cost: PassCost, now: float, microbatch: int = -1) -> float:
