@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import traceback
 
-from simulator import Hardware, ModelSpec, SimulationResult, Strategy, simulate
+from simulator import Hardware, InputError, ModelSpec, SimulationResult, Strategy, estimate_samples_per_s, simulate
 from simulator import __version__ as SIMULATOR_VERSION
 
 RECORD_KEYS = ("feasible", "reason", "samples_per_s", "tokens_per_s", "iteration_time_s",
@@ -50,3 +50,15 @@ def evaluate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: 
         last = traceback.extract_tb(error.__traceback__)[-1:]
         where = f" ({last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
         return {"error": f"{type(error).__name__}: {error}{where}"}
+
+
+def estimate_points(model: ModelSpec, plans: list[tuple[Hardware, Strategy]]) -> list[float]:
+    """Estimated samples/s of each (hardware, strategy) (0 when it does not fit or is not
+    legal): the screen's task, which a worker runs without importing the spaces or Optuna."""
+    values = []
+    for hardware, strategy in plans:
+        try:
+            values.append(estimate_samples_per_s(model, hardware, strategy))
+        except InputError:
+            values.append(0.0)
+    return values

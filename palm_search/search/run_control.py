@@ -86,7 +86,7 @@ class Executor:
 
 def _import_simulator() -> None:
     """A worker's warm-up task: import what every evaluation needs."""
-    import palm_search.search.screen  # noqa: F401 - the simulator, the spaces and the screen
+    import palm_search.search.evaluate  # noqa: F401 - the simulator and the tasks, without Optuna or pandas
 
 
 def _dask_client(scheduler: str | None, jobs: int):

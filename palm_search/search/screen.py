@@ -24,7 +24,8 @@ import pandas as pd
 from joblib import Parallel, delayed
 from optuna.trial import TrialState
 
-from simulator import InputError, ModelSpec, estimate_samples_per_s
+from palm_search.search.evaluate import estimate_points
+from simulator import ModelSpec
 from spaces import Candidate, placement_key
 
 SCREEN_LIMIT = 20_000
@@ -33,17 +34,6 @@ ESTIMATE_KEY = "screen_samples_per_s"
 """The user attribute holding a trial's estimated samples/s."""
 _CHUNK = 200
 """Points per worker task (a task's overhead is about one estimate)."""
-
-
-def estimate_points(model: ModelSpec, candidates: list[Candidate]) -> list[float]:
-    """Estimated samples/s of each candidate (0 when it does not fit or is not legal)."""
-    values = []
-    for candidate in candidates:
-        try:
-            values.append(estimate_samples_per_s(model, candidate.hardware, candidate.strategy))
-        except InputError:
-            values.append(0.0)
-    return values
 
 
 def screen(model: ModelSpec, walk: list[tuple[dict, Candidate]], jobs: int,
@@ -56,7 +46,8 @@ def screen(model: ModelSpec, walk: list[tuple[dict, Candidate]], jobs: int,
     grouped = sorted(range(len(points)), key=lambda i: placement_key(points[i]))
     chunks = [grouped[i:i + _CHUNK] for i in range(0, len(grouped), _CHUNK)]
     estimated = Parallel(n_jobs=jobs, backend=backend)(
-        delayed(estimate_points)(model, [walk[i][1] for i in chunk]) for chunk in chunks)
+        delayed(estimate_points)(model, [(walk[i][1].hardware, walk[i][1].strategy) for i in chunk])
+        for chunk in chunks)
     values = [0.0] * len(points)
     for chunk, chunk_values in zip(chunks, estimated, strict=True):
         for i, value in zip(chunk, chunk_values, strict=True):
