@@ -42,9 +42,7 @@ def screen(model: ModelSpec, walk: list[tuple[dict, Candidate]], jobs: int,
     estimate, best first (ties in the walk's order), and the wall time (s)."""
     started = time.perf_counter()
     points = [params for params, _ in walk]
-    # points of one placement in one chunk: each worker builds a placement's flows once
-    grouped = sorted(range(len(points)), key=lambda i: placement_key(points[i]))
-    chunks = [grouped[i:i + _CHUNK] for i in range(0, len(grouped), _CHUNK)]
+    chunks = _chunks(walk)
     estimated = Parallel(n_jobs=jobs, backend=backend)(
         delayed(estimate_points)(model, [(walk[i][1].hardware, walk[i][1].strategy) for i in chunk])
         for chunk in chunks)
@@ -54,6 +52,24 @@ def screen(model: ModelSpec, walk: list[tuple[dict, Candidate]], jobs: int,
             values[i] = value
     order = sorted(range(len(points)), key=lambda i: -values[i])
     return [(points[i], values[i]) for i in order], time.perf_counter() - started
+
+
+def _chunks(walk: list[tuple[dict, Candidate]]) -> list[list[int]]:
+    """The walk's positions in worker tasks of about :data:`_CHUNK` points: those of one set of
+    parallel degrees in one task where they fit in twice that (each worker builds a plan's stage
+    costs and a placement's flows once), placements kept together."""
+    def degrees(i: int) -> tuple[int, ...]:
+        strategy = walk[i][1].strategy
+        return strategy.tp, strategy.pp, strategy.dp, strategy.cp
+
+    grouped = sorted(range(len(walk)), key=lambda i: (degrees(i), placement_key(walk[i][0])))
+    chunks: list[list[int]] = [[]]
+    for i in grouped:
+        current = chunks[-1]
+        if len(current) >= 2 * _CHUNK or (len(current) >= _CHUNK and degrees(i) != degrees(current[-1])):
+            chunks.append(current := [])
+        current.append(i)
+    return [chunk for chunk in chunks if chunk]
 
 
 def enqueue_screened(study: optuna.Study, ranked: list[tuple[dict, float]], count: int,
