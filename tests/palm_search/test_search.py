@@ -8,6 +8,8 @@ from pathlib import Path
 import optuna
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from optuna.trial import TrialState
 from typer.testing import CliRunner
 
@@ -294,3 +296,23 @@ def test_every_json_output_is_strict_versioned_and_names_each_quantity_once(tmp_
     assert {"trial", "model_flops_utilisation"} <= columns and not {"mfu", "number"} & columns
     assert best["result"]["trial"] == summary["best"]["trial"] == summary["top"][0]["trial"]
     assert best["result"]["model_flops_utilisation"] == simulated["model_flops_utilisation"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1, 2, 4]), st.sampled_from([1, 5, 10]), st.integers(0, 3)),
+                min_size=1, max_size=900))
+def test_screen_tasks_cover_the_walk_once_and_keep_a_small_set_of_degrees_together(points):
+    from types import SimpleNamespace
+
+    from palm_search.search.screen import _CHUNK, _chunks
+
+    walk = [({"degrees": f"{tp}x{pp}", "placement": str(k)}, SimpleNamespace(strategy=SimpleNamespace(
+        tp=tp, pp=pp, dp=1, cp=1))) for tp, pp, k in points]
+    chunks = _chunks(walk)
+    assert sorted(i for chunk in chunks for i in chunk) == list(range(len(walk)))
+    assert all(0 < len(chunk) <= 2 * _CHUNK for chunk in chunks)
+    sizes: dict[str, int] = {}
+    for params, _ in walk:
+        sizes[params["degrees"]] = sizes.get(params["degrees"], 0) + 1
+    holding = {d: {n for n, chunk in enumerate(chunks) for i in chunk if walk[i][0]["degrees"] == d} for d in sizes}
+    assert all(len(holding[d]) == 1 for d, size in sizes.items() if size <= _CHUNK)
