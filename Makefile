@@ -23,6 +23,7 @@ fuzz: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/simulator_speed.py
+	$(BIN)/python benchmarks/steady_state.py
 	$(BIN)/python benchmarks/search_speed.py
 	$(BIN)/python benchmarks/fidelity.py
 	$(BIN)/python benchmarks/search_quality.py

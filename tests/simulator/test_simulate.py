@@ -26,14 +26,26 @@ def test_steady_state_extrapolation_is_within_half_a_percent_of_a_full_run(netwo
     assert extrapolated.iteration_time_s == pytest.approx(full.iteration_time_s, rel=5e-3)
 
 
+def test_palms_wafer_baseline_extrapolates_from_2_and_4_microbatches():
+    # T-18B at TP 8 / DP 2 / PP 20 (PALM §V-B): the first short runs' period agrees with the
+    # closed-form steady state to 0.1%, so 2 + 4 microbatches stand for 256.
+    model = load_model("T-18B")
+    strategy = Strategy(tp=8, dp=2, pp=20, recompute="full", global_batch_size=512)
+    full = simulate(model, WAFER, strategy, steady_state=False)
+    short = simulate(model, WAFER, strategy)
+    assert short.simulated_microbatches == 2 + 4 and full.num_microbatches == 256
+    assert short.iteration_time_s == pytest.approx(full.iteration_time_s, rel=5e-3)
+
+
 def test_deep_pipelines_extrapolate_from_a_few_microbatches_when_the_period_is_the_steady_one():
-    # PP 40 of T-18B: the two short runs' period agrees with the closed-form steady state, so 2 + 4
-    # microbatches are simulated instead of 40 + 80, with the full run's answer.
+    # PP 40 of T-18B: the period of 4 and 8 microbatches agrees with the closed-form steady state
+    # (that of 2 and 4 not to 0.1%), so 2 + 4 + 8 microbatches are simulated instead of 40 + 80,
+    # with the full run's answer.
     model, strategy = load_model("T-18B"), Strategy(tp=4, dp=2, pp=40, recompute="full", global_batch_size=512)
     wide = dataclasses.replace(WAFER, network=dataclasses.replace(WAFER.network, dies_x=10, dies_y=4))
     full = simulate(model, wide, strategy, steady_state=False)
     short = simulate(model, wide, strategy)
-    assert short.simulated_microbatches == 2 + 4
+    assert short.simulated_microbatches == 2 + 4 + 8
     assert short.iteration_time_s == pytest.approx(full.iteration_time_s, rel=5e-3)
 
 
