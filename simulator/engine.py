@@ -739,9 +739,9 @@ class Engine:
         """Data-parallel collectives of every chunk, then the optimizer step (PALM GU)."""
         chunks = [self.costs[c * self.pp + i] for c in range(len(self.costs) // self.pp)]
         now = self.env.now
-        collectives = tuple(c for cost in chunks for c in cost.dp_collectives)
         flow = self.stage_flows[i].iteration
-        duration, moved, latency = self._collectives_time(i, collectives, flow)
+        duration, moved, latency = self._memo("gradient", i, 0, lambda: self._collectives_time(
+            i, tuple(c for cost in chunks for c in cost.dp_collectives), flow))
         self.events += 1
         if self.sharing is not None:
             if duration:
