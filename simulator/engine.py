@@ -638,11 +638,11 @@ class Engine:
         net = self.sharing
         assert net is not None
         phases = [(flow, flow.step_time_s(per_edge), flow.latency_s, 0.0)]
-        regroup = self._regroup_cost(dst, size_bytes)
-        tp, moved = (regroup[0], regroup[2]) if regroup else (None, 0.0)
+        regroup, tp, moved = self._regroup_cost(dst, size_bytes), None, 0.0
         if regroup is not None:
-            phases.append((regroup[0], regroup[1], regroup[3], 0.0))
-        parts = (net.plan(phases[:1]), net.plan(phases[1:]) if regroup else None) if self.p2p_blocking else None
+            tp, duration, moved, latency = regroup
+            phases.append((tp, duration, latency, 0.0))
+        parts = (net.plan(phases[:1]), net.plan(phases[1:]) if tp is not None else None) if self.p2p_blocking else None
         return SharedSend(flow, dst, per_edge, net.plan(phases), parts, tp, moved)
 
     def _shared_regroup(self, send: SharedSend, i: int, kind: str, microbatch: int, message: simpy.Event,
