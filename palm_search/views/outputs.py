@@ -43,9 +43,10 @@ def trials_frame(study: optuna.Study) -> pd.DataFrame:
 
 
 def top_mappings(frame: pd.DataFrame, k: int) -> pd.DataFrame:
-    """The ``k`` fastest feasible, distinct mappings (plus nothing else)."""
+    """The ``k`` fastest feasible, distinct mappings (plus nothing else; none when no trial
+    completed)."""
     if frame.empty or "feasible" not in frame:
-        return frame
+        return frame.iloc[0:0]
     feasible = frame[(frame["state"] == "COMPLETE") & (frame["feasible"] == True)]  # noqa: E712
     strategy_cols = [c for c in COLUMNS[1:COLUMNS.index("samples_per_s")] if c in feasible]
     distinct = feasible.sort_values("samples_per_s", ascending=False).drop_duplicates(strategy_cols)
