@@ -7,10 +7,11 @@
   (``trial.set_constraint``, value > 0 is infeasible; Optuna 5) plus its reason in the user
   attributes; an exception in a worker FAILs that trial with its message. Identical strategies
   are simulated once (:func:`palm_search.search.evaluate.cache_key`).
-* Order: the baseline is trial 0. By default (``deterministic``) the driver asks a fixed-size
-  batch, evaluates it, and tells it in order, so results do not depend on the number of workers
-  and the sampler never sees more than one batch pending; asynchronously it keeps every worker
-  busy and tells results as they come.
+* Order: the baseline is trial 0. By default (``deterministic``) the driver asks fixed-size
+  batches and tells each in order, so results do not depend on the number of workers and the
+  sampler never sees more than one batch pending; two batches are in flight, so the workers
+  simulate the next while the driver tells one. Asynchronously it keeps every worker busy and
+  tells results as they come.
 """
 
 from __future__ import annotations
@@ -369,20 +370,54 @@ def _task(search: Search, candidate: Candidate) -> Any:
                                      search.spec.eval_timeout_s)
 
 
+@dataclass
+class _Flight:
+    """A batch in flight: its decoded trials, the strategies it simulates (by cache key) and
+    their running simulations, the batch in flight before it (which simulates the strategies the
+    two share), and its records once collected."""
+
+    batch: list[Asked]
+    todo: dict[str, Candidate]
+    running: Iterator[dict]
+    ahead: _Flight | None
+    records: dict[str, dict] = field(default_factory=dict)
+
+
 def _run_batches(search: Search, pending: list[optuna.Trial], on_progress: Callable[[Progress], None]) -> None:
-    """Synchronous batches, the sampler one batch ahead: batch k+1 is asked (with batch k
-    pending, as constant liar sees it) while the workers simulate batch k, then batch k is told.
-    What the sampler knows at each ask is the same for any number of workers."""
+    """Synchronous batches, two in flight: batch k+1 is asked (with batch k pending, as constant
+    liar sees it) and queued behind batch k; when batch k's records are in, it is told and batch
+    k+2 is asked while the workers simulate batch k+1. What the sampler knows at each ask (the
+    batches before k told, k pending) is the same for any number of workers, and the workers do
+    not wait while the driver tells and asks."""
+    ahead: _Flight | None = None
     batch = _ask_batch(search, pending, in_flight=0)
-    while batch:
-        batch = [replace(a, known=search.cache.get(a.key)) if a.known is None and a.key else a for a in batch]
-        todo = {a.key: a.candidate for a in batch if a.known is None and a.candidate is not None}
-        running = _dispatch(search, list(todo.values()))
-        upcoming = _ask_batch(search, pending, in_flight=len(batch))
-        records = dict(zip(todo, _collect(search, running, list(todo.values())), strict=True))
-        for asked in batch:
-            finish(search, asked, asked.known or records[asked.key], on_progress)
-        batch = upcoming
+    while batch or ahead:
+        current = _launch(search, batch, ahead) if batch else None
+        if ahead is not None:
+            _land(search, ahead, on_progress)
+            ahead.ahead = None
+        batch = _ask_batch(search, pending, in_flight=len(current.batch)) if current else []
+        ahead = current
+
+
+def _launch(search: Search, batch: list[Asked], ahead: _Flight | None) -> _Flight:
+    """Start simulating ``batch``'s strategies that are neither cached nor simulated by the
+    batch ``ahead`` (each distinct strategy once)."""
+    batch = [replace(a, known=search.cache.get(a.key)) if a.known is None and a.key else a for a in batch]
+    todo = {a.key: a.candidate for a in batch if a.known is None and a.candidate is not None
+            and (ahead is None or a.key not in ahead.todo)}
+    return _Flight(batch, todo, _dispatch(search, list(todo.values())), ahead)
+
+
+def _land(search: Search, flight: _Flight, on_progress: Callable[[Progress], None]) -> None:
+    """Collect ``flight``'s records and tell its trials in order; a strategy the batch ahead
+    simulated is told with that record, as cached."""
+    flight.records = dict(zip(flight.todo, _collect(search, flight.running, list(flight.todo.values())),
+                              strict=True))
+    for asked in flight.batch:
+        if asked.known is None and asked.key not in flight.records and flight.ahead is not None:
+            asked = replace(asked, known=flight.ahead.records[asked.key])
+        finish(search, asked, asked.known or flight.records[asked.key], on_progress)
 
 
 def _ask_batch(search: Search, pending: list[optuna.Trial], in_flight: int) -> list[Asked]:
@@ -397,7 +432,7 @@ def _dispatch(search: Search, candidates: list[Candidate]) -> Iterator[dict]:
     """Start simulating ``candidates`` (records come in order; with one job, as they are read)."""
     if not candidates:
         return iter(())
-    return Parallel(n_jobs=search.jobs, backend=_backend(search), return_as="generator")(
+    return Parallel(n_jobs=search.jobs, backend=_backend(search), return_as="generator", pre_dispatch="all")(
         _task(search, c) for c in candidates)
 
 

@@ -110,11 +110,19 @@ def test_a_worker_exception_fails_one_trial_not_the_study(tmp_path, monkeypatch)
     assert all("simulated crash" in t.user_attrs["error"] for t in failed)
 
 
-def test_identical_strategies_are_simulated_once(tmp_path):
-    search = _run(tmp_path, sampler="random", trials=40)
+def test_identical_strategies_are_simulated_once(tmp_path, monkeypatch):
+    real, simulated = palm_search.search.evaluate.simulate, []
+
+    def counted(model, hardware, strategy, **kwargs):
+        simulated.append(strategy)
+        return real(model, hardware, strategy, **kwargs)
+
+    monkeypatch.setattr(palm_search.search.evaluate, "simulate", counted)
+    search = _run(tmp_path, sampler="random", trials=40, batch_size=4)  # repeats in adjacent batches in flight
     cached = [t for t in search.study.trials if t.user_attrs.get("cached")]
     keys = {json.dumps(t.user_attrs["strategy"], sort_keys=True) for t in search.study.trials}
     assert len(keys) + len(cached) == len(search.study.trials)
+    assert len(simulated) == len(keys) < len(search.study.trials)
 
 
 runner = CliRunner()
