@@ -20,18 +20,26 @@ import logging
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
 import optuna
-from joblib import Parallel, delayed
+from joblib import Parallel, delayed, parallel_config
 from joblib.externals.loky.process_executor import TerminatedWorkerError
 from optuna.trial import TrialState
 
 from palm_search.search.evaluate import RECORD_KEYS, cache_key, evaluate
-from palm_search.search.screen import SCREEN_LIMIT, enqueue_screened, screen
-from palm_search.search.space import SpaceBuilder, candidate_builder, enumerate_candidates, enumerate_points
+from palm_search.search.screen import SCREEN_LIMIT, Screening, enqueue_screened, start_screen
+from palm_search.search.space import (
+    SpaceBuilder,
+    candidate_builder,
+    enumerate_candidates,
+    enumerate_points,
+    walk_space,
+)
 from palm_search.search.storage import (
+    JOURNAL,
     Heartbeat,
     beat_now,
     fail_stale,
@@ -95,8 +103,9 @@ class Search:
     """Ids of the trials this process holds RUNNING (a :class:`Heartbeat` beats them)."""
     points: list[dict] | None = None
     """The exhaustive walk's parameter sets (None when a sampler proposes the points)."""
-    screened: list[tuple[dict, Candidate]] | None = None
-    """The points to screen with the estimate (``fidelity`` screen; see :mod:`.screen`)."""
+    screened: Screening | None = None
+    """The screen of the space's points with the estimate, under way (``fidelity`` screen; see
+    :mod:`.screen`)."""
 
 
 METRIC_NAMES = {"throughput": "samples/s", "memory": "peak memory per device (GiB)"}
@@ -126,22 +135,24 @@ def make_sampler(spec: StudySpec, exhaustive: bool) -> optuna.samplers.BaseSampl
 
 def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, jobs: int = 1,
                 deterministic: bool = True) -> Search:
-    """Load the model and machine, open (or resume) the study, enqueue the exhaustive walk.
+    """Load the model and machine, open (or resume) the study, enqueue the exhaustive walk or
+    start the screen (:func:`.screen.start_screen`, on the workers of the joblib backend in use).
 
     With sampler ``exhaustive`` (or ``auto`` when the space has at most ``trials`` points) every
     point of the space is enqueued and the budget shrinks to the points plus the baseline.
 
     Raises:
-        InputError: bad model, hardware or study values.
+        InputError: bad model, hardware, study values or storage.
     """
     model, hardware = load_model(spec.model), load_hardware(spec.hardware)
     build = candidate_builder(spec, model, hardware)
-    points, screened = _walks(spec, build)
+    known = storage_for(run_dir, storage) if storage or (run_dir / JOURNAL).is_file() else None
+    points, screened = _walks(spec, build, None if known and _queued(known, spec.name) else jobs)
     spec = spec.replace(trials=spec.trials or (SCREENED_TRIALS if screened is not None else DEFAULT_TRIALS))
     if points is not None:
         spec = spec.replace(trials=min(spec.trials, len(points) + 1))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(study_name=spec.name, storage=storage_for(run_dir, storage),
+    study = optuna.create_study(study_name=spec.name, storage=known or storage_for(run_dir, storage),
                                 sampler=make_sampler(spec, points is not None or screened is not None),
                                 directions=spec.directions, load_if_exists=True)
     search = Search(spec=spec, model=model, hardware=hardware, study=study, build=build, jobs=jobs,
@@ -162,11 +173,20 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
     return search
 
 
-def _walks(spec: StudySpec, build: SpaceBuilder) -> tuple[list[dict] | None, list[tuple[dict, Candidate]] | None]:
-    """(the exhaustive walk, the points to screen with their candidates): the walk when the
-    sampler is exhaustive, or
-    ``auto`` and the space fits the budget; else the points to screen when the fidelity allows
-    and the space has at most :data:`SCREEN_LIMIT` points; else neither (a sampler proposes).
+def _queued(storage: optuna.storages.BaseStorage, name: str) -> bool:
+    """Whether the study ``name`` exists in ``storage`` and has queued its points already."""
+    try:
+        study_id = storage.get_study_id_from_name(name)
+    except KeyError:
+        return False
+    return bool(storage.get_study_user_attrs(study_id).get("enqueued"))
+
+
+def _walks(spec: StudySpec, build: SpaceBuilder, jobs: int | None) -> tuple[list[dict] | None, Screening | None]:
+    """(the exhaustive walk, the screen of the walk): the walk when the sampler is exhaustive, or
+    ``auto`` and the space fits the budget; else the screen, started on ``jobs`` workers (None:
+    the points only, the study queued them already), when the fidelity allows and the space has
+    at most :data:`SCREEN_LIMIT` points; else neither (a sampler proposes).
 
     Raises:
         InputError: ``fidelity`` screen on a space larger than :data:`SCREEN_LIMIT`.
@@ -176,13 +196,20 @@ def _walks(spec: StudySpec, build: SpaceBuilder) -> tuple[list[dict] | None, lis
     if spec.sampler != "auto":
         return None, None
     budget = spec.trials or DEFAULT_TRIALS
-    walk = enumerate_candidates(build, budget if spec.fidelity == "full" else max(budget, SCREEN_LIMIT))
-    if walk is not None and len(walk) <= budget:
-        return [params for params, _ in walk], None
-    if walk is None and spec.fidelity == "screen":
+    walk = walk_space(build)
+    head = list(islice(walk, budget + 1))
+    if len(head) <= budget:
+        return [params for params, _ in head], None
+    screened = None
+    if spec.fidelity != "full" and jobs is None:
+        found = enumerate_candidates(build, max(budget, SCREEN_LIMIT))
+        screened = Screening([params for params, _ in found], [], None, 0.0) if found is not None else None
+    elif spec.fidelity != "full":
+        screened = start_screen(build.space.model, chain(head, walk), max(budget, SCREEN_LIMIT), jobs)
+    if screened is None and spec.fidelity == "screen":
         raise InputError(f"study: the space has more than {SCREEN_LIMIT:,} points, too many to screen; fix some"
                          " dimensions or use fidelity \"full\"")
-    return None, walk
+    return None, screened
 
 
 def enqueue_points(search: Search) -> None:
@@ -195,7 +222,7 @@ def enqueue_points(search: Search) -> None:
         for params in search.points:
             study.enqueue_trial(params)
     elif search.screened is not None and search.spec.trials > 1:
-        ranked, seconds = screen(search.model, search.screened, search.jobs, _backend(search))
+        ranked, seconds = search.screened.ranked()
         enqueue_screened(study, ranked, search.spec.trials - 1, seconds)
     study.set_user_attr("enqueued", True)
 
@@ -394,7 +421,7 @@ def _run_batches(search: Search, pending: list[optuna.Trial], on_progress: Calla
     while batch or ahead:
         current = _launch(search, batch, ahead) if batch else None
         if ahead is not None:
-            _land(search, ahead, on_progress)
+            _land(search, ahead, current, on_progress)
             ahead.ahead = None
         batch = _ask_batch(search, pending, in_flight=len(current.batch)) if current else []
         ahead = current
@@ -409,11 +436,10 @@ def _launch(search: Search, batch: list[Asked], ahead: _Flight | None) -> _Fligh
     return _Flight(batch, todo, _dispatch(search, list(todo.values())), ahead)
 
 
-def _land(search: Search, flight: _Flight, on_progress: Callable[[Progress], None]) -> None:
+def _land(search: Search, flight: _Flight, behind: _Flight | None, on_progress: Callable[[Progress], None]) -> None:
     """Collect ``flight``'s records and tell its trials in order; a strategy the batch ahead
-    simulated is told with that record, as cached."""
-    flight.records = dict(zip(flight.todo, _collect(search, flight.running, list(flight.todo.values())),
-                              strict=True))
+    simulated is told with that record, as cached. The batch ``behind`` it is in flight too."""
+    flight.records = dict(zip(flight.todo, _collect(search, flight, behind), strict=True))
     for asked in flight.batch:
         if asked.known is None and asked.key not in flight.records and flight.ahead is not None:
             asked = replace(asked, known=flight.ahead.records[asked.key])
@@ -432,33 +458,41 @@ def _dispatch(search: Search, candidates: list[Candidate]) -> Iterator[dict]:
     """Start simulating ``candidates`` (records come in order; with one job, as they are read)."""
     if not candidates:
         return iter(())
-    return Parallel(n_jobs=search.jobs, backend=_backend(search), return_as="generator", pre_dispatch="all")(
-        _task(search, c) for c in candidates)
+    return _parallel(search, return_as="generator", pre_dispatch="all")(_task(search, c) for c in candidates)
 
 
-def _collect(search: Search, running: Iterator[dict], candidates: list[Candidate]) -> list[dict]:
-    """The records of :func:`_dispatch`; if a worker process dies, each is retried alone."""
+def _collect(search: Search, flight: _Flight, behind: _Flight | None = None) -> list[dict]:
+    """The records of ``flight``'s simulations; if a worker process dies, each is retried alone,
+    once the batch ``behind`` (in flight too) has finished, so that none of its strategies kills
+    a retry's worker."""
     try:
-        return list(running)
+        return list(flight.running)
     except _worker_deaths(search) as error:
         logger.warning("a simulator worker process died (%s); retrying its batch one strategy at a time", error)
-        return [_isolated(search, c) for c in candidates]
+        if behind is not None:
+            behind.running = iter(_collect(search, behind))
+        return [_isolated(search, c) for c in flight.todo.values()]
 
 
 def _isolated(search: Search, candidate: Candidate) -> dict:
     """Evaluate ``candidate`` alone in a fresh worker process: if that process dies too, the death
     is the candidate's, and it becomes the record's error (its trial FAILs; the search goes on)."""
     try:
-        [record] = Parallel(n_jobs=2, backend=_backend(search))([_task(search, candidate)])
+        [record] = _parallel(search, n_jobs=2)([_task(search, candidate)])
         return record
     except _worker_deaths(search) as error:
         return {"error": f"worker process died: {type(error).__name__}: {' '.join(str(error).split())[:300]}"}
 
 
-def _backend(search: Search) -> str | None:
-    """The ``Parallel`` backend argument: dask runs inside the ``parallel_config(backend="dask")``
-    the executor entered (:class:`palm_search.search.run_control.Executor`), so it is left to that."""
-    return None if search.backend == "dask" else search.backend
+def _parallel(search: Search, n_jobs: int | None = None, **options: Any) -> Parallel:
+    """A ``Parallel`` on the search's backend (``n_jobs``: default the search's jobs) with a
+    backend instance of its own: two batches are in flight, and the one instance that
+    ``parallel_config(backend="dask")`` shares between calls would mix their results (the
+    executor made the Dask client: :class:`palm_search.search.run_control.Executor`)."""
+    if search.backend != "dask":
+        return Parallel(n_jobs=n_jobs or search.jobs, backend=search.backend, **options)
+    with parallel_config(backend="dask"):
+        return Parallel(n_jobs=n_jobs or search.jobs, **options)
 
 
 def _worker_deaths(search: Search) -> tuple[type[BaseException], ...]:
@@ -501,8 +535,7 @@ def _stream(search: Search, pending: list[optuna.Trial], waiting: dict[int, Aske
             yield delayed(_numbered)(search.evaluator, trial.number, search.model, asked.candidate,
                                      search.spec.network, search.spec.eval_timeout_s)
 
-    stream = Parallel(n_jobs=search.jobs, backend=_backend(search), return_as="generator_unordered",
-                      pre_dispatch=str(2 * max(search.jobs, 1)))(tasks())
+    stream = _parallel(search, return_as="generator_unordered", pre_dispatch=str(2 * max(search.jobs, 1)))(tasks())
     for number, record in stream:
         while known:
             asked = known.pop(0)

@@ -16,7 +16,12 @@ run's own trials, so a user sees when the screen misleads.
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from itertools import groupby
 from typing import Any
 
 import optuna
@@ -25,7 +30,7 @@ from joblib import Parallel, delayed
 from optuna.trial import TrialState
 
 from palm_search.search.evaluate import estimate_points
-from simulator import ModelSpec
+from simulator import ModelSpec, Strategy
 from spaces import Candidate, placement_key
 
 SCREEN_LIMIT = 20_000
@@ -36,40 +41,126 @@ _CHUNK = 200
 """Points per worker task (a task's overhead is about one estimate)."""
 
 
+@dataclass
+class Screening:
+    """The screen of a walk: its points in the walk's order, the walk's positions in each worker
+    task, and the tasks' estimates while the workers compute them (None when nothing is estimated:
+    a resumed study queued its points already)."""
+
+    points: list[dict]
+    chunks: list[list[int]]
+    running: Iterator[list[float]] | None
+    started_s: float
+
+    def ranked(self) -> tuple[list[tuple[dict, float]], float]:
+        """Every point with its estimate, best first (ties in the walk's order), and the wall time
+        of the walk and the estimates (s)."""
+        values = [0.0] * len(self.points)
+        for chunk, chunk_values in zip(self.chunks, self.running or (), strict=True):
+            for i, value in zip(chunk, chunk_values, strict=True):
+                values[i] = value
+        order = sorted(range(len(self.points)), key=lambda i: -values[i])
+        return [(self.points[i], values[i]) for i in order], time.perf_counter() - self.started_s
+
+
+def start_screen(model: ModelSpec, walk: Iterable[tuple[dict, Candidate]], limit: int, jobs: int,
+                 backend: str | None = None) -> Screening | None:
+    """Start estimating every point of the ``walk`` (its parameters and the candidate they build)
+    on ``jobs`` workers while the walk goes on, or None when it has more than ``limit`` points.
+
+    A thread walks and queues each task as soon as it is made; joblib sends a task whenever a
+    worker is free, :data:`_AHEAD` per worker ahead, so past the limit at most that many tasks are
+    left to finish (and none to abort). With one job the walk is made first (nothing overlaps).
+
+    Raises:
+        Exception: what the walk raised (InputError excepted: the walk skips such points).
+    """
+    started, points, chunks = time.perf_counter(), [], []
+    over = False
+
+    def numbered() -> Iterator[tuple[int, dict, Candidate]]:
+        nonlocal over
+        for params, candidate in walk:
+            if len(points) == limit:
+                over = True
+                return
+            points.append(params)
+            yield len(points) - 1, params, candidate
+
+    def tasks() -> Iterator[Any]:
+        for chunk in _chunks(numbered()):
+            chunks.append([i for i, _, _ in chunk])
+            yield delayed(estimate_points)(model, [(c.hardware, c.strategy) for _, _, c in chunk])
+
+    if jobs == 1:
+        made = list(tasks())
+        return None if over else Screening(points, chunks, Parallel(n_jobs=1, return_as="generator")(made), started)
+    queued: queue.Queue = queue.Queue()
+    walker = _Walker(tasks(), queued)
+    walker.start()
+    running = Parallel(n_jobs=jobs, backend=backend, return_as="generator", batch_size=1,
+                       pre_dispatch=f"{_AHEAD}*n_jobs")(iter(queued.get, _END))
+    walker.join()
+    if walker.error is not None or over:
+        list(running)  # the few tasks sent finish; nothing is aborted
+    if walker.error is not None:
+        raise walker.error
+    return None if over else Screening(points, chunks, running, started)
+
+
+_AHEAD = 2
+"""Tasks sent ahead per worker while the walk goes on."""
+_END = object()
+"""Marks the end of the walk's tasks in the queue."""
+
+
+class _Walker(threading.Thread):
+    """Puts the ``tasks`` the walk makes in the ``queued`` queue, then :data:`_END`; keeps the
+    walk's exception, if any, in ``error``."""
+
+    def __init__(self, tasks: Iterator[Any], queued: queue.Queue) -> None:
+        super().__init__(name="screen-walk", daemon=True)
+        self.tasks, self.queued = tasks, queued
+        self.error: Exception | None = None
+
+    def run(self) -> None:
+        try:
+            for task in self.tasks:
+                self.queued.put(task)
+        except Exception as error:  # noqa: BLE001 - raised again in the caller's thread
+            self.error = error
+        finally:
+            self.queued.put(_END)
+
+
 def screen(model: ModelSpec, walk: list[tuple[dict, Candidate]], jobs: int,
            backend: str | None = None) -> tuple[list[tuple[dict, float]], float]:
-    """Every point of the ``walk`` (its parameters and the candidate they build) with its
-    estimate, best first (ties in the walk's order), and the wall time (s)."""
-    started = time.perf_counter()
-    points = [params for params, _ in walk]
-    chunks = _chunks(walk)
-    estimated = Parallel(n_jobs=jobs, backend=backend)(
-        delayed(estimate_points)(model, [(walk[i][1].hardware, walk[i][1].strategy) for i in chunk])
-        for chunk in chunks)
-    values = [0.0] * len(points)
-    for chunk, chunk_values in zip(chunks, estimated, strict=True):
-        for i, value in zip(chunk, chunk_values, strict=True):
-            values[i] = value
-    order = sorted(range(len(points)), key=lambda i: -values[i])
-    return [(points[i], values[i]) for i in order], time.perf_counter() - started
+    """Every point of the ``walk`` with its estimate, best first (ties in the walk's order), and
+    the wall time (s): :func:`start_screen` on a walk already made."""
+    screening = start_screen(model, walk, len(walk), jobs, backend)
+    assert screening is not None  # the walk has exactly its limit of points
+    return screening.ranked()
 
 
-def _chunks(walk: list[tuple[dict, Candidate]]) -> list[list[int]]:
-    """The walk's positions in worker tasks of about :data:`_CHUNK` points: those of one set of
-    parallel degrees in one task where they fit in twice that (each worker builds a plan's stage
-    costs and a placement's flows once), placements kept together."""
-    def degrees(i: int) -> tuple[int, ...]:
-        strategy = walk[i][1].strategy
-        return strategy.tp, strategy.pp, strategy.dp, strategy.cp
+def _chunks(walk: Iterable[tuple[int, dict, Candidate]]) -> Iterator[list[tuple[int, dict, Candidate]]]:
+    """The walk's numbered points in worker tasks of about :data:`_CHUNK` points: those of one set
+    of parallel degrees (consecutive in a walk, whose first choice they are) in one task where
+    they fit in twice that (each worker builds a plan's stage costs and a placement's flows
+    once), placements kept together."""
+    current: list[tuple[int, dict, Candidate]] = []
+    for _, same in groupby(walk, key=lambda point: _degrees(point[2].strategy)):
+        points = sorted(same, key=lambda point: placement_key(point[1]))
+        for k, point in enumerate(points):
+            if len(current) >= 2 * _CHUNK or (len(current) >= _CHUNK and k == 0):
+                yield current
+                current = []
+            current.append(point)
+    if current:
+        yield current
 
-    grouped = sorted(range(len(walk)), key=lambda i: (degrees(i), placement_key(walk[i][0])))
-    chunks: list[list[int]] = [[]]
-    for i in grouped:
-        current = chunks[-1]
-        if len(current) >= 2 * _CHUNK or (len(current) >= _CHUNK and degrees(i) != degrees(current[-1])):
-            chunks.append(current := [])
-        current.append(i)
-    return [chunk for chunk in chunks if chunk]
+
+def _degrees(strategy: Strategy) -> tuple[int, ...]:
+    return strategy.tp, strategy.pp, strategy.dp, strategy.cp
 
 
 def enqueue_screened(study: optuna.Study, ranked: list[tuple[dict, float]], count: int,

@@ -108,14 +108,16 @@ def enumerate_candidates(build: Builder, limit: int) -> list[tuple[dict, Candida
     """Every parameter assignment of the space with the candidate it builds, or None if there are
     more than ``limit``."""
     points = []
-    for point in _walk(build):
+    for point in walk_space(build):
         points.append(point)
         if len(points) > limit:
             return None
     return points
 
 
-def _walk(build: Builder) -> Iterator[tuple[dict, Candidate]]:
+def walk_space(build: Builder) -> Iterator[tuple[dict, Candidate]]:
+    """Every parameter assignment of the space with the candidate it builds, in the odometer's
+    order (the first choice, the degrees, changes slowest)."""
     script: list[int] = []
     while True:
         trial = ScriptedTrial(script)

@@ -314,13 +314,33 @@ def test_screen_tasks_cover_the_walk_once_and_keep_a_small_set_of_degrees_togeth
 
     from palm_search.search.screen import _CHUNK, _chunks
 
-    walk = [({"degrees": f"{tp}x{pp}", "placement": str(k)}, SimpleNamespace(strategy=SimpleNamespace(
-        tp=tp, pp=pp, dp=1, cp=1))) for tp, pp, k in points]
-    chunks = _chunks(walk)
+    points = sorted(points, key=lambda point: point[:2])  # a walk's first choice is the degrees
+    walk = [(i, {"degrees": f"{tp}x{pp}", "placement": str(k)}, SimpleNamespace(strategy=SimpleNamespace(
+        tp=tp, pp=pp, dp=1, cp=1))) for i, (tp, pp, k) in enumerate(points)]
+    chunks = [[i for i, _, _ in chunk] for chunk in _chunks(iter(walk))]
     assert sorted(i for chunk in chunks for i in chunk) == list(range(len(walk)))
     assert all(0 < len(chunk) <= 2 * _CHUNK for chunk in chunks)
     sizes: dict[str, int] = {}
-    for params, _ in walk:
+    for _, params, _ in walk:
         sizes[params["degrees"]] = sizes.get(params["degrees"], 0) + 1
-    holding = {d: {n for n, chunk in enumerate(chunks) for i in chunk if walk[i][0]["degrees"] == d} for d in sizes}
+    holding = {d: {n for n, chunk in enumerate(chunks) for i in chunk if walk[i][1]["degrees"] == d} for d in sizes}
     assert all(len(holding[d]) == 1 for d, size in sizes.items() if size <= _CHUNK)
+
+
+@pytest.mark.parametrize("fidelity", ["auto", "screen"])
+def test_a_space_over_the_screen_limit_goes_to_the_sampler_or_is_refused(tmp_path, monkeypatch, fidelity):
+    # the walk streams into the workers' estimates; past the limit, what they started is abandoned
+    import palm_search.search.driver
+    from simulator import InputError
+
+    monkeypatch.setattr(palm_search.search.driver, "SCREEN_LIMIT", 8)
+    spec = _spec(trials=5, fidelity=fidelity)
+    if fidelity == "screen":
+        with pytest.raises(InputError, match="more than 8 points, too many to screen"):
+            open_search(spec, run_dir=tmp_path / "r", jobs=2)
+        return
+    search = open_search(spec, run_dir=tmp_path / "r", jobs=2)
+    assert search.points is None and search.screened is None
+    run_baseline(search, choose_baseline(spec, search.model, search.hardware)[0])
+    optimize(search)
+    assert len(search.study.trials) == 5 and "screen" not in search.study.user_attrs
