@@ -1,28 +1,37 @@
 """Wall time of the default search, split into search and pictures, and ``--jobs`` scaling.
 
 Runs what ``palm-search optimize --model T-145B --hw wafer`` runs (the screen of every point,
-50 simulations, seed 0, pictures of the top 3 and the baseline) with ``--jobs 1`` and ``--jobs 2``
-in fresh run directories, and prints each part's wall time and the parallel efficiency
-``T1 / (2 T2)`` of the search. The two runs must find the same trials (synchronous batches);
-the script checks it.
+50 simulations, seed 0, pictures of the top 3 and the baseline) with ``--jobs 1`` and ``--jobs 2``,
+each run in a fresh process (as a user's command; a process that has searched before keeps
+caches and garbage that change the next run's time) and in a fresh run directory, alternating
+``--repeats`` times. It prints each part's median wall time and the parallel efficiency
+``T1 / (2 T2)`` of the search from the medians. The runs must find the same trials (synchronous
+batches); the script checks it.
 
-Usage: ``python benchmarks/search_speed.py``.
+Usage: ``python benchmarks/search_speed.py [--repeats 2]``.
 """
 
 from __future__ import annotations
 
+import argparse
+import hashlib
+import json
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from search_quality import searched  # benchmarks/ is the script's directory
 
-from palm_search.search.study import StudySpec
-from palm_search.views.artifacts import attach_artifacts
+def timed_run(jobs: int) -> dict:
+    """Search and pictures wall times (s) of the default run on ``jobs`` workers, and a digest
+    of its trials' parameters."""
+    from search_quality import searched  # benchmarks/ is the script's directory
 
+    from palm_search.search.study import StudySpec
+    from palm_search.views.artifacts import attach_artifacts
 
-def timed_run(jobs: int) -> tuple[float, float, list]:
-    """(search s, pictures s, the trials' parameters) of the default run on ``jobs`` workers."""
     spec = StudySpec(model="T-145B", hardware="wafer")
     with tempfile.TemporaryDirectory() as run_dir:
         started = time.perf_counter()
@@ -31,17 +40,38 @@ def timed_run(jobs: int) -> tuple[float, float, list]:
         attach_artifacts(search.study, search.model, search.hardware, spec.network, Path(run_dir),
                          spec.artifacts_top, jobs=jobs)
         drawn = time.perf_counter()
-        params = [t.params for t in search.study.trials]
-    return finished - started, drawn - finished, params
+        params = json.dumps([t.params for t in search.study.trials], sort_keys=True, default=str)
+    return {"search_s": finished - started, "pictures_s": drawn - finished,
+            "trials": hashlib.sha256(params.encode()).hexdigest()}
+
+
+def in_fresh_process(jobs: int) -> dict:
+    """:func:`timed_run` in a new Python process."""
+    out = subprocess.run([sys.executable, __file__, "--one", str(jobs)], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
-    one, two = timed_run(1), timed_run(2)
-    for jobs, (search_s, pictures_s, _) in ((1, one), (2, two)):
-        total = search_s + pictures_s
-        print(f"--jobs {jobs}: search {search_s:.1f} s, pictures {pictures_s:.1f} s, total {total:.1f} s")
-    print(f"parallel efficiency of the search with 2 jobs: {one[0] / (2 * two[0]):.0%}; "
-          f"same trials with 1 and 2 jobs: {one[2] == two[2]}")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each --jobs, alternating")
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a single run, printed as JSON
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(timed_run(args.one)))
+        return
+    runs: dict[int, list[dict]] = {1: [], 2: []}
+    for _ in range(args.repeats):
+        for jobs in (1, 2):
+            runs[jobs].append(in_fresh_process(jobs))
+    median = {jobs: {part: statistics.median(r[part] for r in rs) for part in ("search_s", "pictures_s")}
+              for jobs, rs in runs.items()}
+    for jobs, parts in median.items():
+        print(f"--jobs {jobs}: search {parts['search_s']:.1f} s, pictures {parts['pictures_s']:.1f} s, total "
+              f"{parts['search_s'] + parts['pictures_s']:.1f} s (median of {args.repeats}; search runs "
+              + ", ".join(f"{r['search_s']:.1f}" for r in runs[jobs]) + " s)")
+    same = len({r["trials"] for rs in runs.values() for r in rs}) == 1
+    print(f"parallel efficiency of the search with 2 jobs: {median[1]['search_s'] / (2 * median[2]['search_s']):.0%}"
+          f"; same trials in every run with 1 and 2 jobs: {same}")
 
 
 if __name__ == "__main__":

@@ -39,10 +39,22 @@ def record_of(result: SimulationResult, capacity_bytes: float) -> dict:
     }
 
 
+_RESIDENT: dict[tuple[str, str], tuple[ModelSpec, Hardware]] = {}
+"""(model, hardware) pairs this process has received, by their ``repr`` (as :func:`cache_key`)."""
+
+
+def resident(model: ModelSpec, hardware: Hardware) -> tuple[ModelSpec, Hardware]:
+    """The first pair equal to ``(model, hardware)`` this process received: each worker task
+    arrives with fresh copies, and the simulator keeps a plan's stage costs by the objects'
+    identity, so a worker builds them once for all its tasks, as one process does."""
+    return _RESIDENT.setdefault((repr(model), repr(hardware)), (model, hardware))
+
+
 def evaluate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str,
              time_limit_s: float | None = None) -> dict:
     """Simulate ``strategy`` within ``time_limit_s`` of wall clock (s; None: unbounded); never
     raises (an exception, a budget exceeded included, becomes ``{"error": message}``)."""
+    model, hardware = resident(model, hardware)
     try:
         result = simulate(model, hardware, strategy, network=network, time_limit_s=time_limit_s)
         return record_of(result, hardware.device_memory_bytes())
@@ -55,10 +67,11 @@ def evaluate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: 
 def estimate_points(model: ModelSpec, plans: list[tuple[Hardware, Strategy]]) -> list[float]:
     """Estimated samples/s of each (hardware, strategy) (0 when it does not fit or is not
     legal): the screen's task, which a worker runs without importing the spaces or Optuna."""
-    values = []
+    values, pairs = [], {}
     for hardware, strategy in plans:
+        pair = pairs.get(id(hardware)) or pairs.setdefault(id(hardware), resident(model, hardware))
         try:
-            values.append(estimate_samples_per_s(model, hardware, strategy))
+            values.append(estimate_samples_per_s(*pair, strategy))
         except InputError:
             values.append(0.0)
     return values
