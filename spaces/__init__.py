@@ -26,7 +26,7 @@ Imports flow ``palm_search -> spaces -> simulator``: this package imports optuna
 """
 
 from spaces.candidate import Candidate
-from spaces.feasible import FeasiblePlans, feasible_plans, plan_of
+from spaces.feasible import DegreePlans, FeasiblePlans, degree_plans, feasible_plans, plan_of, plans_tree
 from spaces.groups import GroupChoice, enumerate_group_layouts, suggest_group_layout
 from spaces.parallelism import (
     ParallelDegrees,
@@ -61,7 +61,8 @@ from spaces.placement import (
 from spaces.training import DIMENSIONS, SearchedSpace, candidate_degrees, placement_key, suggest_candidate
 
 __all__ = [
-    "DIMENSIONS", "Candidate", "FeasiblePlans", "GroupChoice", "feasible_plans", "plan_of",
+    "DIMENSIONS", "Candidate", "DegreePlans", "FeasiblePlans", "GroupChoice", "degree_plans", "feasible_plans",
+    "plan_of", "plans_tree",
     "ParallelDegrees", "ScheduleChoice", "candidate_degrees",
     "custom_placements", "enumerate_degrees", "enumerate_group_layouts", "enumerate_microbatch_sizes",
     "enumerate_partitions", "enumerate_placements", "enumerate_recompute", "enumerate_schedules",

@@ -97,6 +97,16 @@ class _Choices:
                      else (getattr(self.base, name),) for name in _SAVING)
 
 
+@dataclass(frozen=True, slots=True)
+class DegreePlans:
+    """The plans of one set of degrees: those that fit, and how many there are and were checked."""
+
+    degrees: ParallelDegrees
+    fitting: tuple[Plan, ...]
+    plans: int
+    checked: int
+
+
 def feasible_plans(model: ModelSpec, hardware: Hardware, degrees: Sequence[ParallelDegrees], *,
                    searched: frozenset[str], fixed: Mapping[str, object],
                    microbatch_choices: Sequence[int] | None = None, prune: bool = True) -> FeasiblePlans:
@@ -114,23 +124,41 @@ def feasible_plans(model: ModelSpec, hardware: Hardware, degrees: Sequence[Paral
     Raises:
         InputError: ``fixed`` does not make a valid ``Strategy``.
     """
+    return plans_tree([degree_plans(model, hardware, d, searched=searched, fixed=fixed,
+                                    microbatch_choices=microbatch_choices, prune=prune) for d in degrees])
+
+
+def degree_plans(model: ModelSpec, hardware: Hardware, degrees: ParallelDegrees, *, searched: frozenset[str],
+                 fixed: Mapping[str, object], microbatch_choices: Sequence[int] | None = None,
+                 prune: bool = True) -> DegreePlans:
+    """:func:`feasible_plans` of one set of ``degrees``, as a list (:func:`plans_tree` joins them).
+
+    Raises:
+        InputError: ``fixed`` does not make a valid ``Strategy``.
+    """
     choices = _Choices(model, searched, Strategy.from_dict(dict(fixed)), microbatch_choices)
     fitting: list[Plan] = []
-    plans = checked = 0
-    for d in degrees:
-        memory = choices.memory_choices(d)
-        pairs = [(schedule, size) for size in choices.microbatch_sizes(d) for schedule in choices.schedules(d, size)]
-        plans += len(pairs) * len(list(product(*memory)))
-        for schedule in dict.fromkeys(schedule for schedule, _ in pairs):
-            for size in (size for s, size in pairs if s == schedule):
-                fields = {**fixed, **d._asdict(), "microbatch_size": size, "schedule": schedule.schedule,
-                          "num_chunks": schedule.num_chunks}
-                fits, tried, least_fits = _fitting_memory_choices(model, hardware, fields, memory, prune)
-                fitting += [(d.label, size, schedule.label, *choice) for choice in fits]
-                checked += tried
-                if prune and not least_fits:
-                    break  # the most saving choice does not fit: no larger microbatch will
-    return FeasiblePlans(options=_tree(fitting), plans=plans, checked=checked, fitting=len(fitting))
+    checked = 0
+    memory = choices.memory_choices(degrees)
+    pairs = [(schedule, size) for size in choices.microbatch_sizes(degrees)
+             for schedule in choices.schedules(degrees, size)]
+    for schedule in dict.fromkeys(schedule for schedule, _ in pairs):
+        for size in (size for s, size in pairs if s == schedule):
+            fields = {**fixed, **degrees._asdict(), "microbatch_size": size, "schedule": schedule.schedule,
+                      "num_chunks": schedule.num_chunks}
+            fits, tried, least_fits = _fitting_memory_choices(model, hardware, fields, memory, prune)
+            fitting += [(degrees.label, size, schedule.label, *choice) for choice in fits]
+            checked += tried
+            if prune and not least_fits:
+                break  # the most saving choice does not fit: no larger microbatch will
+    return DegreePlans(degrees, tuple(fitting), len(pairs) * len(list(product(*memory))), checked)
+
+
+def plans_tree(parts: Sequence[DegreePlans]) -> FeasiblePlans:
+    """The :class:`FeasiblePlans` of the ``parts`` together."""
+    fitting = [plan for part in parts for plan in part.fitting]
+    return FeasiblePlans(options=_tree(fitting), plans=sum(p.plans for p in parts),
+                         checked=sum(p.checked for p in parts), fitting=len(fitting))
 
 
 def _fitting_memory_choices(model: ModelSpec, hardware: Hardware, fields: dict[str, object],

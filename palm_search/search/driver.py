@@ -31,13 +31,7 @@ from optuna.trial import TrialState
 
 from palm_search.search.evaluate import RECORD_KEYS, cache_key, evaluate
 from palm_search.search.screen import SCREEN_LIMIT, Screening, enqueue_screened, start_screen
-from palm_search.search.space import (
-    SpaceBuilder,
-    candidate_builder,
-    enumerate_candidates,
-    enumerate_points,
-    walk_space,
-)
+from palm_search.search.space import DegreeWalk, SpaceBuilder
 from palm_search.search.storage import (
     JOURNAL,
     Heartbeat,
@@ -145,9 +139,10 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
         InputError: bad model, hardware, study values or storage.
     """
     model, hardware = load_model(spec.model), load_hardware(spec.hardware)
-    build = candidate_builder(spec, model, hardware)
+    walk = DegreeWalk(spec, model, hardware)
     known = storage_for(run_dir, storage) if storage or (run_dir / JOURNAL).is_file() else None
-    points, screened = _walks(spec, build, None if known and _queued(known, spec.name) else jobs)
+    points, screened = _walks(spec, model, iter(walk), None if known and _queued(known, spec.name) else jobs)
+    build = walk.builder()
     spec = spec.replace(trials=spec.trials or (SCREENED_TRIALS if screened is not None else DEFAULT_TRIALS))
     if points is not None:
         spec = spec.replace(trials=min(spec.trials, len(points) + 1))
@@ -182,7 +177,8 @@ def _queued(storage: optuna.storages.BaseStorage, name: str) -> bool:
     return bool(storage.get_study_user_attrs(study_id).get("enqueued"))
 
 
-def _walks(spec: StudySpec, build: SpaceBuilder, jobs: int | None) -> tuple[list[dict] | None, Screening | None]:
+def _walks(spec: StudySpec, model: ModelSpec, walk: Iterator[tuple[dict, Candidate]],
+           jobs: int | None) -> tuple[list[dict] | None, Screening | None]:
     """(the exhaustive walk, the screen of the walk): the walk when the sampler is exhaustive, or
     ``auto`` and the space fits the budget; else the screen, started on ``jobs`` workers (None:
     the points only, the study queued them already), when the fidelity allows and the space has
@@ -192,24 +188,29 @@ def _walks(spec: StudySpec, build: SpaceBuilder, jobs: int | None) -> tuple[list
         InputError: ``fidelity`` screen on a space larger than :data:`SCREEN_LIMIT`.
     """
     if spec.sampler == "exhaustive":
-        return enumerate_points(build, 10**6), None
+        return _at_most(walk, 10**6), None
     if spec.sampler != "auto":
         return None, None
     budget = spec.trials or DEFAULT_TRIALS
-    walk = walk_space(build)
     head = list(islice(walk, budget + 1))
     if len(head) <= budget:
         return [params for params, _ in head], None
-    screened = None
+    limit, screened = max(budget, SCREEN_LIMIT), None
     if spec.fidelity != "full" and jobs is None:
-        found = enumerate_candidates(build, max(budget, SCREEN_LIMIT))
-        screened = Screening([params for params, _ in found], [], None, 0.0) if found is not None else None
+        points = _at_most(chain(head, walk), limit)
+        screened = Screening(points, [], None, 0.0) if points is not None else None
     elif spec.fidelity != "full":
-        screened = start_screen(build.space.model, chain(head, walk), max(budget, SCREEN_LIMIT), jobs)
+        screened = start_screen(model, chain(head, walk), limit, jobs)
     if screened is None and spec.fidelity == "screen":
         raise InputError(f"study: the space has more than {SCREEN_LIMIT:,} points, too many to screen; fix some"
                          " dimensions or use fidelity \"full\"")
     return None, screened
+
+
+def _at_most(walk: Iterator[tuple[dict, Candidate]], limit: int) -> list[dict] | None:
+    """The parameters of the walk's points, or None if it has more than ``limit``."""
+    points = [params for params, _ in islice(walk, limit + 1)]
+    return points if len(points) <= limit else None
 
 
 def enqueue_points(search: Search) -> None:

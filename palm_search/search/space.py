@@ -15,10 +15,12 @@ from palm_search.search.study import StudySpec
 from simulator import Hardware, InputError, ModelSpec, Strategy
 from spaces import (
     Candidate,
+    DegreePlans,
     ParallelDegrees,
     SearchedSpace,
     custom_placements,
-    feasible_plans,
+    degree_plans,
+    plans_tree,
     suggest_candidate,
 )
 from spaces.training import degree_choices
@@ -42,33 +44,70 @@ class SpaceBuilder:
 
 def candidate_builder(spec: StudySpec, model: ModelSpec, hardware: Hardware) -> SpaceBuilder:
     """``trial -> Candidate`` over the study's searched dimensions, memory pre-screened
-    (:func:`spaces.feasible.feasible_plans`; about 1 s for T-145B on the wafer).
+    (:func:`spaces.feasible.feasible_plans`; about 0.5 s for T-145B on the wafer).
 
     Raises:
         InputError: invalid custom placements or dimensions, a device count the machine lacks,
             or no plan of the space fits the devices' memory.
     """
-    over = [n for n in spec.device_counts if n > hardware.num_devices]
-    if over:
-        raise InputError(f"study: [search] `devices` has {over[0]}, more than the {hardware.num_devices}"
-                         f" devices of hardware {hardware.name!r}")
-    custom = custom_placements(spec.placements, hardware, _fixed_degrees(spec)) if spec.placements else None
-    space = SearchedSpace(model=model, searched=frozenset(spec.searched), custom_placements=custom,
-                          microbatch_choices=spec.microbatch_sizes, device_counts=spec.device_counts)
-    if "degrees" in space.searched:
-        degrees = degree_choices(space, hardware, spec.fixed)
-    else:
-        base = Strategy.from_dict(dict(spec.fixed))
-        degrees = (ParallelDegrees(base.tp, base.pp, base.dp, base.cp),)
-    plans = feasible_plans(model, hardware, degrees, searched=space.searched, fixed=spec.fixed,
-                           microbatch_choices=spec.microbatch_sizes)
-    if not plans.fitting:
-        raise InputError(f"study: no mapping of {model.name} fits the memory of {hardware.name!r}"
-                         f" ({plans.plans} plans of degrees, microbatch, schedule, recompute, sequence"
-                         " parallelism and ZeRO; search more of them or fix fewer)")
-    fitting = tuple(d for d in degrees if d.label in plans.allowed())
-    return SpaceBuilder(space=replace(space, plans=plans, degree_choices=fitting), hardware=hardware,
-                        fixed=dict(spec.fixed))
+    return DegreeWalk(spec, model, hardware).builder()
+
+
+class DegreeWalk:
+    """The space's points, walked one set of parallel degrees at a time, each set pre-screened for
+    memory (:func:`spaces.degree_plans`) when the walk reaches it: a walk in a thread then
+    overlaps the pre-screen with the screen's estimates. The points and their order are those of
+    walking :meth:`builder` (the degrees are the walk's first choice). Iterate once, then call
+    :meth:`builder` (not while a thread is still iterating)."""
+
+    def __init__(self, spec: StudySpec, model: ModelSpec, hardware: Hardware) -> None:
+        """Raises:
+            InputError: invalid custom placements or dimensions, a device count the machine lacks.
+        """
+        over = [n for n in spec.device_counts if n > hardware.num_devices]
+        if over:
+            raise InputError(f"study: [search] `devices` has {over[0]}, more than the {hardware.num_devices}"
+                             f" devices of hardware {hardware.name!r}")
+        custom = custom_placements(spec.placements, hardware, _fixed_degrees(spec)) if spec.placements else None
+        self.space = SearchedSpace(model=model, searched=frozenset(spec.searched), custom_placements=custom,
+                                   microbatch_choices=spec.microbatch_sizes, device_counts=spec.device_counts)
+        self.hardware, self.fixed = hardware, dict(spec.fixed)
+        if "degrees" in self.space.searched:
+            self.degrees = degree_choices(self.space, hardware, spec.fixed)
+        else:
+            base = Strategy.from_dict(dict(spec.fixed))
+            self.degrees = (ParallelDegrees(base.tp, base.pp, base.dp, base.cp),)
+        self.found: list[DegreePlans] = []
+
+    def _plans(self, degrees: ParallelDegrees) -> DegreePlans:
+        found = degree_plans(self.space.model, self.hardware, degrees, searched=self.space.searched,
+                             fixed=self.fixed, microbatch_choices=self.space.microbatch_choices)
+        self.found.append(found)
+        return found
+
+    def __iter__(self) -> Iterator[tuple[dict, Candidate]]:
+        for degrees in self.degrees[len(self.found):]:
+            found = self._plans(degrees)
+            if found.fitting:
+                space = replace(self.space, plans=plans_tree([found]), degree_choices=(degrees,))
+                yield from walk_space(SpaceBuilder(space=space, hardware=self.hardware, fixed=self.fixed))
+
+    def builder(self) -> SpaceBuilder:
+        """The study's builder, every set of degrees pre-screened (those the walk has not reached now).
+
+        Raises:
+            InputError: no plan of the space fits the devices' memory.
+        """
+        for degrees in self.degrees[len(self.found):]:
+            self._plans(degrees)
+        plans = plans_tree(self.found)
+        if not plans.fitting:
+            raise InputError(f"study: no mapping of {self.space.model.name} fits the memory of {self.hardware.name!r}"
+                             f" ({plans.plans} plans of degrees, microbatch, schedule, recompute, sequence"
+                             " parallelism and ZeRO; search more of them or fix fewer)")
+        fitting = tuple(d for d in self.degrees if d.label in plans.allowed())
+        return SpaceBuilder(space=replace(self.space, plans=plans, degree_choices=fitting), hardware=self.hardware,
+                            fixed=self.fixed)
 
 
 def _fixed_degrees(spec: StudySpec) -> ParallelDegrees | None:
