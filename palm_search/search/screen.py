@@ -37,7 +37,7 @@ SCREEN_LIMIT = 20_000
 """Most points a screen estimates (about 2-3 ms each); a larger space is searched by TPE."""
 ESTIMATE_KEY = "screen_samples_per_s"
 """The user attribute holding a trial's estimated samples/s."""
-_CHUNK = 100
+_CHUNK = 200
 """Points per worker task (a task's overhead is about one estimate)."""
 
 
