@@ -344,3 +344,18 @@ def test_a_space_over_the_screen_limit_goes_to_the_sampler_or_is_refused(tmp_pat
     run_baseline(search, choose_baseline(spec, search.model, search.hardware)[0])
     optimize(search)
     assert len(search.study.trials) == 5 and "screen" not in search.study.user_attrs
+
+
+@pytest.mark.parametrize("model", ["T-1.7B", "T-18B"])
+def test_walking_one_set_of_degrees_at_a_time_gives_the_prescreened_walk(model):
+    # DegreeWalk pre-screens each set of degrees as the walk reaches it (the screen's thread overlaps it)
+    import simulator
+    from palm_search.search.space import DegreeWalk, enumerate_candidates
+
+    spec = _spec(model=model)
+    model_spec, hardware = simulator.load_model(model), simulator.load_hardware(spec.hardware)
+    built = candidate_builder(spec, model_spec, hardware)
+    walk = DegreeWalk(spec, model_spec, hardware)
+    walked = [(params, candidate.strategy) for params, candidate in walk]
+    assert walked == [(params, c.strategy) for params, c in enumerate_candidates(built, 10**6)]
+    assert walk.builder().space == built.space and len(walked) > 10
