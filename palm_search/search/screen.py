@@ -19,6 +19,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import groupby
@@ -110,6 +111,9 @@ def start_screen(model: ModelSpec, walk: Iterable[tuple[dict, Candidate]], limit
 
 _AHEAD = 2
 """Tasks sent ahead per worker while the walk goes on."""
+warnings.filterwarnings("ignore", category=UserWarning,
+                        message=r"\d+ tasks (have been successfully executed|which were still being processed)")
+# joblib's note when a screen is dropped unfinished (Ctrl-C while it runs): those tasks are meant to go
 _END = object()
 """Marks the end of the walk's tasks in the queue."""
 
