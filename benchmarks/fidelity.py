@@ -24,7 +24,7 @@ import pandas as pd
 from joblib import Parallel, delayed
 from optuna.trial import FixedTrial
 
-from palm_search.search.screen import screen, spearman
+from palm_search.search.screen import spearman, start_screen
 from palm_search.search.space import candidate_builder, enumerate_candidates
 from palm_search.search.study import StudySpec
 from simulator import load_hardware, load_model, simulate
@@ -76,7 +76,9 @@ def main() -> None:
 
 def certify(walk: list, margin: float, jobs: int) -> None:
     """Simulate every point of the ``walk`` whose estimate is within ``margin`` of the best estimate."""
-    ranked, seconds = screen(load_model("T-145B"), walk, jobs)
+    screening = start_screen(load_model("T-145B"), walk, len(walk), jobs)
+    assert screening is not None  # the walk has exactly its limit of points
+    ranked, seconds = screening.ranked()
     points = [params for params, _ in walk]
     top = ranked[0][1]
     near = [(p, v) for p, v in ranked if v >= (1 - margin) * top]

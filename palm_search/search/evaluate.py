@@ -41,13 +41,19 @@ def record_of(result: SimulationResult, capacity_bytes: float) -> dict:
 
 _RESIDENT: dict[tuple[str, str], tuple[ModelSpec, Hardware]] = {}
 """(model, hardware) pairs this process has received, by their ``repr`` (as :func:`cache_key`)."""
+_RESIDENT_KEPT = 64
+"""Pairs kept (a co-design screen sends many machines; the simulator's caches hold their own)."""
 
 
 def resident(model: ModelSpec, hardware: Hardware) -> tuple[ModelSpec, Hardware]:
-    """The first pair equal to ``(model, hardware)`` this process received: each worker task
-    arrives with fresh copies, and the simulator keeps a plan's stage costs by the objects'
-    identity, so a worker builds them once for all its tasks, as one process does."""
-    return _RESIDENT.setdefault((repr(model), repr(hardware)), (model, hardware))
+    """The first pair equal to ``(model, hardware)`` this process received (of the last
+    :data:`_RESIDENT_KEPT`): each worker task arrives with fresh copies, and the simulator keeps a
+    plan's stage costs by the objects' identity, so a worker builds them once for all its tasks,
+    as one process does."""
+    pair = _RESIDENT.setdefault((repr(model), repr(hardware)), (model, hardware))
+    if len(_RESIDENT) > _RESIDENT_KEPT:
+        del _RESIDENT[next(iter(_RESIDENT))]
+    return pair
 
 
 def evaluate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str,

@@ -111,11 +111,12 @@ def start_screen(model: ModelSpec, walk: Iterable[tuple[dict, Candidate]], limit
 
 _AHEAD = 2
 """Tasks sent ahead per worker while the walk goes on."""
-warnings.filterwarnings("ignore", category=UserWarning,
-                        message=r"\d+ tasks (have been successfully executed|which were still being processed)")
-# joblib's note when a screen is dropped unfinished (Ctrl-C while it runs): those tasks are meant to go
 _END = object()
 """Marks the end of the walk's tasks in the queue."""
+
+# joblib's note when a screen under way is dropped (Ctrl-C): its tasks are meant to go unused
+warnings.filterwarnings("ignore", category=UserWarning,
+                        message=r"\d+ tasks (have been successfully executed|which were still being processed)")
 
 
 class _Walker(threading.Thread):
@@ -135,15 +136,6 @@ class _Walker(threading.Thread):
             self.error = error
         finally:
             self.queued.put(_END)
-
-
-def screen(model: ModelSpec, walk: list[tuple[dict, Candidate]], jobs: int,
-           backend: str | None = None) -> tuple[list[tuple[dict, float]], float]:
-    """Every point of the ``walk`` with its estimate, best first (ties in the walk's order), and
-    the wall time (s): :func:`start_screen` on a walk already made."""
-    screening = start_screen(model, walk, len(walk), jobs, backend)
-    assert screening is not None  # the walk has exactly its limit of points
-    return screening.ranked()
 
 
 def _chunks(walk: Iterable[tuple[int, dict, Candidate]]) -> Iterator[list[tuple[int, dict, Candidate]]]:
