@@ -9,8 +9,9 @@
   are simulated once (:func:`palm_search.search.evaluate.cache_key`).
 * Order: the baseline is trial 0. By default (``deterministic``) the driver asks fixed-size
   batches and tells each in order, so results do not depend on the number of workers and the
-  sampler never sees more than one batch pending; two batches are in flight, so the workers
-  simulate the next while the driver tells one. Asynchronously it keeps every worker busy and
+  sampler never sees more than one batch pending; two batches are in flight (three when the
+  sampler does not learn from results), so the workers simulate the next while the driver tells
+  one. Asynchronously it keeps every worker busy and
   tells results as they come.
 """
 
@@ -18,7 +19,8 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import chain, islice
 from pathlib import Path
@@ -401,50 +403,66 @@ def _task(search: Search, candidate: Candidate) -> Any:
 @dataclass
 class _Flight:
     """A batch in flight: its decoded trials, the strategies it simulates (by cache key) and
-    their running simulations, the batch in flight before it (which simulates the strategies the
-    two share), and its records once collected."""
+    their running simulations."""
 
     batch: list[Asked]
     todo: dict[str, Candidate]
     running: Iterator[dict]
-    ahead: _Flight | None
-    records: dict[str, dict] = field(default_factory=dict)
+
+
+IN_FLIGHT_BLIND = 3
+"""Batches in flight when the sampler proposes without learning from results (random; the
+exhaustive walk's and the screen's queued points): enough that the workers do not wait while
+the driver tells one batch, few enough that Ctrl-C waits for a few simulations per worker."""
 
 
 def _run_batches(search: Search, pending: list[optuna.Trial], on_progress: Callable[[Progress], None]) -> None:
-    """Synchronous batches, two in flight: batch k+1 is asked (with batch k pending, as constant
-    liar sees it) and queued behind batch k; when batch k's records are in, it is told and batch
-    k+2 is asked while the workers simulate batch k+1. What the sampler knows at each ask (the
-    batches before k told, k pending) is the same for any number of workers, and the workers do
-    not wait while the driver tells and asks."""
-    ahead: _Flight | None = None
-    batch = _ask_batch(search, pending, in_flight=0)
-    while batch or ahead:
-        current = _launch(search, batch, ahead) if batch else None
-        if ahead is not None:
-            _land(search, ahead, current, on_progress)
-            ahead.ahead = None
-        batch = _ask_batch(search, pending, in_flight=len(current.batch)) if current else []
-        ahead = current
+    """Synchronous batches, told in order, several in flight. With a sampler that learns (TPE,
+    NSGA-II) two are: batch k+1 is asked (with batch k pending, as constant liar sees it) and
+    queued behind batch k; when batch k's records are in, it is told and batch k+2 is asked
+    while the workers simulate batch k+1. What the sampler knows at each ask (the batches before
+    k told, k pending) is the same for any number of workers. A sampler that does not learn
+    proposes the same points whatever it was told, so :data:`IN_FLIGHT_BLIND` batches are in
+    flight. Either way the workers do not wait while the driver tells and asks."""
+    depth = 2 if _learns(search.study.sampler) else IN_FLIGHT_BLIND
+    flights: deque[_Flight] = deque()
+    simulated: dict[str, dict] = {}
+    while True:
+        while len(flights) < depth:
+            batch = _ask_batch(search, pending, in_flight=sum(len(f.batch) for f in flights))
+            if not batch:
+                break
+            flights.append(_launch(search, batch, flights))
+        if not flights:
+            return
+        _land(search, flights.popleft(), list(flights), simulated, on_progress)
 
 
-def _launch(search: Search, batch: list[Asked], ahead: _Flight | None) -> _Flight:
-    """Start simulating ``batch``'s strategies that are neither cached nor simulated by the
+def _learns(sampler: optuna.samplers.BaseSampler) -> bool:
+    """Whether the sampler's proposals depend on the results told (all but random sampling)."""
+    return not isinstance(sampler, optuna.samplers.RandomSampler)
+
+
+def _launch(search: Search, batch: list[Asked], ahead: Iterable[_Flight]) -> _Flight:
+    """Start simulating ``batch``'s strategies that are neither cached nor simulated by a
     batch ``ahead`` (each distinct strategy once)."""
     batch = [replace(a, known=search.cache.get(a.key)) if a.known is None and a.key else a for a in batch]
-    todo = {a.key: a.candidate for a in batch if a.known is None and a.candidate is not None
-            and (ahead is None or a.key not in ahead.todo)}
-    return _Flight(batch, todo, _dispatch(search, list(todo.values())), ahead)
+    simulating = {key for flight in ahead for key in flight.todo}
+    todo = {a.key: a.candidate for a in batch
+            if a.known is None and a.candidate is not None and a.key not in simulating}
+    return _Flight(batch, todo, _dispatch(search, list(todo.values())))
 
 
-def _land(search: Search, flight: _Flight, behind: _Flight | None, on_progress: Callable[[Progress], None]) -> None:
-    """Collect ``flight``'s records and tell its trials in order; a strategy the batch ahead
-    simulated is told with that record, as cached. The batch ``behind`` it is in flight too."""
-    flight.records = dict(zip(flight.todo, _collect(search, flight, behind), strict=True))
+def _land(search: Search, flight: _Flight, behind: list[_Flight], simulated: dict[str, dict],
+          on_progress: Callable[[Progress], None]) -> None:
+    """Collect ``flight``'s records into ``simulated`` (the records of the batches landed before)
+    and tell its trials in order; a strategy a batch ahead simulated is told with that record, as
+    cached. The batches ``behind`` it are in flight too."""
+    simulated.update(zip(flight.todo, _collect(search, flight, behind), strict=True))
     for asked in flight.batch:
-        if asked.known is None and asked.key not in flight.records and flight.ahead is not None:
-            asked = replace(asked, known=flight.ahead.records[asked.key])
-        finish(search, asked, asked.known or flight.records[asked.key], on_progress)
+        if asked.known is None and asked.key not in flight.todo:
+            asked = replace(asked, known=simulated[asked.key])
+        finish(search, asked, asked.known or simulated[asked.key], on_progress)
 
 
 def _ask_batch(search: Search, pending: list[optuna.Trial], in_flight: int) -> list[Asked]:
@@ -462,16 +480,16 @@ def _dispatch(search: Search, candidates: list[Candidate]) -> Iterator[dict]:
     return _parallel(search, return_as="generator", pre_dispatch="all")(_task(search, c) for c in candidates)
 
 
-def _collect(search: Search, flight: _Flight, behind: _Flight | None = None) -> list[dict]:
+def _collect(search: Search, flight: _Flight, behind: list[_Flight]) -> list[dict]:
     """The records of ``flight``'s simulations; if a worker process dies, each is retried alone,
-    once the batch ``behind`` (in flight too) has finished, so that none of its strategies kills
-    a retry's worker."""
+    once the batches ``behind`` (in flight too) have finished, so that none of their strategies
+    kills a retry's worker."""
     try:
         return list(flight.running)
     except _worker_deaths(search) as error:
         logger.warning("a simulator worker process died (%s); retrying its batch one strategy at a time", error)
-        if behind is not None:
-            behind.running = iter(_collect(search, behind))
+        for k, later in enumerate(behind):
+            later.running = iter(_collect(search, later, behind[k + 1:]))
         return [_isolated(search, c) for c in flight.todo.values()]
 
 

@@ -51,9 +51,9 @@ def test_a_dying_worker_process_fails_its_trials_and_the_search_goes_on(tmp_path
     assert all(t.user_attrs["strategy"]["tp"] != 2 for t in trials if t.state == TrialState.COMPLETE)
 
 
-def _optimize_args(run_dir: Path) -> list[str]:
+def _optimize_args(run_dir: Path, trials: int = 30) -> list[str]:
     return [sys.executable, "-m", "palm_search", "optimize", "--model", "T-1.7B", "--hw", "wafer",
-            "--sampler", "random", "--trials", "30", "--seed", "1", "--jobs", "2", "--network", "analytical",
+            "--sampler", "random", "--trials", str(trials), "--seed", "1", "--jobs", "2", "--network", "analytical",
             "--run-dir", str(run_dir), "--json"]
 
 
@@ -74,27 +74,32 @@ def _finished(run_dir: Path) -> int:
         return 0
 
 
+TRIALS = 60
+"""Of the Ctrl-C test: random sampling keeps up to 24 trials in flight, all told before the run ends."""
+
+
 @pytest.mark.slow
 def test_ctrl_c_stops_cleanly_with_exit_code_130_and_the_same_command_resumes(tmp_path):
     run_dir = tmp_path / "run"
-    process = subprocess.Popen(_optimize_args(run_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(_optimize_args(run_dir, TRIALS), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
     deadline = time.monotonic() + 60
     while _finished(run_dir) < 3 and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
     assert process.poll() is None, "optimize ended before it could be interrupted"
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
-    progress = re.compile(r"trials \d+/30 after \d+ s ")  # the plain progress lines of a non-terminal stderr
+    progress = re.compile(rf"trials \d+/{TRIALS} after \d+ s ")  # the plain progress lines of a non-terminal stderr
     lines = [line for line in stderr.splitlines() if line.strip() and not progress.match(line)]
     assert process.returncode == 130, stderr
     assert len(lines) == 1 and lines[0].startswith("interrupted:"), stderr
     assert (run_dir / "trials.csv").is_file() and (run_dir / "best.json").is_file()
     stopped = _finished(run_dir)
-    assert 3 <= stopped < 30
-    resumed = subprocess.run(_optimize_args(run_dir), capture_output=True, text=True, timeout=120)
+    assert 3 <= stopped < TRIALS
+    resumed = subprocess.run(_optimize_args(run_dir, TRIALS), capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     study = _study(run_dir)
-    assert len(study.trials) == 30
+    assert len(study.trials) == TRIALS
     assert all(t.state in (TrialState.COMPLETE, TrialState.FAIL) for t in study.trials)
     assert sum(t.user_attrs.get("baseline", False) for t in study.trials) == 1
 

@@ -76,9 +76,10 @@ def _history(search):
     return [(t.params, t.values, t.state) for t in search.study.trials]
 
 
-def test_deterministic_runs_give_identical_trials_with_one_and_two_jobs(tmp_path):
-    one = _run(tmp_path, "one", jobs=1, sampler="tpe", trials=24)
-    two = _run(tmp_path, "two", jobs=2, sampler="tpe", trials=24)
+@pytest.mark.parametrize("sampler", ["tpe", "random"])  # TPE has 2 batches in flight, random 3
+def test_deterministic_runs_give_identical_trials_with_one_and_two_jobs(tmp_path, sampler):
+    one = _run(tmp_path, "one", jobs=1, sampler=sampler, trials=24)
+    two = _run(tmp_path, "two", jobs=2, sampler=sampler, trials=24)
     assert _history(one) == _history(two)
     assert len(one.study.trials) == 24
 
@@ -118,7 +119,7 @@ def test_identical_strategies_are_simulated_once(tmp_path, monkeypatch):
         return real(model, hardware, strategy, **kwargs)
 
     monkeypatch.setattr(palm_search.search.evaluate, "simulate", counted)
-    search = _run(tmp_path, sampler="random", trials=40, batch_size=4)  # repeats in adjacent batches in flight
+    search = _run(tmp_path, sampler="random", trials=40, batch_size=4)  # repeats in batches in flight
     cached = [t for t in search.study.trials if t.user_attrs.get("cached")]
     keys = {json.dumps(t.user_attrs["strategy"], sort_keys=True) for t in search.study.trials}
     assert len(keys) + len(cached) == len(search.study.trials)
