@@ -5,8 +5,9 @@ Runs what ``palm-search optimize --model T-145B --hw wafer`` runs (the screen of
 each run in a fresh process (as a user's command; a process that has searched before keeps
 caches and garbage that change the next run's time) and in a fresh run directory, alternating
 ``--repeats`` times. It prints each part's median wall time and the parallel efficiency
-``T1 / (2 T2)`` of the search from the medians. The runs must find the same trials (synchronous
-batches); the script checks it.
+``T1 / (2 T2)`` of the search from the medians, and the median of each pair of runs made one
+after the other (the machine's speed drifts by 10-25% between minutes; a pair shares it). The
+runs must find the same trials (synchronous batches); the script checks it.
 
 Usage: ``python benchmarks/search_speed.py [--repeats 3]``.
 """
@@ -70,8 +71,10 @@ def main() -> None:
               f"{parts['search_s'] + parts['pictures_s']:.1f} s (median of {args.repeats}; search runs "
               + ", ".join(f"{r['search_s']:.1f}" for r in runs[jobs]) + " s)")
     same = len({r["trials"] for rs in runs.values() for r in rs}) == 1
+    paired = [one["search_s"] / (2 * two["search_s"]) for one, two in zip(runs[1], runs[2], strict=True)]
     print(f"parallel efficiency of the search with 2 jobs: {median[1]['search_s'] / (2 * median[2]['search_s']):.0%}"
-          f"; same trials in every run with 1 and 2 jobs: {same}")
+          f" of the medians; {statistics.median(paired):.0%} the median of each pair of runs made one after the other ("
+          + ", ".join(f"{e:.0%}" for e in paired) + f"); same trials in every run with 1 and 2 jobs: {same}")
 
 
 if __name__ == "__main__":
