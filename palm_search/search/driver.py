@@ -11,8 +11,7 @@
   batches and tells each in order, so results do not depend on the number of workers and the
   sampler never sees more than one batch pending; two batches are in flight (three when the
   sampler does not learn from results), so the workers simulate the next while the driver tells
-  one. Asynchronously it keeps every worker busy and
-  tells results as they come.
+  one. Asynchronously it keeps every worker busy and tells results as they come.
 """
 
 from __future__ import annotations
