@@ -14,6 +14,8 @@ from typing import Any
 
 from simulator.config import read_text_file, read_toml
 from simulator.errors import InputError
+from simulator.hardware.loader import hardware_from_tables
+from simulator.hardware.spec import Hardware
 from simulator.strategy import Strategy
 
 
@@ -66,3 +68,22 @@ def _read_json(path: str | Path) -> dict[str, Any]:
         kind = type(document).__name__
         raise InputError(f"{name}: expected a JSON object with the strategy fields, got {kind}")
     return document
+
+
+def read_best(path: str | Path) -> tuple[str | None, Hardware | None]:
+    """The model name and machine a ``best.json`` (or any JSON strategy document) names; None
+    for what it does not name (a plain strategy file names neither).
+
+    Raises:
+        InputError: unreadable JSON, or a ``machine`` that is not a valid hardware description.
+    """
+    if not str(path).endswith(".json"):
+        return None, None
+    document = read_json_document(path)
+    if not isinstance(document, dict):
+        return None, None
+    machine = document.get("machine")
+    hardware = (hardware_from_tables(machine, str(document.get("hardware", "machine")), f"{path}: machine")
+                if isinstance(machine, dict) else None)
+    model = document.get("model")
+    return (model if isinstance(model, str) else None), hardware

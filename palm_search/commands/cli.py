@@ -31,6 +31,7 @@ from simulator import (
 )
 from simulator import __version__ as SIMULATOR_VERSION
 from simulator.strategy import PLACEMENTS, PRECISIONS
+from simulator.strategy_loader import read_best
 
 app = typer.Typer(no_args_is_help=True, help="Simulate and search parallel mappings of large-model training.")
 
@@ -164,8 +165,6 @@ def _model_and_machine(model: str | None, hw: str | None, strategy_file: Path | 
     Raises:
         InputError: neither the flag nor the strategy file names one; bad files.
     """
-    from palm_search.views.outputs import read_best  # with optuna and pandas: only for a best.json
-
     named_model, machine = read_best(strategy_file) if strategy_file else (None, None)
     if not (model or named_model):
         raise InputError("--model: required (or a --strategy best.json that names the model)")

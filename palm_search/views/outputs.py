@@ -14,9 +14,8 @@ from optuna.trial import TrialState
 from palm_search.search.driver import Search, candidate_of
 from palm_search.search.screen import rank_agreement
 from palm_search.search.storage import ARTIFACTS
-from simulator import Hardware, hardware_from_tables, hardware_tables
+from simulator import hardware_tables
 from simulator.result import SCHEMA_VERSION
-from simulator.strategy_loader import read_json_document
 
 COLUMNS = ("trial", "tp", "pp", "dp", "cp", "microbatch_size", "schedule", "num_chunks", "recompute",
            "sequence_parallel", "zero_stage", "shard_group_size", "placement", "group_layout", "group_order",
@@ -108,25 +107,6 @@ def write_outputs(search: Search, run_dir: Path) -> dict:
                 "result": summary["best"]}
         (run_dir / "best.json").write_text(strict_json(best, indent=2))
     return summary
-
-
-def read_best(path: Path) -> tuple[str | None, Hardware | None]:
-    """The model name and machine a ``best.json`` (or any JSON strategy document) names; None
-    for what it does not name (a plain strategy file names neither).
-
-    Raises:
-        InputError: unreadable JSON, or a ``machine`` that is not a valid hardware description.
-    """
-    if path.suffix != ".json":
-        return None, None
-    document = read_json_document(path)
-    if not isinstance(document, dict):
-        return None, None
-    machine = document.get("machine")
-    hardware = (hardware_from_tables(machine, str(document.get("hardware", "machine")), f"{path}: machine")
-                if isinstance(machine, dict) else None)
-    model = document.get("model")
-    return (model if isinstance(model, str) else None), hardware
 
 
 def dashboard_command(run_dir: Path, storage: str | None) -> str:

@@ -51,14 +51,29 @@ def test_bad_strategy_file_names_the_file(tmp_path):
     assert "s.toml" in result.stderr and "bogus" in result.stderr
 
 
-def test_the_command_line_starts_without_the_search_libraries():
-    # `palm-search simulate` needs neither optuna nor pandas (issue: 0.74 s of 0.91 s went to them)
+def test_simulate_runs_without_the_search_libraries(tmp_path):
+    # `palm-search simulate` needs neither optuna nor pandas (issue: 0.74 s of 0.91 s went to them),
+    # with flags or replaying a best.json that carries its model and machine
     import subprocess
     import sys
 
-    code = "import sys, palm_search.commands.cli; print(sorted({'optuna', 'pandas'} & set(sys.modules)))"
-    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert loaded.strip() == "[]"
+    from simulator import Strategy, hardware_tables, load_hardware
+
+    best = tmp_path / "best.json"
+    best.write_text(json.dumps({"model": "T-1.7B", "hardware": "a100-cluster",
+                                "machine": hardware_tables(load_hardware("a100-cluster")),
+                                "strategy": Strategy(tp=1, pp=2, dp=4, global_batch_size=32).to_dict()}))
+
+    code = ("import sys\n"
+            "from typer.testing import CliRunner\n"
+            "from palm_search.commands.cli import app\n"
+            "result = CliRunner().invoke(app, sys.argv[1:])\n"
+            "assert result.exit_code == 0, result.output\n"
+            "print(sorted({'optuna', 'pandas'} & set(sys.modules)))")
+    for flags in (SMALL[1:], ["--strategy", str(best)]):
+        loaded = subprocess.run([sys.executable, "-c", code, "simulate", *flags], capture_output=True, text=True,
+                                check=True).stdout
+        assert loaded.strip().splitlines()[-1] == "[]", flags
 
 
 def test_version_is_the_installed_distributions():
