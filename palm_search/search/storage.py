@@ -72,14 +72,15 @@ def journal_storage(run_dir: Path) -> optuna.storages.JournalStorage:
         InputError: the journal is corrupt (a damaged record that Optuna cannot replay).
     """
     from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
+
+    from palm_search.search.journal import TrialSyncedJournalBackend
 
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / JOURNAL
     if path.is_file() and path.stat().st_size and not _ends_with_newline(path):
         _drop_unfinished_record(path)
     try:
-        storage = JournalStorage(JournalFileBackend(str(path), lock_obj=_journal_lock(path)))
+        storage = JournalStorage(TrialSyncedJournalBackend(path, _journal_lock(path)))
         storage.get_all_studies()  # replays the whole log now, so damage shows here
         return storage
     except Exception as error:  # noqa: BLE001 - a damaged file is a user-facing condition
