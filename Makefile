@@ -3,6 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Byte-compile the project's own modules as pip does for a regular install: an editable install
+# leaves them to be compiled on first import, and where PYTHONDONTWRITEBYTECODE is set (as on the
+# machines this project runs on) every process, each joblib worker included, compiles them again (about 40 ms of a
+# 0.3 s start-up). Python ignores a compiled file older than its source, so edits stay safe.
+BYTECODE := $(BIN)/python -m compileall -q simulator spaces palm_search
 
 .PHONY: demo test fuzz bench lint clean
 
@@ -13,15 +18,19 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
+	$(BYTECODE)
 	$(BIN)/palm-search optimize --model T-145B --hw wafer
 
 test: $(STAMP)
+	$(BYTECODE)
 	$(BIN)/python -m pytest
 
 fuzz: $(STAMP)
+	$(BYTECODE)
 	FUZZ_CASES=2000 $(BIN)/python -m pytest -s tests/palm_search/test_fuzz.py
 
 bench: $(STAMP)
+	$(BYTECODE)
 	$(BIN)/python benchmarks/simulator_speed.py
 	$(BIN)/python benchmarks/steady_state.py
 	$(BIN)/python benchmarks/search_speed.py
