@@ -16,13 +16,14 @@ run's own trials, so a user sees when the screen misleads.
 
 from __future__ import annotations
 
+import heapq
 import queue
 import threading
 import time
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from itertools import groupby
+from itertools import count, groupby
 from typing import Any
 
 import optuna
@@ -38,8 +39,8 @@ SCREEN_LIMIT = 20_000
 """Most points a screen estimates (about 2-3 ms each); a larger space is searched by TPE."""
 ESTIMATE_KEY = "screen_samples_per_s"
 """The user attribute holding a trial's estimated samples/s."""
-_CHUNK = 200
-"""Points per worker task (a task's overhead is about one estimate)."""
+_TASK_POINTS = 400
+"""Most points per worker task (a task's overhead is about one estimate, a point's 1 ms)."""
 
 
 @dataclass
@@ -88,19 +89,21 @@ def start_screen(model: ModelSpec, walk: Iterable[tuple[dict, Candidate]], limit
             points.append(params)
             yield len(points) - 1, params, candidate
 
-    def tasks() -> Iterator[Any]:
+    def tasks() -> Iterator[tuple[list[int], Any]]:
         for chunk in _chunks(numbered()):
-            chunks.append([i for i, _, _ in chunk])
-            yield delayed(estimate_points)(model, [(c.hardware, c.strategy) for _, _, c in chunk])
+            plans = [(c.hardware, c.strategy) for _, _, c in chunk]
+            yield [i for i, _, _ in chunk], delayed(estimate_points)(model, plans)
 
     if jobs == 1:
         made = list(tasks())
-        return None if over else Screening(points, chunks, Parallel(n_jobs=1, return_as="generator")(made), started)
+        chunks.extend(positions for positions, _ in made)
+        running = Parallel(n_jobs=1, return_as="generator")(task for _, task in made)
+        return None if over else Screening(points, chunks, running, started)
     queued: queue.Queue = queue.Queue()
     walker = _Walker(tasks(), queued)
     walker.start()
     running = Parallel(n_jobs=jobs, backend=backend, return_as="generator", batch_size=1,
-                       pre_dispatch=f"{_AHEAD}*n_jobs")(iter(queued.get, _END))
+                       pre_dispatch=f"{_AHEAD}*n_jobs")(_largest_first(queued, chunks))
     walker.join()
     if walker.error is not None or over:
         list(running)  # the few tasks sent finish; nothing is aborted
@@ -111,6 +114,32 @@ def start_screen(model: ModelSpec, walk: Iterable[tuple[dict, Candidate]], limit
 
 _AHEAD = 2
 """Tasks sent ahead per worker while the walk goes on."""
+
+
+def _largest_first(queued: queue.Queue, chunks: list[list[int]]) -> Iterator[Any]:
+    """The walk's tasks, each as joblib asks for the next: of those the walk has made and not yet
+    sent, the one with the most points (longest processing time first, Graham, SIAM J. Appl.
+    Math. 1969; ties in the walk's order), so the screen ends on its smallest tasks and no worker
+    waits long for the other's last one. Each task's walk positions go to ``chunks`` in the
+    order sent, which is the order joblib returns the results in."""
+    pending: list[tuple[int, int, list[int], Any]] = []
+    received, walking = count(), True
+    while walking or pending:
+        try:
+            while walking:
+                item = queued.get(block=not pending)
+                if item is _END:
+                    walking = False
+                else:
+                    heapq.heappush(pending, (-len(item[0]), next(received), *item))
+        except queue.Empty:
+            pass
+        if pending:
+            _, _, positions, task = heapq.heappop(pending)
+            chunks.append(positions)
+            yield task
+
+
 _END = object()
 """Marks the end of the walk's tasks in the queue."""
 
@@ -139,20 +168,16 @@ class _Walker(threading.Thread):
 
 
 def _chunks(walk: Iterable[tuple[int, dict, Candidate]]) -> Iterator[list[tuple[int, dict, Candidate]]]:
-    """The walk's numbered points in worker tasks of about :data:`_CHUNK` points: those of one set
-    of parallel degrees (consecutive in a walk, whose first choice they are) in one task where
-    they fit in twice that (each worker builds a plan's stage costs and a placement's flows
-    once), placements kept together."""
-    current: list[tuple[int, dict, Candidate]] = []
+    """The walk's numbered points in worker tasks: each set of parallel degrees (consecutive in a
+    walk, whose first choice they are) is one task, or pieces of equal size when it has more than
+    :data:`_TASK_POINTS` points, placements kept together (each worker builds a plan's stage costs
+    and a placement's flows once). Sets are not merged: the small ones end the screen (they are
+    sent last, :func:`_largest_first`)."""
     for _, same in groupby(walk, key=lambda point: _degrees(point[2].strategy)):
         points = sorted(same, key=lambda point: placement_key(point[1]))
-        for k, point in enumerate(points):
-            if len(current) >= 2 * _CHUNK or (len(current) >= _CHUNK and k == 0):
-                yield current
-                current = []
-            current.append(point)
-    if current:
-        yield current
+        size = -(-len(points) // -(-len(points) // _TASK_POINTS))
+        for start in range(0, len(points), size):
+            yield points[start:start + size]
 
 
 def _degrees(strategy: Strategy) -> tuple[int, ...]:

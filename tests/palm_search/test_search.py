@@ -310,22 +310,55 @@ def test_every_json_output_is_strict_versioned_and_names_each_quantity_once(tmp_
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([1, 2, 4]), st.sampled_from([1, 5, 10]), st.integers(0, 3)),
                 min_size=1, max_size=900))
-def test_screen_tasks_cover_the_walk_once_and_keep_a_small_set_of_degrees_together(points):
+def test_screen_tasks_cover_the_walk_once_each_holding_one_set_of_degrees_in_even_pieces(points):
     from types import SimpleNamespace
 
-    from palm_search.search.screen import _CHUNK, _chunks
+    from palm_search.search.screen import _TASK_POINTS, _chunks
 
     points = sorted(points, key=lambda point: point[:2])  # a walk's first choice is the degrees
     walk = [(i, {"degrees": f"{tp}x{pp}", "placement": str(k)}, SimpleNamespace(strategy=SimpleNamespace(
         tp=tp, pp=pp, dp=1, cp=1))) for i, (tp, pp, k) in enumerate(points)]
     chunks = [[i for i, _, _ in chunk] for chunk in _chunks(iter(walk))]
     assert sorted(i for chunk in chunks for i in chunk) == list(range(len(walk)))
-    assert all(0 < len(chunk) <= 2 * _CHUNK for chunk in chunks)
+    assert all(0 < len(chunk) <= _TASK_POINTS for chunk in chunks)
     sizes: dict[str, int] = {}
     for _, params, _ in walk:
         sizes[params["degrees"]] = sizes.get(params["degrees"], 0) + 1
     holding = {d: {n for n, chunk in enumerate(chunks) for i in chunk if walk[i][1]["degrees"] == d} for d in sizes}
-    assert all(len(holding[d]) == 1 for d, size in sizes.items() if size <= _CHUNK)
+    assert all(len({walk[i][1]["degrees"] for i in chunk}) == 1 for chunk in chunks)
+    assert all(len(holding[d]) == -(-size // _TASK_POINTS) for d, size in sizes.items())
+    assert all(len(holding[d]) == 1 or all(len(chunks[n]) * 2 > _TASK_POINTS for n in holding[d]) for d in sizes)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 400), min_size=1, max_size=30), st.data())
+def test_screen_tasks_go_largest_first_among_those_made_and_their_positions_follow(sizes, data):
+    # longest processing time first: each task sent is the largest (the first of equals) of those
+    # the walk has made and not sent yet; here the walk makes one more each time one is sent
+    import queue
+
+    from palm_search.search.screen import _END, _largest_first
+
+    tasks = [(list(range(1_000 * k, 1_000 * k + n)), k) for k, n in enumerate(sizes)]
+    made = data.draw(st.integers(1, len(tasks)))
+    queued: queue.Queue = queue.Queue()
+    for task in tasks[:made]:
+        queued.put(task)
+    if made == len(tasks):
+        queued.put(_END)
+    chunks: list[list[int]] = []
+    sent: list[int] = []
+    for k in _largest_first(queued, chunks):
+        waiting = [j for j in range(made) if j not in sent]
+        assert k == min(waiting, key=lambda j: (-sizes[j], j))
+        sent.append(k)
+        if made < len(tasks):
+            queued.put(tasks[made])
+            made += 1
+            if made == len(tasks):
+                queued.put(_END)
+    assert sorted(sent) == list(range(len(tasks)))
+    assert chunks == [tasks[k][0] for k in sent]
 
 
 @pytest.mark.parametrize("fidelity", ["auto", "screen"])
