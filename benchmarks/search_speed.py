@@ -9,7 +9,7 @@ caches and garbage that change the next run's time) and in a fresh run directory
 after the other (the machine's speed drifts by 10-25% between minutes; a pair shares it). The
 runs must find the same trials (synchronous batches); the script checks it.
 
-Usage: ``python benchmarks/search_speed.py [--repeats 3]``.
+Usage: ``python benchmarks/search_speed.py [--repeats 5]``.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def in_fresh_process(jobs: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3, help="runs of each --jobs, alternating")
+    parser.add_argument("--repeats", type=int, default=5, help="runs of each --jobs, alternating")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a single run, printed as JSON
     args = parser.parse_args()
     if args.one:
