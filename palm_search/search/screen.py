@@ -17,6 +17,7 @@ run's own trials, so a user sees when the screen misleads.
 from __future__ import annotations
 
 import heapq
+import math
 import queue
 import threading
 import time
@@ -170,12 +171,12 @@ class _Walker(threading.Thread):
 def _chunks(walk: Iterable[tuple[int, dict, Candidate]]) -> Iterator[list[tuple[int, dict, Candidate]]]:
     """The walk's numbered points in worker tasks: each set of parallel degrees (consecutive in a
     walk, whose first choice they are) is one task, or pieces of equal size when it has more than
-    :data:`_TASK_POINTS` points, placements kept together (each worker builds a plan's stage costs
-    and a placement's flows once). Sets are not merged: the small ones end the screen (they are
-    sent last, :func:`_largest_first`)."""
+    :data:`_TASK_POINTS` points, sorted by placement (each worker builds a plan's stage costs and a
+    placement's flows once). Sets are not merged: the small ones end the screen (they are sent
+    last, :func:`_largest_first`)."""
     for _, same in groupby(walk, key=lambda point: _degrees(point[2].strategy)):
         points = sorted(same, key=lambda point: placement_key(point[1]))
-        size = -(-len(points) // -(-len(points) // _TASK_POINTS))
+        size = math.ceil(len(points) / math.ceil(len(points) / _TASK_POINTS))
         for start in range(0, len(points), size):
             yield points[start:start + size]
 
