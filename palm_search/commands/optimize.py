@@ -74,11 +74,6 @@ def optimize_command(
     scheduler: Annotated[str | None, Opt(help="Dask scheduler tcp://HOST:PORT (default: a local cluster).")] = None,
 ) -> None:
     """Search the fastest mapping of MODEL on HW; re-running the same command resumes."""
-    from palm_search.search.baseline import choose_baseline  # optuna and pandas: only for the search
-    from palm_search.search.driver import open_search, optimize, run_baseline
-    from palm_search.views.outputs import dashboard_command, strict_json, write_outputs
-    from palm_search.views.render import print_search_summary
-
     spec = resolve_spec(study_file, model, hw, trials=trials, sampler=sampler, seed=seed,
                         objectives=tuple(objective) if objective else None, network=network, top=top,
                         artifacts_top=artifacts_top, fidelity=fidelity, eval_timeout_s=eval_timeout)
@@ -87,7 +82,12 @@ def optimize_command(
     directory = run_dir or Path("runs") / spec.name
     cluster = Executor(executor, scheduler, jobs or os.cpu_count() or 1)  # before the run directory exists
     try:
-        cluster.warm_up(jobs or os.cpu_count() or 1)
+        cluster.warm_up(jobs or os.cpu_count() or 1)  # the workers start while the search modules import
+        from palm_search.search.baseline import choose_baseline  # optuna and pandas: only for the search
+        from palm_search.search.driver import open_search, optimize, run_baseline
+        from palm_search.views.outputs import dashboard_command, strict_json, write_outputs
+        from palm_search.views.render import print_search_summary
+
         search = open_search(spec, run_dir=directory, storage=storage, jobs=jobs or os.cpu_count() or 1,
                              deterministic=deterministic)
         search.backend = cluster.backend
