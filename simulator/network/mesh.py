@@ -160,6 +160,7 @@ class MeshTopology(Topology):
         ]
         self.route = cache(self._route)  # type: ignore[method-assign]
         self.dram_route = cache(self._dram_route)  # type: ignore[method-assign]
+        self.ring_order = cache(self._ring_order)  # type: ignore[method-assign]
 
     def coord(self, device: int) -> Coord:
         """Position of ``device`` on the whole mesh."""
@@ -180,8 +181,10 @@ class MeshTopology(Topology):
             return (c.y, c.x) if group_order == "tp-major" else (c.x, c.y)
         return sorted(devices, key=key)
 
-    def ring_order(self, devices: tuple[int, ...]) -> tuple[int, ...]:
-        """``devices`` ordered so that ring neighbours are close on the mesh.
+    def _ring_order(self, devices: tuple[int, ...]) -> tuple[int, ...]:
+        """``devices`` ordered so that ring neighbours are close on the mesh (:meth:`ring_order`,
+        remembered per group: a search's placements share most groups, 8,887 distinct of 207,540
+        in the default screen).
 
         A rectangle with an even side gets a Hamiltonian cycle (every ring edge one hop); anything
         else is walked as a boustrophedon of its bounding box (the closing edge may be longer).
