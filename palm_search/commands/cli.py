@@ -13,7 +13,6 @@ from palm_search.commands.hardware import hardware_app, hardware_cost, new_hardw
 from palm_search.commands.optimize import dashboard_cmd, optimize_command
 from palm_search.commands.worker import worker_cmd
 from palm_search.search.study import DEFAULT_EVAL_TIMEOUT_S, MAX_EVAL_TIMEOUT_S
-from palm_search.views.render import print_result
 from simulator import (
     BudgetExceeded,
     Hardware,
@@ -156,6 +155,8 @@ def simulate_command(
     if json_output:
         typer.echo(result.to_json())
     else:
+        from palm_search.views.render import print_result  # rich: only to print
+
         print_result(result)
 
 

@@ -6,22 +6,15 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from palm_search.search.run_control import INTERRUPTED_EXIT_CODE, Executor, check_executor, stop_on_sigint
 from palm_search.search.study import StudySpec, load_study
+
+if TYPE_CHECKING:  # rich is imported when a bar is drawn: the command line starts without it
+    from rich.progress import TaskID
 
 Opt = typer.Option
 
@@ -144,6 +137,16 @@ class _progress_bar:
     a plain line at every tenth of the work instead (:class:`_ProgressLines`)."""
 
     def __init__(self, total: int, label: str = "trials") -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
         console = Console(stderr=True)
         self.progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.description}"), TimeElapsedColumn(), TextColumn("eta"),

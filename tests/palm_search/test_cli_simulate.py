@@ -53,7 +53,7 @@ def test_bad_strategy_file_names_the_file(tmp_path):
 
 def test_simulate_runs_without_the_search_libraries(tmp_path):
     # `palm-search simulate` needs neither optuna nor pandas (issue: 0.74 s of 0.91 s went to them),
-    # with flags or replaying a best.json that carries its model and machine
+    # with flags or replaying a best.json that carries its model and machine, nor rich for JSON
     import subprocess
     import sys
 
@@ -69,11 +69,11 @@ def test_simulate_runs_without_the_search_libraries(tmp_path):
             "from palm_search.commands.cli import app\n"
             "result = CliRunner().invoke(app, sys.argv[1:])\n"
             "assert result.exit_code == 0, result.output\n"
-            "print(sorted({'optuna', 'pandas'} & set(sys.modules)))")
-    for flags in (SMALL[1:], ["--strategy", str(best)]):
+            "print(sorted({'optuna', 'pandas', 'rich'} & set(sys.modules)))")
+    for flags, printer in ((SMALL[1:], ["rich"]), (["--strategy", str(best)], ["rich"]), ([*SMALL[1:], "--json"], [])):
         loaded = subprocess.run([sys.executable, "-c", code, "simulate", *flags], capture_output=True, text=True,
                                 check=True).stdout
-        assert loaded.strip().splitlines()[-1] == "[]", flags
+        assert loaded.strip().splitlines()[-1] == str(printer), flags  # rich only to print a table
 
 
 def test_version_is_the_installed_distributions():
