@@ -4,8 +4,8 @@ Runs, ``--repeats`` times each and alternating, as a user types them (fresh proc
 time): ``palm-search --version`` (the interpreter and everything the command line imports before
 it runs a command: issue 17's start-up, at most 0.3 s), ``palm-search simulate --model T-145B
 --hw wafer --json`` (start-up, loading, one simulation and its JSON), and ``python -c pass`` (the
-interpreter alone, the floor). Prints each median and minimum, and the modules of the search
-(optuna, pandas) that ``simulate`` loaded: none should be.
+interpreter alone, the floor). Prints each median and minimum, and which of optuna, pandas (the
+search's) and rich (tables) ``simulate --json`` loaded: none should be.
 
 Usage: ``python benchmarks/start_up.py [--repeats 10]``.
 """
@@ -26,9 +26,9 @@ COMMANDS = {
     "palm-search simulate --model T-145B --hw wafer --json": [
         str(BIN / "palm-search"), "simulate", "--model", "T-145B", "--hw", "wafer", "--json"],
 }
-SEARCH_MODULES = ("optuna", "pandas")
+UNNEEDED_MODULES = ("optuna", "pandas", "rich")
 LOADED = ("import sys\nfrom palm_search.commands.cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
-          f"print(sorted(set({SEARCH_MODULES!r}) & set(sys.modules)), file=sys.stderr)")
+          f"print(sorted(set({UNNEEDED_MODULES!r}) & set(sys.modules)), file=sys.stderr)")
 
 
 def wall_s(command: list[str]) -> float:
@@ -51,7 +51,7 @@ def main() -> None:
     simulate = [sys.executable, "-c", LOADED, "simulate", "--model", "T-145B", "--hw", "wafer", "--json"]
     loaded = subprocess.run(simulate, check=True, capture_output=True, text=True).stderr.strip().splitlines()[-1]
     print(f"target: start-up (palm-search --version) {1e3 * statistics.median(times['palm-search --version']):.0f} ms"
-          f" median wall (at most 300 ms); search modules loaded by simulate: {loaded}")
+          f" median wall (at most 300 ms); optuna, pandas or rich loaded by simulate --json: {loaded}")
 
 
 if __name__ == "__main__":
