@@ -9,6 +9,14 @@ caches and garbage that change the next run's time) and in a fresh run directory
 after the other (the machine's speed drifts by 10-25% between minutes; a pair shares it). The
 runs must find the same trials (synchronous batches); the script checks it.
 
+Each pair's efficiency is the product of two factors the script prints with it: how busy the
+search keeps the two cores (the CPU time of the driver, its workers and loky's resource tracker
+over twice the wall time; what is left is time a core waits), and the CPU time of the 1-job run
+over the 2-job run's (what running on two processes adds: worker start-up, caches each worker
+builds again, and the host's slowdown of each core when both are busy). To tell the last from the
+others it prints the summed time of the simulations both runs make (the same strategies, each
+timed by the simulator) in the 2-job run over the 1-job run's.
+
 Usage: ``python benchmarks/search_speed.py [--repeats 5]``.
 """
 
@@ -17,6 +25,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -35,15 +44,26 @@ def timed_run(jobs: int) -> dict:
 
     spec = StudySpec(model="T-145B", hardware="wafer")
     with tempfile.TemporaryDirectory() as run_dir:
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), tree_cpu_s()
         search = searched(spec, Path(run_dir), jobs)
-        finished = time.perf_counter()
+        finished, cpu_s = time.perf_counter(), tree_cpu_s() - cpu_started
         attach_artifacts(search.study, search.model, search.hardware, spec.network, Path(run_dir),
                          spec.artifacts_top, jobs=jobs)
         drawn = time.perf_counter()
         params = json.dumps([t.params for t in search.study.trials], sort_keys=True, default=str)
-    return {"search_s": finished - started, "pictures_s": drawn - finished,
-            "trials": hashlib.sha256(params.encode()).hexdigest()}
+        simulations_s = sum(t.user_attrs.get("wall_time_s", 0.0) for t in search.study.trials
+                            if not t.user_attrs.get("cached"))
+    return {"search_s": finished - started, "pictures_s": drawn - finished, "search_cpu_s": cpu_s,
+            "simulations_s": simulations_s, "trials": hashlib.sha256(params.encode()).hexdigest()}
+
+
+def tree_cpu_s() -> float:
+    """CPU time (s, user and system) of this process and of its live descendants (the loky
+    workers and resource tracker, which live on after the search for the pictures)."""
+    import psutil  # a dependency of dask.distributed
+
+    me = psutil.Process(os.getpid())
+    return sum(sum(p.cpu_times()[:2]) for p in (me, *me.children(recursive=True)))
 
 
 def in_fresh_process(jobs: int) -> dict:
@@ -72,6 +92,11 @@ def main() -> None:
               + ", ".join(f"{r['search_s']:.1f}" for r in runs[jobs]) + " s)")
     same = len({r["trials"] for rs in runs.values() for r in rs}) == 1
     paired = [one["search_s"] / (2 * two["search_s"]) for one, two in zip(runs[1], runs[2], strict=True)]
+    for one, two in zip(runs[1], runs[2], strict=True):
+        print(f"  pair: efficiency {one['search_s'] / (2 * two['search_s']):.0%} = cores busy "
+              f"{two['search_cpu_s'] / (2 * two['search_s']):.0%} (1 job: {one['search_cpu_s'] / one['search_s']:.0%})"
+              f" x CPU time {one['search_cpu_s']:.1f} / {two['search_cpu_s']:.1f} s; the same simulations took"
+              f" {two['simulations_s'] / one['simulations_s']:.2f}x as long with 2 jobs")
     print(f"parallel efficiency of the search with 2 jobs: {median[1]['search_s'] / (2 * median[2]['search_s']):.0%}"
           f" of the medians; {statistics.median(paired):.0%} the median of each pair of runs made one after the other ("
           + ", ".join(f"{e:.0%}" for e in paired) + f"); same trials in every run with 1 and 2 jobs: {same}")
