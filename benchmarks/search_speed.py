@@ -17,6 +17,13 @@ builds again, and the host's slowdown of each core when both are busy). To tell 
 others it prints the summed time of the simulations both runs make (the same strategies, each
 timed by the simulator) in the 2-job run over the 1-job run's.
 
+The machine's own ceiling is measured in every round, next to the pair: a fixed piece of the
+search's work (the estimates of the walk's first :data:`CEILING_POINTS` points, then the
+simulations of the best :data:`CEILING_SIMULATIONS`) in one process alone, then in two processes
+at once (no driver, pool or pickling: nothing a search adds). One copy's wall time over the
+slower copy's is the parallel efficiency two cores of this machine give this work at that
+moment; no search on them can do better.
+
 Usage: ``python benchmarks/search_speed.py [--repeats 5]``.
 """
 
@@ -72,18 +79,61 @@ def in_fresh_process(jobs: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+CEILING_POINTS = 800
+"""Points of the default walk each copy of the ceiling's work estimates."""
+CEILING_SIMULATIONS = 3
+"""Best estimated points each copy then simulates."""
+
+
+def copy_of_work() -> dict:
+    """Wall and CPU time (s) of the ceiling's work in this process (the walk not counted)."""
+    from itertools import islice
+
+    from palm_search.search.evaluate import estimate_points, evaluate
+    from palm_search.search.space import DegreeWalk
+    from palm_search.search.study import StudySpec
+    from simulator import load_hardware, load_model
+
+    spec = StudySpec(model="T-145B", hardware="wafer")
+    model, hardware = load_model(spec.model), load_hardware(spec.hardware)
+    plans = [(c.hardware, c.strategy) for _, c in islice(iter(DegreeWalk(spec, model, hardware)), CEILING_POINTS)]
+    started, cpu_started = time.perf_counter(), time.process_time()
+    values = estimate_points(model, plans)
+    for i in sorted(range(len(plans)), key=lambda i: -values[i])[:CEILING_SIMULATIONS]:
+        evaluate(model, *plans[i], spec.network)
+    return {"wall_s": time.perf_counter() - started, "cpu_s": time.process_time() - cpu_started}
+
+
+def copies_at_once(count: int) -> list[dict]:
+    """:func:`copy_of_work` in ``count`` new Python processes started together."""
+    processes = [subprocess.Popen([sys.executable, __file__, "--copy"], stdout=subprocess.PIPE, text=True)
+                 for _ in range(count)]
+    return [json.loads(process.communicate()[0].strip().splitlines()[-1]) for process in processes]
+
+
+def ceiling() -> dict:
+    """The parallel efficiency of two copies of the work at once (one's wall time over the slower
+    copy's) and their CPU time over one copy's alone."""
+    [alone], two = copies_at_once(1), copies_at_once(2)
+    return {"efficiency": alone["wall_s"] / max(c["wall_s"] for c in two),
+            "cpu_ratio": statistics.mean(c["cpu_s"] for c in two) / alone["cpu_s"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="runs of each --jobs, alternating")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a single run, printed as JSON
+    parser.add_argument("--copy", action="store_true", help=argparse.SUPPRESS)  # one copy of the ceiling's work
     args = parser.parse_args()
-    if args.one:
-        print(json.dumps(timed_run(args.one)))
+    if args.one or args.copy:
+        print(json.dumps(timed_run(args.one) if args.one else copy_of_work()))
         return
     runs: dict[int, list[dict]] = {1: [], 2: []}
+    ceilings = []
     for _ in range(args.repeats):
         for jobs in (1, 2):
             runs[jobs].append(in_fresh_process(jobs))
+        ceilings.append(ceiling())
     median = {jobs: {part: statistics.median(r[part] for r in rs) for part in ("search_s", "pictures_s")}
               for jobs, rs in runs.items()}
     for jobs, parts in median.items():
@@ -100,7 +150,19 @@ def main() -> None:
     print(f"parallel efficiency of the search with 2 jobs: {median[1]['search_s'] / (2 * median[2]['search_s']):.0%}"
           f" of the medians; {statistics.median(paired):.0%} the median of each pair of runs made one after the other ("
           + ", ".join(f"{e:.0%}" for e in paired) + f"); same trials in every run with 1 and 2 jobs: {same}")
+    print_ceiling(ceilings, paired)
 
+
+def print_ceiling(ceilings: list[dict], paired: list[float]) -> None:
+    """The machine's ceiling in each round, and each pair's efficiency over it."""
+    relative = [e / c["efficiency"] for e, c in zip(paired, ceilings, strict=True)]
+    print(f"the machine's ceiling: two copies of the same work at once ({CEILING_POINTS} estimates and "
+          f"{CEILING_SIMULATIONS} simulations each, no search) ran at "
+          f"{statistics.median(c['efficiency'] for c in ceilings):.0%} parallel efficiency, median of the rounds ("
+          + ", ".join(f"{c['efficiency']:.0%}" for c in ceilings) + "), each copy taking "
+          f"{statistics.median(c['cpu_ratio'] for c in ceilings):.2f}x the CPU time of one alone; the search's "
+          f"efficiency over its round's ceiling: {statistics.median(relative):.0%} median ("
+          + ", ".join(f"{r:.0%}" for r in relative) + ")")
 
 if __name__ == "__main__":
     main()
