@@ -23,9 +23,8 @@ from optuna.artifacts import FileSystemArtifactStore, get_all_artifact_meta, upl
 
 from palm_search.search.storage import ARTIFACTS
 from palm_search.views.outputs import baseline_row, top_mappings, trials_frame
-from palm_search.views.plots import PICTURES, write_plots
-from simulator import Hardware, ModelSpec, Strategy, simulate_timeline
-from simulator.trace import write_chrome_trace
+from palm_search.views.plots import PICTURES, render_mapping
+from simulator import Hardware, ModelSpec, Strategy
 
 MAPPINGS = "mappings"
 MIMETYPES = {".png": "image/png", ".svg": "image/svg+xml", ".json": "application/json"}
@@ -46,20 +45,6 @@ def artifact_store(run_dir: Path) -> FileSystemArtifactStore:
 def mapping_dir(run_dir: Path, number: int) -> Path:
     """Where the files of trial ``number`` go."""
     return run_dir / MAPPINGS / f"trial-{number}"
-
-
-def render_mapping(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str,
-                   directory: Path) -> list[Path]:
-    """Simulate ``strategy`` with records; write ``trace.json`` and the pictures into ``directory``.
-
-    Raises:
-        InputError: the strategy does not fit the model or machine.
-    """
-    timeline = simulate_timeline(model, hardware, strategy, network=network)
-    directory.mkdir(parents=True, exist_ok=True)
-    if not timeline.result.feasible:
-        return []
-    return [write_chrome_trace(timeline, directory / "trace.json"), *write_plots(timeline, directory, ("png",))]
 
 
 def chosen_trials(study: optuna.Study, k: int) -> list[int]:

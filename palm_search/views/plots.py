@@ -18,7 +18,8 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from simulator.trace import Timeline, stage_slices
+from simulator import Hardware, ModelSpec, Strategy, simulate_timeline
+from simulator.trace import Timeline, stage_slices, write_chrome_trace
 
 PASS_COLOURS = {"F": "#4C72B0", "B": "#DD8452", "R": "#55A868", "U": "#C44E52", "bubble": "#E6E6E6"}
 PASS_LABELS = {"F": "forward", "B": "backward", "R": "recompute", "U": "gradient update", "bubble": "bubble (idle)"}
@@ -30,6 +31,23 @@ PAPER_FORMATS = ("png", "svg", "pdf")
 PICTURES = ("timeline", "placement", "heatmap")
 TIGHT_PAD_IN = 0.1
 """Margin around a picture's drawn content (inches; matplotlib's ``savefig.pad_inches``)."""
+
+
+def render_mapping(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str,
+                   directory: Path) -> list[Path]:
+    """Simulate ``strategy`` with records; write ``trace.json`` and the pictures (PNG) into
+    ``directory``. The worker task of :func:`palm_search.views.artifacts.attach_artifacts`: it
+    lives here, with what it needs, so that a worker draws without importing Optuna or pandas
+    (0.4 s of CPU per worker process).
+
+    Raises:
+        InputError: the strategy does not fit the model or machine.
+    """
+    timeline = simulate_timeline(model, hardware, strategy, network=network)
+    directory.mkdir(parents=True, exist_ok=True)
+    if not timeline.result.feasible:
+        return []
+    return [write_chrome_trace(timeline, directory / "trace.json"), *write_plots(timeline, directory, ("png",))]
 
 
 def write_plots(timeline: Timeline, directory: str | Path, formats: tuple[str, ...] = PAPER_FORMATS) -> list[Path]:

@@ -18,9 +18,9 @@ from pathlib import Path
 import optuna
 import pandas as pd
 
-from palm_search.views.artifacts import mapping_dir, render_mapping
+from palm_search.views.artifacts import mapping_dir
 from palm_search.views.outputs import baseline_row, top_mappings, trials_frame
-from palm_search.views.plots import PICTURES, write_plots
+from palm_search.views.plots import PICTURES, render_mapping, write_plots
 from simulator import InputError, Strategy, load_hardware, load_model
 from simulator.trace import Timeline, write_chrome_trace
 

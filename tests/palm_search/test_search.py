@@ -393,3 +393,21 @@ def test_walking_one_set_of_degrees_at_a_time_gives_the_prescreened_walk(model):
     walked = [(params, candidate.strategy) for params, candidate in walk]
     assert walked == [(params, c.strategy) for params, c in enumerate_candidates(built, 10**6)]
     assert walk.builder().space == built.space and len(walked) > 10
+
+
+@pytest.mark.parametrize("task", ["palm_search.search.evaluate:evaluate", "palm_search.search.evaluate:estimate_points",
+                                  "palm_search.views.plots:render_mapping"])
+def test_a_worker_unpickles_its_task_without_optuna_or_pandas(task):
+    """The simulations', the screen's and the pictures' worker tasks, unpickled in a fresh process
+    as a joblib worker does, load neither Optuna nor pandas (about 0.4 s of CPU per worker)."""
+    import importlib
+    import pickle
+    import subprocess
+    import sys
+
+    module, name = task.split(":")
+    pickled = pickle.dumps(getattr(importlib.import_module(module), name))
+    code = ("import pickle, sys\npickle.loads(sys.stdin.buffer.read())\n"
+            "print(sorted({'optuna', 'pandas'} & set(sys.modules)))")
+    loaded = subprocess.run([sys.executable, "-c", code], input=pickled, capture_output=True, check=True).stdout
+    assert loaded.decode().strip() == "[]"
