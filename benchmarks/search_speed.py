@@ -13,9 +13,10 @@ Each pair's efficiency is the product of two factors the script prints with it: 
 search keeps the two cores (the CPU time of the driver, its workers and loky's resource tracker
 over twice the wall time; what is left is time a core waits), and the CPU time of the 1-job run
 over the 2-job run's (what running on two processes adds: worker start-up, caches each worker
-builds again, and the host's slowdown of each core when both are busy). To tell the last from the
-others it prints the summed time of the simulations both runs make (the same strategies, each
-timed by the simulator) in the 2-job run over the 1-job run's.
+builds again, and the host's slowdown of each core when both are busy). It also prints the summed
+wall time of the simulations both runs make (the same strategies, each timed by the simulator) in
+the 2-job run over the 1-job run's: the host's slowdown, plus the caches a worker builds for a
+strategy the other worker screened, plus the moments the driver took a core.
 
 The machine's own ceiling is measured in every round, next to the pair: a fixed piece of the
 search's work (the estimates of the walk's first :data:`CEILING_POINTS` points, then the
