@@ -25,8 +25,6 @@ from simulator import (
     load_hardware,
     load_model,
     load_strategy,
-    simulate,
-    simulate_timeline,
 )
 from simulator import __version__ as SIMULATOR_VERSION
 from simulator.strategy import PLACEMENTS, PRECISIONS
@@ -179,6 +177,8 @@ def _simulate_and_draw(model: ModelSpec, hardware: Hardware, strategy: Strategy,
                        time_limit_s: float) -> SimulationResult:
     """One simulation within ``time_limit_s``; with a trace or plots asked, the recorded one
     (three engine runs in all)."""
+    from simulator import simulate, simulate_timeline  # numpy, SimPy and the engine: not at start-up
+
     if not (trace or plots):
         return simulate(model, hardware, strategy, network=network, steady_state=steady_state,
                         time_limit_s=time_limit_s)
