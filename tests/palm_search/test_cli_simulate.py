@@ -81,3 +81,16 @@ def test_version_is_the_installed_distributions():
 
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output.strip() == f"palm-search {version('palm-search')}"
+
+
+def test_the_command_line_starts_without_the_simulation_engine():
+    """``palm-search --version`` and ``--help`` import the command line only: neither numpy, SimPy
+    and the engine (``simulator.api`` loads on first use) nor the search's libraries."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom palm_search.commands.cli import main\n"
+            "print(sorted({'numpy', 'simpy', 'simulator.api', 'simulator.engine', 'optuna', 'pandas', 'rich'}"
+            " & set(sys.modules)))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"

@@ -14,3 +14,17 @@ def test_simulator_imports_no_search_or_cli_package():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_the_simulation_functions_load_on_first_use():
+    code = (
+        "import sys, simulator\n"
+        "before = 'simulator.api' in sys.modules\n"
+        "from simulator import simulate\n"
+        "import simulator.api\n"
+        "print(before, simulate is simulator.api.simulate,"
+        " simulator.simulate_timeline is simulator.api.simulate_timeline,"
+        " set(simulator.__all__) <= set(dir(simulator)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True", "True", "True"]
