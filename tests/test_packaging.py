@@ -16,11 +16,22 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
+def built(tmp_path_factory) -> tuple[Path, str]:
+    """The wheel, and what building it printed."""
     folder = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(folder)],
-                   check=True, capture_output=True, timeout=300)
-    return next(folder.glob("palm_search-*.whl"))
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(folder)],
+                         check=True, capture_output=True, text=True, timeout=300)
+    return next(folder.glob("palm_search-*.whl")), out.stdout + out.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel(built) -> Path:
+    return built[0]
+
+
+@pytest.fixture(scope="module")
+def wheel_build_output(built) -> str:
+    return built[1]
 
 
 def test_the_wheel_carries_every_preset_and_the_validation_data(wheel):
@@ -34,10 +45,20 @@ def test_the_wheel_carries_every_preset_and_the_validation_data(wheel):
 
 
 def test_pyproject_lists_every_package_of_the_tree():
+    """Every code package, and every data folder Python could import (setuptools warns of one it
+    is not told to ship at every install), is listed."""
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     tree = {p.parent.relative_to(ROOT).as_posix().replace("/", ".")
             for top in ("simulator", "spaces", "palm_search") for p in (ROOT / top).rglob("__init__.py")}
-    assert listed == tree | {"palm_search.validation_data"}
+    data = {p.parent.relative_to(ROOT).as_posix().replace("/", ".") for p in ROOT.glob("simulator/*/*/*.toml")}
+    validation = {"palm_search.validation_data." + p.parent.relative_to(ROOT / "studies/validation").as_posix()
+                  .replace("/", ".") for p in ROOT.glob("studies/validation/*/*/data.csv")}
+    importable = {name for name in data | validation if all(part.isidentifier() for part in name.split("."))}
+    assert data and validation and listed == tree | importable | {"palm_search.validation_data"}
+
+
+def test_installing_warns_of_no_unlisted_folder(wheel_build_output):
+    assert "Package would be ignored" not in wheel_build_output
 
 
 def test_the_installed_wheel_validates_from_any_directory(wheel, tmp_path):
