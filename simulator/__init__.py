@@ -36,11 +36,12 @@ _API = ("check_memory", "estimate_samples_per_s", "simulate", "simulate_timeline
 
 
 def __getattr__(name: str) -> Any:
-    """The :mod:`simulator.api` functions, imported on first use."""
+    """The :mod:`simulator.api` functions, imported on first use (then bound here)."""
     if name in _API:
         from simulator import api
 
-        return getattr(api, name)
+        value = globals()[name] = getattr(api, name)
+        return value
     raise AttributeError(f"module 'simulator' has no attribute {name!r}")
 
 
