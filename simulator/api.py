@@ -280,7 +280,9 @@ FIRST_AGREEMENT = 0.001
 for them to be trusted: their fill and drain weigh most, so they must agree ten times as closely
 as the later pairs. ``benchmarks/steady_state.py`` measures the result against full runs (40
 random mappings of T-18B to T-145B on the wafer, A100 and H100 clusters, 26 of them run in full:
-within 0.31%; the first pair under the later pairs' 1% missed by up to 0.6%). PALM's wafer
+within 0.31%; the first pair under the later pairs' 1% missed by up to 0.6%; seeds 2 to 4, 30 or
+31 run in full: within 1.03%, 0.30% and 0.19%, the largest a ``p`` + ``2p`` extrapolation of
+PP 5). PALM's wafer
 baselines agree to 0.01%, so they extrapolate from 2 + 4 microbatches."""
 PERIOD_AGREEMENT = 0.01
 """Largest relative gap between the later short runs' period and the closed-form steady state
