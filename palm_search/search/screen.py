@@ -11,7 +11,8 @@ not depend on the seed or on the number of workers.
 
 Each simulated trial keeps its estimate (user attribute ``screen_samples_per_s``), and
 :func:`rank_agreement` gives the Spearman rank correlation between the two fidelities on the
-run's own trials, so a user sees when the screen misleads.
+run's own trials, how far apart those trials' simulations are and the largest gap between an
+estimate and its simulation, so a user sees when the screen misleads.
 """
 
 from __future__ import annotations
@@ -195,15 +196,38 @@ def enqueue_screened(study: optuna.Study, ranked: list[tuple[dict, float]], coun
     study.set_user_attr("screen", {"points": len(ranked), "queued": len(best), "seconds": seconds})
 
 
-def rank_agreement(trials: list[optuna.trial.FrozenTrial]) -> tuple[float, int] | None:
-    """Spearman's rank correlation between estimated and simulated samples/s over the feasible
-    completed trials that have both, and their number; None with fewer than 3."""
+@dataclass(frozen=True)
+class RankAgreement:
+    """How the screen's estimates compare with the simulations of the same trials.
+
+    Attributes:
+        spearman: Spearman's rank correlation between estimated and simulated samples/s.
+        compared: trials compared.
+        simulated_span: (largest - smallest) / largest of the simulated samples/s: how far apart
+            the compared trials are (ranks among trials a fraction of a percent apart are
+            near-ties, and a low ``spearman`` among them misleads nobody).
+        largest_gap: largest ``|estimate / simulated - 1|`` of a trial.
+    """
+
+    spearman: float
+    compared: int
+    simulated_span: float
+    largest_gap: float
+
+
+def rank_agreement(trials: list[optuna.trial.FrozenTrial]) -> RankAgreement | None:
+    """The screen's agreement with the simulations over the feasible completed trials that have
+    both an estimate and a positive simulated samples/s; None with fewer than 3."""
     pairs = [(t.user_attrs[ESTIMATE_KEY], t.user_attrs.get("samples_per_s", 0.0)) for t in trials
              if t.state == TrialState.COMPLETE and ESTIMATE_KEY in t.user_attrs and t.user_attrs.get("feasible")]
+    pairs = [(estimate, simulated) for estimate, simulated in pairs if simulated > 0]
     if len(pairs) < 3:
         return None
     frame = pd.DataFrame(pairs, columns=["estimate", "simulated"])
-    return spearman(frame["estimate"], frame["simulated"]), len(pairs)
+    estimate, simulated = frame["estimate"], frame["simulated"]
+    return RankAgreement(spearman=spearman(estimate, simulated), compared=len(pairs),
+                         simulated_span=float(1 - simulated.min() / simulated.max()),
+                         largest_gap=float((estimate / simulated - 1).abs().max()))
 
 
 def spearman(a: pd.Series, b: pd.Series) -> float:

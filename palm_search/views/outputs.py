@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -147,8 +148,9 @@ def _screen(study: optuna.Study) -> dict | None:
     if not screened:
         return None
     agreement = rank_agreement(study.get_trials(deepcopy=False))
-    return {**screened, "spearman": agreement[0] if agreement else None,
-            "compared": agreement[1] if agreement else 0}
+    if agreement is None:
+        return {**screened, "spearman": None, "compared": 0}
+    return {**screened, **dataclasses.asdict(agreement)}
 
 
 def _pareto(search: Search) -> list[dict]:

@@ -83,6 +83,9 @@ def print_search_summary(summary: dict, console: Console | None = None) -> None:
     if screened:
         rho = screened.get("spearman")
         agreement = f"Spearman {rho:.2f} over {screened['compared']} simulated" if rho is not None else "-"
+        if rho is not None and "simulated_span" in screened:
+            agreement += (f" (their samples/s within {screened['simulated_span']:.1%} of each other; every"
+                          f" estimate within {screened['largest_gap']:.1%} of its simulation)")
         console.print(f"screen: {screened['points']:,} points estimated in {screened['seconds']:.1f} s, the best"
                       f" {screened['queued']} simulated; estimate vs simulation rank agreement: {agreement}")
     if base:

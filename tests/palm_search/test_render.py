@@ -65,3 +65,36 @@ def test_the_summary_says_whether_data_parallelism_or_3d_parallelism_is_faster()
     console = Console(width=160, record=True, file=open("/dev/null", "w"))  # noqa: SIM115 - closed with the console
     print_search_summary(summary, console)
     assert "data parallel 2.4x faster" in console.export_text()
+
+
+def _screened_trial(estimate: float, simulated: float, feasible: bool = True):
+    import optuna
+
+    from palm_search.search.screen import ESTIMATE_KEY
+
+    return optuna.trial.create_trial(value=simulated, user_attrs={ESTIMATE_KEY: estimate, "samples_per_s": simulated,
+                                                                  "feasible": feasible})
+
+
+def test_the_screen_agreement_gives_how_far_apart_the_simulations_are_and_the_largest_estimate_gap():
+    from palm_search.search.screen import rank_agreement
+
+    trials = [_screened_trial(1.01, 1.0), _screened_trial(0.99, 0.995), _screened_trial(0.9, 0.8),
+              _screened_trial(5.0, 0.0, feasible=False)]
+    agreement = rank_agreement(trials)
+    assert agreement is not None
+    # ranks (3, 2, 1) against (3, 2, 1); the infeasible trial is left out
+    assert agreement.spearman == 1.0 and agreement.compared == 3
+    assert abs(agreement.simulated_span - 0.2) < 1e-12  # 1 - 0.8 / 1.0
+    assert abs(agreement.largest_gap - 0.125) < 1e-12  # 0.9 / 0.8 - 1
+    assert rank_agreement(trials[:2]) is None  # fewer than 3 compared
+
+
+def test_the_summary_says_how_close_the_simulations_a_low_rank_agreement_ranks_are():
+    summary = {**_summary([_row(1)]), "screen": {"points": 6732, "seconds": 6.5, "queued": 49, "spearman": 0.37,
+                                                 "compared": 49, "simulated_span": 0.0006, "largest_gap": 0.0021}}
+    console = Console(width=400, record=True, file=open("/dev/null", "w"))  # noqa: SIM115 - closed with the console
+    print_search_summary(summary, console)
+    line = next(line for line in console.export_text().splitlines() if line.startswith("screen:"))
+    assert "Spearman 0.37 over 49 simulated (their samples/s within 0.1% of each other" in line
+    assert "every estimate within 0.2% of its simulation)" in line
