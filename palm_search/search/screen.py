@@ -205,7 +205,7 @@ class RankAgreement:
         compared: trials compared.
         simulated_span: (largest - smallest) / largest of the simulated samples/s: how far apart
             the compared trials are (ranks among trials a fraction of a percent apart are
-            near-ties, and a low ``spearman`` among them misleads nobody).
+            near-ties, and a low ``spearman`` among them says little).
         largest_gap: largest ``|estimate / simulated - 1|`` of a trial.
     """
 
@@ -219,8 +219,8 @@ def rank_agreement(trials: list[optuna.trial.FrozenTrial]) -> RankAgreement | No
     """The screen's agreement with the simulations over the feasible completed trials that have
     both an estimate and a positive simulated samples/s; None with fewer than 3."""
     pairs = [(t.user_attrs[ESTIMATE_KEY], t.user_attrs.get("samples_per_s", 0.0)) for t in trials
-             if t.state == TrialState.COMPLETE and ESTIMATE_KEY in t.user_attrs and t.user_attrs.get("feasible")]
-    pairs = [(estimate, simulated) for estimate, simulated in pairs if simulated > 0]
+             if t.state == TrialState.COMPLETE and ESTIMATE_KEY in t.user_attrs and t.user_attrs.get("feasible")
+             and t.user_attrs.get("samples_per_s", 0.0) > 0]
     if len(pairs) < 3:
         return None
     frame = pd.DataFrame(pairs, columns=["estimate", "simulated"])
