@@ -26,18 +26,9 @@ import subprocess
 import sys
 import tempfile
 
-from simulator_speed import WIDE_WAFER, _hardware, cases  # benchmarks/ is the script's directory
+from simulator_speed import TARGETS, _hardware, cases, target_case  # benchmarks/ is the script's directory
 
 from simulator import load_model, simulate
-
-CASES = {20: ("T-145B", "wafer", 8), 80: ("T-145B", WIDE_WAFER, 8)}
-"""The counted cases of :func:`simulator_speed.cases` by pipeline depth: (model, hardware, TP)."""
-
-
-def case_index(pp: int) -> int:
-    """Position in :func:`simulator_speed.cases` of the counted case of depth ``pp``."""
-    return next(k for k, (model, hardware, strategy) in enumerate(cases())
-                if (model, hardware, strategy.tp, strategy.pp) == (*CASES[pp], pp))
 
 
 def simulate_times(index: int, runs: int) -> None:
@@ -75,12 +66,12 @@ def main() -> None:
         print("valgrind is not installed (Debian: apt-get install valgrind): instructions not counted")
         return
     per_configuration = {}
-    for pp, (model, hardware, tp) in CASES.items():
-        runs, index = args.runs, case_index(pp)
-        count = (instructions(index, runs) - instructions(index, 0)) / runs
+    for pp, hardware in TARGETS.items():
+        index = target_case(pp)
+        count = (instructions(index, args.runs) - instructions(index, 0)) / args.runs
         per_configuration[pp] = count
-        print(f"{model} on {hardware} (TP {tp}, PP {pp}): {count / 1e6:.1f} M instructions per configuration "
-              f"(callgrind, {runs} runs)")
+        print(f"T-145B on {hardware} (TP 8, DP 2, PP {pp}): {count / 1e6:.1f} M instructions per configuration "
+              f"(callgrind, {args.runs} runs)")
     print(f"PP 80 per pipeline stage: {(per_configuration[80] / 80) / (per_configuration[20] / 20):.2f}x PP 20's "
           f"instructions (at most 1: linear in the depth)")
 

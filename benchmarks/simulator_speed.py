@@ -56,6 +56,16 @@ WIDE_WAFER = "wafer-10x8"
 """PALM's wafer with 10 x 8 dies (1,280 cores), for pipelines of 80 stages."""
 
 
+TARGETS = {20: "wafer", 80: WIDE_WAFER}
+"""The cases of issue 17's targets by pipeline depth: T-145B at TP 8 / DP 2 on this hardware."""
+
+
+def target_case(pp: int) -> int:
+    """Position in :func:`cases` of the target case of depth ``pp`` (:data:`TARGETS`)."""
+    return next(k for k, (model, hardware, strategy) in enumerate(cases())
+                if (model, hardware, strategy.tp, strategy.dp, strategy.pp) == ("T-145B", TARGETS[pp], 8, 2, pp))
+
+
 def _hardware(name: str) -> Hardware:
     if name != WIDE_WAFER:
         return load_hardware(name)
@@ -119,11 +129,7 @@ def print_targets(table: pd.DataFrame) -> None:
     """Issue 17's simulation-speed targets, from the table's sharing rows. Linearity in the
     pipeline depth is given by CPU time per stage (noisy: two medians of a shared machine) and by
     events per stage (exact: the engine's count)."""
-    def row(hardware: str, tp: int, pp: int) -> pd.Series:
-        return table[(table.model == "T-145B") & (table.hardware == hardware) & (table.tp == tp)
-                     & (table.pp == pp)].iloc[0]
-
-    baseline, deep = row("wafer", 8, 20), row(WIDE_WAFER, 8, 80)
+    baseline, deep = (table.iloc[target_case(pp)] for pp in TARGETS)
     print(f"target: T-145B on the wafer (TP 8 / DP 2 / PP 20) {1e3 * baseline.sharing_s:.1f} ms CPU, median "
           f"(least {1e3 * baseline.sharing_min_s:.1f} ms; at most 10 ms)")
     print(f"target: PP 80 on the 10 x 8-die wafer {1e3 * deep.sharing_s:.1f} ms CPU, median (least "
