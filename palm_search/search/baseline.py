@@ -11,7 +11,7 @@ and the note says so.
 from __future__ import annotations
 
 from palm_search.search.study import StudySpec
-from simulator import Hardware, ModelSpec, Strategy, simulate
+from simulator import Hardware, InputError, ModelSpec, Strategy, simulate
 from spaces import enumerate_degrees
 
 PAPER_BASELINES = {
@@ -30,7 +30,7 @@ def choose_baseline(spec: StudySpec, model: ModelSpec, hardware: Hardware) -> tu
     paper = PAPER_BASELINES.get((model.name, hardware.name))
     if paper is not None:
         return _fitting_zero({**fixed, **paper}, model, hardware)
-    return _megatron_like(fixed, model, hardware)
+    return _megatron_like(fixed, model, hardware, spec.device_counts)
 
 
 def lowest_fitting_zero(fields: dict, model: ModelSpec, hardware: Hardware) -> Strategy | None:
@@ -51,10 +51,17 @@ def _fitting_zero(fields: dict, model: ModelSpec, hardware: Hardware) -> tuple[S
     return strategy, note if zero == 0 else f"{note} + ZeRO-{zero}, the lowest stage that fits memory"
 
 
-def _megatron_like(fields: dict, model: ModelSpec, hardware: Hardware) -> tuple[Strategy, str]:
+def _megatron_like(fields: dict, model: ModelSpec, hardware: Hardware,
+                   device_counts: tuple[int, ...]) -> tuple[Strategy, str]:
     group = hardware.network.devices_per_node
-    degrees = enumerate_degrees(model, hardware)
-    ranked = sorted(degrees, key=lambda d: (-min(d.tp, group) if d.tp <= group else d.tp, d.pp))
+    counts = sorted(set(device_counts or [hardware.num_devices]), reverse=True)
+    degrees = [d for n in counts for d in enumerate_degrees(model, hardware, devices=n)]
+    if not degrees:
+        raise InputError(f"baseline: no legal TP x PP x DP of {model.name} uses {_devices(counts)} of"
+                         f" {hardware.name!r}; list the device counts a mapping may use in the study's"
+                         " [search] `devices` (e.g. a power of two)")
+    ranked = sorted(degrees, key=lambda d: (-d.tp * d.cp * d.pp * d.dp,
+                                            -min(d.tp, group) if d.tp <= group else d.tp, d.pp))
     for d in ranked:
         strategy = Strategy.from_dict({**fields, "tp": d.tp, "pp": d.pp, "dp": d.dp, "schedule": "1f1b",
                                        "recompute": "full", "microbatch_size": 1})
@@ -66,3 +73,7 @@ def _megatron_like(fields: dict, model: ModelSpec, hardware: Hardware) -> tuple[
     d = ranked[0]
     return (Strategy.from_dict({**fields, "tp": d.tp, "pp": d.pp, "dp": d.dp}),
             "Megatron-like mapping (no candidate fits memory)")
+
+
+def _devices(counts: list[int]) -> str:
+    return " or ".join(str(n) for n in counts) + " devices"

@@ -74,6 +74,11 @@ class DegreeWalk:
         self.hardware, self.fixed = hardware, dict(spec.fixed)
         if "degrees" in self.space.searched:
             self.degrees = degree_choices(self.space, hardware, spec.fixed)
+            if not self.degrees:
+                counts = " or ".join(str(n) for n in spec.device_counts or [hardware.num_devices])
+                raise InputError(f"study: no legal TP x PP x DP of {model.name} uses {counts} devices of"
+                                 f" {hardware.name!r} (with the study's fixed values); list the device counts"
+                                 " a mapping may use in [search] `devices`")
         else:
             base = Strategy.from_dict(dict(spec.fixed))
             self.degrees = (ParallelDegrees(base.tp, base.pp, base.dp, base.cp),)

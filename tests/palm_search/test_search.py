@@ -20,7 +20,7 @@ from palm_search.search.driver import open_search, optimize, run_baseline
 from palm_search.search.space import ScriptedTrial, candidate_builder, enumerate_points
 from palm_search.search.storage import journal_storage
 from palm_search.search.study import load_study
-from simulator import simulate
+from simulator import load_hardware, load_model, simulate
 
 DATA = Path(__file__).parent / "data"
 STUDY = DATA / "small-study.toml"
@@ -411,3 +411,25 @@ def test_a_worker_unpickles_its_task_without_optuna_or_pandas(task):
             "print(sorted({'optuna', 'pandas'} & set(sys.modules)))")
     loaded = subprocess.run([sys.executable, "-c", code], input=pickled, capture_output=True, check=True).stdout
     assert loaded.decode().strip() == "[]"
+
+
+BERT_ON_BLACKHOLE = Path(__file__).parents[2] / "studies" / "bert-base-blackhole.toml"
+
+
+def test_a_study_whose_device_count_admits_no_degrees_says_so_in_one_line(tmp_path):
+    # 130 = 2 x 5 x 13 cores: no TP x PP x DP of BERT-base (12 heads, 12 layers) uses them all
+    study = tmp_path / "study.toml"
+    study.write_text(BERT_ON_BLACKHOLE.read_text().replace("devices = [128, 130]", ""))
+    result = runner.invoke(app, ["optimize", "--study", str(study), "--run-dir", str(tmp_path / "x")])
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "uses 130 devices" in lines[0] and "[search] `devices`" in lines[0]
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_baseline_uses_only_the_device_counts_the_study_allows():
+    spec = load_study(BERT_ON_BLACKHOLE)
+    model, hardware = load_model(spec.model), load_hardware(spec.hardware)
+    strategy, note = choose_baseline(spec, model, hardware)
+    assert strategy.tp * strategy.cp * strategy.pp * strategy.dp == 128, note
+    assert simulate(model, hardware, strategy, network="analytical").feasible
