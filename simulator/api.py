@@ -7,7 +7,10 @@ the pipeline is full (Narayanan et al. SC'21 §2.2: ``(m + p - 1)`` slots), so
 ``X(m) = X(m_b) + (m - m_b) (X(m_b) - X(m_a)) / (m_b - m_a)``; the iteration time grows by the
 steady-state period, the larger of the makespan's growth and the busiest stage's work per
 microbatch. The result says when it did this.
-Inference reports steady-state throughput (PALM §V-A3: fill and drain ignored).
+Inference runs the stated batch once, fill and drain included: its time is the batch's latency
+and its throughput the batch over that latency, never above what the batch allows (a batch of one
+is a latency, not a stream; PALM §V-A3's steady state, fill and drain ignored, is the limit of a
+long stream of microbatches, which is how ``palm-search validate`` runs its Table V rows).
 """
 
 from __future__ import annotations
@@ -237,7 +240,7 @@ def _simulate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network:
         run, period = engine.estimate(prepared.num_microbatches)
         outcome = _Outcome(run=run, simulated_microbatches=0, extrapolated=False, period_s=period)
     else:
-        outcome = _run(engine, prepared.num_microbatches, strategy.pp, steady_state, strategy.mode == "training")
+        outcome = _run(engine, prepared.num_microbatches, strategy.pp, steady_state)
     return _Simulated(result=_assemble(prepared, outcome), run=outcome.run, engine=engine, topology=topology,
                       placements=placements)
 
@@ -289,22 +292,24 @@ PERIOD_AGREEMENT = 0.01
 (:meth:`Engine.estimate`) for them to be trusted."""
 
 
-def _run(engine: Engine, m: int, pp: int, steady_state: bool, training: bool) -> _Outcome:
+def _run(engine: Engine, m: int, pp: int, steady_state: bool) -> _Outcome:
     """Full run, or two runs and a linear extrapolation: of ``(2, 4)``, ``(4, 8)``... microbatches,
     the first pair whose period per microbatch agrees with the closed-form steady state (a cost
     near linear in the pipeline depth when one does), else of ``p`` and ``2p`` (the steady state
     of 1F1B is reached after ``p``). ``simulated_microbatches`` counts every run, the short
-    ones that did not agree included."""
+    ones that did not agree included. Extrapolation runs fewer microbatches in all than the
+    full run would (else the full run is made)."""
     m_a, m_b = pp, 2 * pp
-    if not training or (steady_state and m > m_b):
+    if steady_state and m > m_a + m_b:
         tried = 0
         if engine.schedule.num_chunks == 1:
             short, tried = _short_run(engine, m, pp)
             if short is not None:
                 return short
-        a, b = engine.run(m_a), engine.run(m_b)
-        return _Outcome(run=_extrapolate(a, b, m_a, m_b, m), simulated_microbatches=tried + m_a + m_b,
-                        extrapolated=True, period_s=_period(a, b, m_b - m_a))
+        if tried + m_a + m_b < m:
+            a, b = engine.run(m_a), engine.run(m_b)
+            return _Outcome(run=_extrapolate(a, b, m_a, m_b, m), simulated_microbatches=tried + m_a + m_b,
+                            extrapolated=True, period_s=_period(a, b, m_b - m_a))
     return _Outcome(run=engine.run(m), simulated_microbatches=m, extrapolated=False, period_s=0.0)
 
 
@@ -318,7 +323,7 @@ def _short_run(engine: Engine, m: int, pp: int) -> tuple[_Outcome | None, int]:
         return None, 0
     steady = engine.estimate(m)[1]
     a, simulated, tolerance = engine.run(m_a), m_a, FIRST_AGREEMENT
-    while True:
+    while simulated + m_b < m:
         b = engine.run(m_b)
         simulated += m_b
         period = _period(a, b, m_b - m_a)
@@ -328,6 +333,7 @@ def _short_run(engine: Engine, m: int, pp: int) -> tuple[_Outcome | None, int]:
         if 2 * m_b > pp:
             return None, simulated
         a, m_a, m_b, tolerance = b, m_b, 2 * m_b, PERIOD_AGREEMENT
+    return None, simulated
 
 
 def _busy_s(stats: StageStats) -> float:
@@ -344,11 +350,13 @@ def _period(a: EngineRun, b: EngineRun, delta: int) -> float:
 
 def _extrapolate(a: EngineRun, b: EngineRun, m_a: int, m_b: int, m: int) -> EngineRun:
     """Run ``b`` carried to ``m`` microbatches: stage work linearly, the makespan at the
-    steady-state period."""
+    steady-state period. Every carried quantity adds up over microbatches, so it never shrinks
+    as they are added: a quantity the two runs measured smaller in the longer one (a DRAM stall
+    the second run's overlap hid) is held, not carried below zero."""
     scale = (m - m_b) / (m_b - m_a)
 
     def line(x_a: float, x_b: float) -> float:
-        return x_b + scale * (x_b - x_a)
+        return x_b + scale * max(x_b - x_a, 0.0)
 
     stats = [StageStats(**{f.name: line(getattr(sa, f.name), getattr(sb, f.name)) for f in fields(sb)})
              for sa, sb in zip(a.stats, b.stats, strict=True)]
@@ -373,23 +381,19 @@ def _infeasible(prepared: _Prepared, reason: str) -> SimulationResult:
 
 
 def _batch_and_iteration(prepared: _Prepared, outcome: _Outcome) -> tuple[int, float]:
-    """(samples per iteration, its time in s): the run's makespan for training, the steady
-    state's period per microbatch for inference (PALM §V-A3)."""
+    """(samples per iteration, its time in s): the run's makespan, fill and drain included, in
+    training and inference alike (an inference batch's latency)."""
     strategy = prepared.strategy
-    batch = strategy.microbatch_size * strategy.dp * prepared.num_microbatches
-    if strategy.mode == "training":
-        return batch, outcome.run.makespan_s
-    return batch, batch * outcome.period_s / (strategy.microbatch_size * strategy.dp)
+    return strategy.microbatch_size * strategy.dp * prepared.num_microbatches, outcome.run.makespan_s
 
 
 def _assemble(prepared: _Prepared, outcome: _Outcome) -> SimulationResult:
     strategy, costs, run = prepared.strategy, prepared.costs, outcome.run
-    training = strategy.mode == "training"
     m = prepared.num_microbatches
     batch, iteration = _batch_and_iteration(prepared, outcome)
     replicas = strategy.tp * strategy.cp * strategy.dp * m
     model_flops = replicas * sum(c.model_flops_per_microbatch for c in costs)
-    executed = replicas * sum(c.forward.flops + (c.backward.flops if training else 0.0) for c in costs)
+    executed = replicas * sum(c.hardware_flops_per_microbatch for c in costs)
     peak = prepared.hardware.peak_flop_per_s[strategy.precision] * strategy.num_devices * iteration
     samples_per_s = batch / iteration
     stages = tuple(_stage_report(i, p, prepared, run, iteration) for i, p in enumerate(prepared.placements))

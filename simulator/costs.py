@@ -119,6 +119,9 @@ class StageCost:
         parameters: parameters held by one device before ZeRO sharding.
         model_flops_per_microbatch: forward + backward flop of one device without recompute
             (for MFU; Narayanan et al. SC'21 Eq. 3 without its recompute term).
+        hardware_flops_per_microbatch: ``model_flops_per_microbatch`` plus the recomputed
+            forward's, counted the same way (for HFU, Korthikanti et al. MLSys'23 §6: so HFU
+            >= MFU, equal without recompute).
         memory: the device's memory.
     """
 
@@ -131,4 +134,5 @@ class StageCost:
     dp_collectives: tuple[Collective, ...]
     parameters: float
     model_flops_per_microbatch: float
+    hardware_flops_per_microbatch: float
     memory: MemoryBreakdown

@@ -496,7 +496,7 @@ class Engine:
                                                                  strict=True):
             if times is not None:
                 if name == "dram":
-                    stats.dram_stall_s += end - begin - compute_s
+                    stats.dram_stall_s += max(end - begin - compute_s, 0.0)  # rounding never below 0
                 elif name != "compute":
                     stats.communication_s += end - begin
             if self.record and flow is not None:
@@ -542,7 +542,7 @@ class Engine:
             if dram_flow is not None and seg.dram_s:
                 start = net.book(dram_flow, t, seg.dram_s, now)
                 ready = max(ready, start + seg.dram_s)
-                stats.dram_stall_s += ready - t - seg.compute_s
+                stats.dram_stall_s += max(ready - t - seg.compute_s, 0.0)  # rounding never below 0
                 if record:
                     self._trace(dram_flow, f"stage {i}", "dram", start, seg.dram_s, seg.dram_bytes, microbatch)
             t = ready

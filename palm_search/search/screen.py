@@ -201,7 +201,8 @@ class RankAgreement:
     """How the screen's estimates compare with the simulations of the same trials.
 
     Attributes:
-        spearman: Spearman's rank correlation between estimated and simulated samples/s.
+        spearman: Spearman's rank correlation between estimated and simulated samples/s; None
+            when it is undefined (the estimates, or the simulations, all tie).
         compared: trials compared.
         simulated_span: (largest - smallest) / largest of the simulated samples/s: how far apart
             the compared trials are (ranks among trials a fraction of a percent apart are
@@ -209,7 +210,7 @@ class RankAgreement:
         largest_gap: largest ``|estimate / simulated - 1|`` of a trial.
     """
 
-    spearman: float
+    spearman: float | None
     compared: int
     simulated_span: float
     largest_gap: float
@@ -225,12 +226,14 @@ def rank_agreement(trials: list[optuna.trial.FrozenTrial]) -> RankAgreement | No
         return None
     frame = pd.DataFrame(pairs, columns=["estimate", "simulated"])
     estimate, simulated = frame["estimate"], frame["simulated"]
-    return RankAgreement(spearman=spearman(estimate, simulated), compared=len(pairs),
+    rho = spearman(estimate, simulated)
+    return RankAgreement(spearman=None if math.isnan(rho) else rho, compared=len(pairs),
                          simulated_span=float(1 - simulated.min() / simulated.max()),
                          largest_gap=float((estimate / simulated - 1).abs().max()))
 
 
 def spearman(a: pd.Series, b: pd.Series) -> float:
-    """Spearman's rank correlation: Pearson's on the ranks, ties averaged (no SciPy needed)."""
+    """Spearman's rank correlation: Pearson's on the ranks, ties averaged (no SciPy needed); NaN
+    when either series is constant (its ranks have no variance)."""
     rho: Any = a.rank().corr(b.rank())
     return float(rho)

@@ -34,8 +34,9 @@ def print_result(result: SimulationResult, console: Console | None = None) -> No
         return
     how = (f"extrapolated from {result.simulated_microbatches} simulated microbatches"
            if result.extrapolated else f"{result.simulated_microbatches} microbatches simulated")
+    period = "iteration" if s["mode"] == "training" else "batch latency"
     console.print(
-        f"iteration {result.iteration_time_s:.4g} s | {result.samples_per_s:.4g} samples/s | "
+        f"{period} {result.iteration_time_s:.4g} s | {result.samples_per_s:.4g} samples/s | "
         f"{result.tokens_per_s:.4g} tokens/s | MFU {result.model_flops_utilisation:.1%} | "
         f"HFU {result.hardware_flops_utilisation:.1%} | bubble {result.bubble_fraction:.1%}\n"
         f"{result.num_microbatches} microbatches per replica, {how}; network {result.network}; "
@@ -81,8 +82,10 @@ def print_search_summary(summary: dict, console: Console | None = None) -> None:
                       f" ({screen['checked']} checked); the search proposed only those")
     screened = summary.get("screen")
     if screened:
-        rho = screened.get("spearman")
-        agreement = f"Spearman {rho:.2f} over {screened['compared']} simulated" if rho is not None else "-"
+        rho, compared = screened.get("spearman"), screened.get("compared", 0)
+        agreement = (f"Spearman {rho:.2f} over {compared} simulated" if rho is not None else
+                     f"undefined (the {compared} simulated trials tie in estimate or simulation)" if compared
+                     else "-")
         if rho is not None and "simulated_span" in screened:
             agreement += (f" (their samples/s within {screened['simulated_span']:.1%} of each other; every"
                           f" estimate within {screened['largest_gap']:.1%} of its simulation)")

@@ -136,8 +136,11 @@ class SharingNetwork:
     name = "sharing"
 
     def __init__(self, trains: bool = True) -> None:
+        # Active transfers and trains are insertion-ordered dicts, not sets: a set of objects
+        # iterates in address order, so the order of simultaneous events (and a result's last
+        # digits) depended on what the process had allocated before.
         self.trains = trains
-        self._trains: list[set[_Train]] = []
+        self._trains: list[dict[_Train, None]] = []
         self._env: simpy.Environment | None = None
         self._index: dict[int, int] = {}
         self._constraints: list[tuple[tuple[int, float], ...]] = []
@@ -145,7 +148,7 @@ class SharingNetwork:
         self._neighbours: list[tuple[int, ...]] = []
         self._near: Callable[[frozenset[int]], tuple[int, ...]] = _nothing_near
         self._rates: Callable[[tuple[int, ...]], list[float]] = _no_rates
-        self._active: list[set[Transfer]] = []
+        self._active: list[dict[Transfer, None]] = []
 
     def reset(self) -> None:
         """Forget the run (a new engine run calls :meth:`start`)."""
@@ -161,8 +164,8 @@ class SharingNetwork:
         """Begin a run in ``env`` whose transfers use ``flows`` (each flow's constraints are
         computed once here, see :func:`constraints_of`)."""
         self._env = env
-        self._active = [set() for _ in flows]
-        self._trains = [set() for _ in flows]
+        self._active = [{} for _ in flows]
+        self._trains = [{} for _ in flows]
         if [id(f) for f in flows] != list(self._index):
             structure = _structure(tuple(flows))
             self._index, self._constraints, self._spb, self._neighbours, self._rates, self._near = structure
@@ -196,7 +199,7 @@ class SharingNetwork:
                      done=done, since_s=now, constraints=self._constraints[k])
         active = self._active
         alone = self._quiet(self._neighbours[k], now)
-        active[k].add(t)
+        active[k][t] = None
         if alone:  # the common case: the component is this transfer, at its own rate
             self._schedule(t, 1.0 / spb, alone=True)
         else:
@@ -243,7 +246,7 @@ class SharingNetwork:
         train = _Train(plan, now, timer)
         trains = self._trains
         for k in plan.flows:
-            trains[k].add(train)
+            trains[k][train] = None
         timer.callbacks.append(partial(self._train_end, train))
         return timer
 
@@ -284,7 +287,7 @@ class SharingNetwork:
     def _drop(self, train: _Train) -> None:
         train.live = False
         for k in train.plan.flows:
-            self._trains[k].discard(train)
+            self._trains[k].pop(train, None)
 
     def _quiet(self, neighbours: Sequence[int], now: float) -> bool:
         """Whether no live transfer of flows ``neighbours`` is moving bytes (they share a
@@ -318,7 +321,7 @@ class SharingNetwork:
             t = Transfer(flow=k, remaining=(fluid_end - now) / spb, latency_s=latency,
                          not_before_s=start + not_before, done=env.event(), since_s=now,
                          constraints=self._constraints[k])
-            self._active[k].add(t)
+            self._active[k][t] = None
             self._schedule(t, 1.0 / spb, alone=True)
             current = t.done
         else:
@@ -347,7 +350,7 @@ class SharingNetwork:
         active = self._active[k]
         if active:
             for t in [t for t in active if t.fluid_end_s <= now]:
-                active.discard(t)
+                del active[t]
         return bool(active)
 
     def _component(self, seeds: list[int], now: float) -> list[Transfer]:
@@ -394,7 +397,7 @@ class SharingNetwork:
     def _arrive(self, t: Transfer, version: int, _event: simpy.Event) -> None:
         """A transfer scheduled alone arrives (unless rescheduled since)."""
         if version == t.version:
-            self._active[t.flow].discard(t)
+            self._active[t.flow].pop(t, None)
             t.done.succeed(t.fluid_end_s + t.latency_s)
 
     def _finish(self, t: Transfer, version: int, _event: simpy.Event) -> None:
@@ -407,7 +410,7 @@ class SharingNetwork:
         now = env.now
         t.version = -1
         active = self._active
-        active[t.flow].discard(t)
+        active[t.flow].pop(t, None)
         touched = [n for n in self._neighbours[t.flow] if active[n] and self._live(n, now)]
         if touched:
             self._refill(self._component(touched, now), now)

@@ -60,6 +60,7 @@ class UnitCost:
     forward_flops: float
     backward_flops: float
     gemm_flops: float
+    recompute_gemm_flops: float
     parameters: float
     activation_bytes: float
     send_bytes: float
@@ -187,6 +188,8 @@ def cost_unit(ops: tuple[Operator, ...], *, recomputed: tuple[Operator, ...], co
         forward_flops=flops,
         backward_flops=_backward_flops(ops) + sum(op.flops for op in recomputed) if training else 0.0,
         gemm_flops=sum(op.flops for op in ops if op.kind in ("gemm", "attention")),
+        recompute_gemm_flops=sum(op.flops for op in recomputed if op.kind in ("gemm", "attention"))
+        if training else 0.0,
         parameters=parameters, activation_bytes=activation_bytes, send_bytes=send_bytes,
     )
 

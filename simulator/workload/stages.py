@@ -315,6 +315,8 @@ def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy)
         gradient_send_bytes=entries[0][1].send_bytes if strategy.mode == "training" else 0.0,
         dp_collectives=dp_collectives(parameters, strategy, hardware), parameters=parameters,
         model_flops_per_microbatch=gemm_flops * (3.0 if strategy.mode == "training" else 1.0),
+        hardware_flops_per_microbatch=gemm_flops * (3.0 if strategy.mode == "training" else 1.0)
+        + sum(unit.recompute_gemm_flops * count for unit, count in groups),
         memory=MemoryBreakdown(
             weights_bytes=states.weights_bytes + memory.fp8_weight_copy_bytes(fp8_parameters, strategy) + buffers,
             gradients_bytes=states.gradients_bytes,

@@ -33,7 +33,7 @@ def test_simulate_writes_trace_and_plots_from_the_extrapolations_runs_and_one_re
     real_run = Engine.run
     monkeypatch.setattr(Engine, "run", lambda self, m: runs.append(m) or real_run(self, m))
     result = CliRunner().invoke(app, ["simulate", "--model", "T-1.7B", "--hw", MINI, "--tp", "2", "--pp", "4",
-                                      "--global-batch-size", "16", "--trace", str(tmp_path / "t.json"),
+                                      "--global-batch-size", "64", "--trace", str(tmp_path / "t.json"),
                                       "--plots", str(tmp_path / "plots")])
     assert result.exit_code == 0, result.output
     # the short runs (2 and 4 microbatches, not yet steady on PP 4), p and 2p, one recorded window

@@ -46,7 +46,7 @@ def uniform_cost(forward_s: float, backward_s: float, send_bytes: float = 0.0) -
         forward=PassCost(compute_s=forward_s, dram_bytes=0.0, tp_collectives=(), segments=1, flops=1.0),
         backward=PassCost(compute_s=backward_s, dram_bytes=0.0, tp_collectives=(), segments=1, flops=2.0),
         optimizer_step=empty, activation_send_bytes=send_bytes, gradient_send_bytes=send_bytes,
-        dp_collectives=(), parameters=0.0, model_flops_per_microbatch=3.0,
+        dp_collectives=(), parameters=0.0, model_flops_per_microbatch=3.0, hardware_flops_per_microbatch=3.0,
         memory=MemoryBreakdown(weights_bytes=0.0, gradients_bytes=0.0, optimizer_bytes=0.0,
                                activation_bytes_per_microbatch=0.0, sram_resident_bytes=0.0),
     )
