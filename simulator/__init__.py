@@ -22,7 +22,7 @@ from simulator.hardware.spec import Hardware
 from simulator.hardware.writer import hardware_tables, hardware_to_toml
 from simulator.legality import num_microbatches
 from simulator.result import SimulationResult, StageReport
-from simulator.strategy import Strategy
+from simulator.strategy import ZERO_STAGES, Strategy, strategy_fields
 from simulator.strategy_loader import load_strategy
 from simulator.workload.loader import load_model, model_presets
 from simulator.workload.spec import ModelSpec
@@ -54,5 +54,6 @@ __all__ = [
     "check_memory", "estimate_samples_per_s",
     "StageReport", "Strategy", "hardware_from_tables", "hardware_presets", "hardware_tables",
     "hardware_to_toml", "load_hardware", "load_model", "load_strategy",
-    "model_presets", "num_microbatches", "simulate", "simulate_timeline", "simulate_with_records",
+    "ZERO_STAGES", "model_presets", "num_microbatches", "strategy_fields", "simulate", "simulate_timeline",
+    "simulate_with_records",
 ]

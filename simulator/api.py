@@ -186,8 +186,7 @@ def _memory(model: ModelSpec, hardware: Hardware,
 _COSTS: OrderedDict[tuple[int, int, Strategy], tuple[ModelSpec, Hardware, tuple[StageCost, ...]]] = OrderedDict()
 _COSTS_KEPT = 256
 """Stage costs of the last few plans (a search evaluates one plan under many placements)."""
-PLACEMENT_FIELDS: dict[str, Any] = {"placement": "s-shape", "stage_devices": None, "group_layout": "compact",
-                    "group_order": "tp-major", "transfer_strategy": 1, "p2p_blocking": False}
+PLACEMENT_FIELDS: dict[str, Any] = {f.name: f.default for f in fields(Strategy) if f.metadata["where"]}
 """Strategy fields the stage costs do not read (where stages sit and how they talk), at defaults."""
 
 

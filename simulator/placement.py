@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from simulator.network.topology import Topology
-from simulator.strategy import Strategy
+from simulator.strategy import Strategy, projection
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,18 +77,13 @@ def place(topology: Topology, strategy: Strategy) -> tuple[StagePlacement, ...]:
     Raises:
         InputError: the machine has no device order named by the strategy's ``placement``.
     """
-    return _placed(topology, strategy.tp, strategy.pp, strategy.dp, strategy.cp, strategy.placement,
-                   strategy.stage_devices, strategy.group_layout, strategy.group_order, strategy.shard_group_size)
+    return _placed(topology, projection(strategy, placed=True))
 
 
 @lru_cache(maxsize=4096)
-def _placed(topology: Topology, tp: int, pp: int, dp: int, cp: int, placement: str,
-            devices: tuple[tuple[int, ...], ...] | None, group_layout: str,
-            group_order: str, shard_group_size: int | None) -> tuple[StagePlacement, ...]:
-    """:func:`place` by the fields it reads (searches revisit one placement with many plans)."""
-    strategy = Strategy(tp=tp, pp=pp, dp=dp, cp=cp, placement=placement, stage_devices=devices,
-                        group_layout=group_layout, group_order=group_order,  # type: ignore[arg-type]
-                        zero_stage=3 if shard_group_size else 0, shard_group_size=shard_group_size)
+def _placed(topology: Topology, strategy: Strategy) -> tuple[StagePlacement, ...]:
+    """:func:`place` of the strategy's fields it reads (``placed`` in :func:`strategy_fields`: a
+    search revisits one placement with many plans)."""
     return tuple(_stage(topology, d, strategy) for d in stage_devices(topology, strategy))
 
 

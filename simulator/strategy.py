@@ -9,10 +9,26 @@ and comm-group options follow PALM (Fang et al., arXiv 2406.03868, §V-B, Fig. 8
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from simulator.errors import InputError
+
+
+def _field(default: Any, *, placed: bool = False, where: bool = False, column: bool = False,
+           flag: bool = True) -> Any:
+    """A :class:`Strategy` field with what reads it, as metadata (one list of fields for every
+    reader: :func:`strategy_fields`).
+
+    Args:
+        default: the field's default.
+        placed: :func:`simulator.placement.place` reads it (which devices stages and groups use).
+        where: it says where stages sit and how they talk, and no stage cost reads it.
+        column: a column of a search's trials table (what the search varies).
+        flag: ``palm-search simulate`` has a flag of its name (the explicit lists have their own).
+    """
+    return field(default=default, metadata={"placed": placed, "where": where, "column": column, "flag": flag})
+
 
 Schedule = Literal["gpipe", "1f1b", "interleaved-1f1b"]
 Recompute = Literal["none", "selective", "full"]
@@ -43,6 +59,8 @@ of their own, the ``s x s`` scores in memory), ``fused`` (one FlashAttention ker
 (:func:`simulator.legality.attention_of`)."""
 TRANSFER_STRATEGIES: tuple[int, ...] = (1, 2)
 MATH_FIDELITIES: tuple[str, ...] = ("LoFi", "HiFi2", "HiFi3", "HiFi4")
+ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
+"""ZeRO stages: nothing sharded, optimizer states, + gradients, + weights (Rajbhandari et al., SC'20)."""
 """Math fidelities of Tenstorrent's matrix engine, fewest passes first (tt-metal
 ``tech_reports/matrix_engine``: each pass multiplies 5 bits of ``SrcA`` by 7 of ``SrcB``)."""
 
@@ -136,32 +154,32 @@ class Strategy:
         InputError: a field is out of its domain (message names the field and value).
     """
 
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    cp: int = 1
-    microbatch_size: int = 1
-    global_batch_size: int | None = None
-    schedule: Schedule = "1f1b"
-    num_chunks: int = 1
-    recompute: Recompute = "none"
-    sequence_parallel: bool = False
-    tp_overlap: bool = False
-    p2p_blocking: bool = False
-    zero_stage: int = 0
-    shard_group_size: int | None = None
-    optimizer: Optimizer = "adam"
-    precision: Precision = "fp16"
-    mode: Mode = "training"
-    partition: PartitionKind = "balanced"
-    stage_layers: tuple[int, ...] | None = None
-    placement: str = "s-shape"
-    stage_devices: tuple[tuple[int, ...], ...] | None = None
-    group_layout: GroupLayout = "compact"
-    group_order: GroupOrder = "tp-major"
-    transfer_strategy: int = 1
-    math_fidelity: str | None = None
-    attention: Attention = "auto"
+    tp: int = _field(1, placed=True, column=True)
+    pp: int = _field(1, placed=True, column=True)
+    dp: int = _field(1, placed=True, column=True)
+    cp: int = _field(1, placed=True, column=True)
+    microbatch_size: int = _field(1, column=True)
+    global_batch_size: int | None = _field(None)
+    schedule: Schedule = _field("1f1b", column=True)
+    num_chunks: int = _field(1, column=True)
+    recompute: Recompute = _field("none", column=True)
+    sequence_parallel: bool = _field(False, column=True)
+    tp_overlap: bool = _field(False)
+    p2p_blocking: bool = _field(False, where=True)
+    zero_stage: int = _field(0, placed=True, column=True)
+    shard_group_size: int | None = _field(None, placed=True, column=True)
+    optimizer: Optimizer = _field("adam")
+    precision: Precision = _field("fp16")
+    mode: Mode = _field("training")
+    partition: PartitionKind = _field("balanced")
+    stage_layers: tuple[int, ...] | None = _field(None, flag=False)
+    placement: str = _field("s-shape", placed=True, where=True, column=True)
+    stage_devices: tuple[tuple[int, ...], ...] | None = _field(None, placed=True, where=True, flag=False)
+    group_layout: GroupLayout = _field("compact", placed=True, where=True, column=True)
+    group_order: GroupOrder = _field("tp-major", placed=True, where=True, column=True)
+    transfer_strategy: int = _field(1, where=True)
+    math_fidelity: str | None = _field(None)
+    attention: Attention = _field("auto")
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "microbatch_size", "num_chunks"):
@@ -185,7 +203,7 @@ class Strategy:
         _choice("group_order", self.group_order, GROUP_ORDERS)
         _choice("attention", self.attention, ATTENTIONS)
         _choice("transfer_strategy", self.transfer_strategy, TRANSFER_STRATEGIES)
-        _choice("zero_stage", self.zero_stage, (0, 1, 2, 3))
+        _choice("zero_stage", self.zero_stage, ZERO_STAGES)
         _choice("math_fidelity", self.math_fidelity, (None, *MATH_FIDELITIES))
         for name in ("sequence_parallel", "tp_overlap", "p2p_blocking"):
             if not isinstance(getattr(self, name), bool):
@@ -242,6 +260,21 @@ class Strategy:
         return self.dp * self.cp
 
     @property
+    def shards_optimizer_states(self) -> bool:
+        """ZeRO stage 1 or more: optimizer states (with the fp32 master weights) sharded."""
+        return self.zero_stage >= 1
+
+    @property
+    def shards_gradients(self) -> bool:
+        """ZeRO stage 2 or more: gradients sharded too (reduce-scattered)."""
+        return self.zero_stage >= 2
+
+    @property
+    def shards_weights(self) -> bool:
+        """ZeRO stage 3: weights sharded too (gathered before use)."""
+        return self.zero_stage == 3
+
+    @property
     def zero_shards(self) -> int:
         """Ranks ZeRO shards over: :attr:`shard_group_size`, else ``dp * cp``."""
         return self.shard_group_size or self.weight_replicas
@@ -296,3 +329,17 @@ def _fields(data: dict[str, Any]) -> dict[str, Any]:
     if values.get("stage_devices") is not None:
         values["stage_devices"] = tuple(tuple(d) for d in values["stage_devices"])
     return values
+
+
+def strategy_fields(**metadata: bool) -> tuple[str, ...]:
+    """Names of the :class:`Strategy` fields whose metadata (see :func:`_field`: ``placed``,
+    ``where``, ``column``, ``flag``) has each given value, in declaration order."""
+    return tuple(f.name for f in fields(Strategy) if all(f.metadata[k] == v for k, v in metadata.items()))
+
+
+def projection(strategy: Strategy, **metadata: bool) -> Strategy:
+    """``strategy`` with every field not selected by ``metadata`` (:func:`strategy_fields`) at its
+    default: a key for what reads only those fields (e.g. ``placed=True``: the placement)."""
+    kept = set(strategy_fields(**metadata))
+    defaults: dict[str, Any] = {f.name: f.default for f in fields(Strategy) if f.name not in kept}
+    return replace(strategy, **defaults)

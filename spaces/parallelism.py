@@ -33,15 +33,12 @@ from simulator.legality import (
     sequence_parallel_legal,
     tp_divides,
 )
-from simulator.strategy import RECOMPUTES
+from simulator.strategy import RECOMPUTES, ZERO_STAGES
 from simulator.workload.spec import ModelSpec
 from spaces._choices import conditional_name, suggest_among
 
 CHUNK_CHOICES: tuple[int, ...] = (2, 4)
 """Model chunks per device tried with the interleaved schedule (Narayanan et al. SC'21 Fig. 12)."""
-
-ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
-"""ZeRO stages (Rajbhandari et al., SC'20, §5)."""
 
 
 CONTEXT_PARALLEL_CHOICES: tuple[int, ...] = (1, 2, 4, 8, 16)

@@ -205,7 +205,7 @@ def _suggest_memory(trial: optuna.trial.Trial, space: SearchedSpace, draft: _Dra
             trial, space.model, degrees, _allowed(space, draft, 4)))
     if "zero_stage" in searched:
         draft.set(zero_stage=parallelism.suggest_zero_stage(trial, degrees, _allowed(space, draft, 5)))
-        if draft.zero_stage == 3:
+        if draft.zero_stage == parallelism.ZERO_STAGES[-1]:  # weights sharded: hybrid sharding applies
             _suggest_shard_group(trial, space, draft, degrees)
 
 

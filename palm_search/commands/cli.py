@@ -25,6 +25,7 @@ from simulator import (
     load_hardware,
     load_model,
     load_strategy,
+    strategy_fields,
 )
 from simulator import __version__ as SIMULATOR_VERSION
 from simulator.strategy import PLACEMENTS, PRECISIONS
@@ -48,10 +49,9 @@ def palm_search(
     Shell completion: palm-search --install-completion."""
 
 
-STRATEGY_FLAGS = ("tp", "pp", "dp", "cp", "microbatch_size", "global_batch_size", "schedule", "num_chunks",
-                  "recompute", "sequence_parallel", "tp_overlap", "p2p_blocking", "zero_stage",
-                  "shard_group_size", "optimizer", "precision", "mode", "partition", "placement",
-                  "group_layout", "group_order", "transfer_strategy", "math_fidelity", "attention")
+STRATEGY_FLAGS = strategy_fields(flag=True)
+"""The strategy fields ``simulate`` has a flag of its own name for (its signature lists them: a
+test checks the two agree)."""
 
 
 def fail(message: str) -> None:

@@ -11,7 +11,7 @@ and the note says so.
 from __future__ import annotations
 
 from palm_search.search.study import StudySpec
-from simulator import Hardware, InputError, ModelSpec, Strategy, simulate
+from simulator import ZERO_STAGES, Hardware, InputError, ModelSpec, Strategy, simulate
 from spaces import enumerate_degrees
 
 PAPER_BASELINES = {
@@ -35,7 +35,7 @@ def choose_baseline(spec: StudySpec, model: ModelSpec, hardware: Hardware) -> tu
 
 def lowest_fitting_zero(fields: dict, model: ModelSpec, hardware: Hardware) -> Strategy | None:
     """``fields`` with the lowest ZeRO stage (0-3) whose strategy fits memory, or None."""
-    for zero in (0, 1, 2, 3):
+    for zero in ZERO_STAGES:
         strategy = Strategy.from_dict({**fields, "zero_stage": zero})
         if simulate(model, hardware, strategy, network="analytical").feasible:
             return strategy

@@ -15,13 +15,13 @@ from optuna.trial import TrialState
 from palm_search.search.driver import Search, candidate_of
 from palm_search.search.screen import rank_agreement
 from palm_search.search.storage import ARTIFACTS
-from simulator import hardware_tables
+from simulator import hardware_tables, strategy_fields
 from simulator.result import SCHEMA_VERSION
 
-COLUMNS = ("trial", "tp", "pp", "dp", "cp", "microbatch_size", "schedule", "num_chunks", "recompute",
-           "sequence_parallel", "zero_stage", "shard_group_size", "placement", "group_layout", "group_order",
-           "samples_per_s", "model_flops_utilisation", "peak_memory_GiB", "bubble_fraction", "speedup", "feasible",
-           "cached", "baseline")
+COLUMNS = ("trial", *strategy_fields(column=True), "samples_per_s", "model_flops_utilisation", "peak_memory_GiB",
+           "bubble_fraction", "speedup", "feasible", "cached", "baseline")
+"""The trials table's columns: the strategy fields a search varies (``column`` in
+:func:`simulator.strategy_fields`), then the metrics."""
 
 
 def trials_frame(study: optuna.Study) -> pd.DataFrame:

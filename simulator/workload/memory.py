@@ -79,11 +79,11 @@ def sharded_state_bytes(parameters: float, strategy: Strategy) -> StateBytes:
     (Rajbhandari et al., SC'20, §5.1-5.3), or by the shard group under hybrid sharding.
     """
     per = state_bytes_per_parameter(strategy)
-    zero, dp = strategy.zero_stage, strategy.zero_shards
+    dp = strategy.zero_shards
     return StateBytes(
-        weights_bytes=parameters * per.weights_bytes / (dp if zero >= 3 else 1),
-        gradients_bytes=parameters * per.gradients_bytes / (dp if zero >= 2 else 1),
-        optimizer_bytes=parameters * per.optimizer_bytes / (dp if zero >= 1 else 1),
+        weights_bytes=parameters * per.weights_bytes / (dp if strategy.shards_weights else 1),
+        gradients_bytes=parameters * per.gradients_bytes / (dp if strategy.shards_gradients else 1),
+        optimizer_bytes=parameters * per.optimizer_bytes / (dp if strategy.shards_optimizer_states else 1),
     )
 
 
@@ -93,7 +93,7 @@ def fp8_weight_copy_bytes(fp8_parameters: float, strategy: Strategy) -> float:
     below precision ``fp8`` or for inference (no step to cache them across)."""
     if strategy.precision != "fp8" or strategy.mode == "inference":
         return 0.0
-    return fp8_parameters * FP8_WEIGHT_COPY_BYTES / (strategy.zero_shards if strategy.zero_stage >= 3 else 1)
+    return fp8_parameters * FP8_WEIGHT_COPY_BYTES / (strategy.zero_shards if strategy.shards_weights else 1)
 
 
 def optimizer_step_bytes_per_parameter(strategy: Strategy) -> float:

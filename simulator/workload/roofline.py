@@ -208,7 +208,7 @@ def optimizer_step(parameters: float, dram_bytes: float, segments: int, hardware
     """
     if strategy.mode == "inference":
         return idle_pass(segments)
-    updated = parameters / (strategy.zero_shards if strategy.zero_stage >= 1 else 1)
+    updated = parameters / (strategy.zero_shards if strategy.shards_optimizer_states else 1)
     moved = updated * memory.optimizer_step_bytes_per_parameter(strategy)
     cal = hardware.calibration
     per_parameter = ADAM_FLOP_PER_PARAMETER if strategy.optimizer == "adam" else SGD_FLOP_PER_PARAMETER

@@ -211,7 +211,7 @@ def update_bytes(totals: StageTotals, capacity: float, strategy: Strategy) -> fl
     """Gradient-update traffic: fp32 states loaded and stored unless all of ``WSG`` is on chip."""
     if strategy.mode == "inference" or totals.wsg_bytes <= capacity:
         return 0.0
-    shard = strategy.zero_shards if strategy.zero_stage >= 1 else 1
+    shard = strategy.zero_shards if strategy.shards_optimizer_states else 1
     return totals.parameters / shard * optimizer_step_bytes_per_parameter(strategy)
 
 

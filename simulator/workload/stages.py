@@ -175,7 +175,7 @@ def dp_collectives(parameters: float, strategy: Strategy, hardware: Hardware) ->
     if _zero3_per_microbatch(strategy, hardware):
         replicas = strategy.weight_replicas // strategy.zero_shards
         return (Collective(kind="all_reduce", size_bytes=size / strategy.zero_shards),) if replicas > 1 else ()
-    if strategy.zero_stage == 0:
+    if not strategy.shards_optimizer_states:
         return (Collective(kind="all_reduce", size_bytes=size),)
     return (Collective(kind="reduce_scatter", size_bytes=size),
             Collective(kind="all_gather", size_bytes=size))
@@ -186,7 +186,7 @@ def _zero3_per_microbatch(strategy: Strategy, hardware: Hardware) -> bool:
     memory (a GPU's HBM). On a mesh every pass streams its weights from the shared off-chip DRAM
     anyway (the dataflow's DRAM traffic, and the tiled dataflow's multicast to the replicas),
     which is what ZeRO-3's gather moves there."""
-    return strategy.zero_stage == 3 and strategy.weight_replicas > 1 and hardware.network.sram_dataflow() is None
+    return strategy.shards_weights and strategy.weight_replicas > 1 and hardware.network.sram_dataflow() is None
 
 
 ZERO3_UNITS_IN_FLIGHT = 2
