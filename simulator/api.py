@@ -35,6 +35,7 @@ from simulator.placement import StagePlacement, place
 from simulator.result import ResourceUsage, SimulationResult, StageReport
 from simulator.strategy import Strategy
 from simulator.trace import Timeline
+from simulator.workload.operators import tokens_per_sample
 from simulator.workload.spec import ModelSpec
 from simulator.workload.stages import build_stage_costs
 
@@ -171,7 +172,7 @@ def check_memory(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> st
         InputError: the strategy does not fit the model or machine (degrees, batch, precision).
     """
     _, _, memory_bytes, in_flight = _memory(model, hardware, strategy)
-    return legality.memory_shortfall(hardware, memory_bytes, in_flight)
+    return legality.memory_shortfall(hardware, memory_bytes, in_flight, strategy.devices_per_stage)
 
 
 def _memory(model: ModelSpec, hardware: Hardware,
@@ -230,7 +231,7 @@ def _simulate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network:
     deadline = budget.deadline_s()
     prepared = _prepare(model, hardware, strategy, network)
     topology, placements = prepared.topology, prepared.placements
-    reason = legality.memory_shortfall(hardware, prepared.memory_bytes, prepared.in_flight)
+    reason = legality.memory_shortfall(hardware, prepared.memory_bytes, prepared.in_flight, strategy.devices_per_stage)
     if reason:
         return _Simulated(result=_infeasible(prepared, reason), run=None, engine=None, topology=topology,
                           placements=placements)
@@ -265,7 +266,7 @@ def estimate_samples_per_s(model: ModelSpec, hardware: Hardware, strategy: Strat
         InputError: the strategy does not fit the model or machine (degrees, batch, precision).
     """
     prepared = _prepare(model, hardware, strategy, ESTIMATE)
-    if legality.memory_shortfall(hardware, prepared.memory_bytes, prepared.in_flight):
+    if legality.memory_shortfall(hardware, prepared.memory_bytes, prepared.in_flight, strategy.devices_per_stage):
         return 0.0
     run, period = _engine(prepared, ESTIMATE, False, math.inf, None).estimate(prepared.num_microbatches)
     batch, iteration = _batch_and_iteration(prepared, _Outcome(run=run, simulated_microbatches=0,
@@ -398,7 +399,7 @@ def _assemble(prepared: _Prepared, outcome: _Outcome) -> SimulationResult:
     stages = tuple(_stage_report(i, p, prepared, run, iteration) for i, p in enumerate(prepared.placements))
     return SimulationResult(
         **prepared.header(), feasible=True, reason="", iteration_time_s=iteration,
-        samples_per_s=samples_per_s, tokens_per_s=samples_per_s * max(prepared.model.sequence_length, 1),
+        samples_per_s=samples_per_s, tokens_per_s=samples_per_s * max(tokens_per_sample(prepared.model, strategy), 1),
         model_flops_utilisation=model_flops / peak, hardware_flops_utilisation=executed / peak,
         simulated_microbatches=outcome.simulated_microbatches, extrapolated=outcome.extrapolated,
         stages=stages, resources=_resource_usage(prepared.topology, run, iteration),

@@ -89,6 +89,8 @@ class MemoryBreakdown:
         activation_bytes_per_microbatch: activations stashed by one microbatch until its
             backward (Korthikanti et al. MLSys'23 §4, recompute- and sequence-parallel-aware).
         sram_resident_bytes: bytes Algorithm 1 of PALM keeps resident in on-chip SRAM.
+        kv_cache_bytes: inference: the KV cache of every sample of the replica on the stage's
+            layers (each user's cache stays between decode steps; 0 in training).
     """
 
     weights_bytes: float
@@ -96,10 +98,12 @@ class MemoryBreakdown:
     optimizer_bytes: float
     activation_bytes_per_microbatch: float
     sram_resident_bytes: float
+    kv_cache_bytes: float = 0.0
 
     def total_bytes(self, microbatches_in_flight: int) -> float:
-        """Static memory plus ``microbatches_in_flight`` stashed activations (bytes)."""
-        static = self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+        """Static memory (states and KV cache) plus ``microbatches_in_flight`` stashed
+        activations (bytes)."""
+        static = self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.kv_cache_bytes
         return static + microbatches_in_flight * self.activation_bytes_per_microbatch
 
 

@@ -195,6 +195,26 @@ def attention_of(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> st
     return strategy.attention
 
 
+def _check_generation(model: ModelSpec, strategy: Strategy) -> None:
+    """A prompt and a decode context within the model's context (its ``sequence_length``); a
+    decode step only of a causal decoder (GPT, LLaMA), without context parallelism.
+
+    Raises:
+        InputError: naming the field and value.
+    """
+    for name in ("prompt_length", "decode_context_length"):
+        value = getattr(strategy, name)
+        if value and value > model.sequence_length:
+            raise InputError(f"strategy: `{name}` = {value} exceeds the context of {model.name},"
+                             f" {model.sequence_length} tokens")
+    if strategy.decoding and model.architecture not in ("gpt", "llama"):
+        raise InputError(f"strategy: `decode_context_length` needs a causal decoder (gpt, llama), not"
+                         f" {model.name} ({model.architecture})")
+    if strategy.decoding and strategy.cp > 1:
+        raise InputError(f"strategy: a decode step has one token per sample, no sequence to split over cp ="
+                         f" {strategy.cp}")
+
+
 def check_workload(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> None:
     """The rules the model's split into stages needs (what :func:`build_stage_costs` costs).
 
@@ -211,6 +231,7 @@ def check_workload(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> 
     _check_context_parallel(model, hardware, strategy)
     _check_tensor_parallel(model, strategy)
     _check_pipeline(model, strategy)
+    _check_generation(model, strategy)
     batch = global_batch(model, strategy.global_batch_size)
     if strategy.microbatch_size > batch:
         raise InputError(f"strategy: `microbatch_size` = {strategy.microbatch_size} exceeds the global batch {batch}")
@@ -257,8 +278,19 @@ def stage_memory_bytes(costs: Sequence[StageCost], pp: int, in_flight: Sequence[
             for stage in range(pp)]
 
 
-def memory_shortfall(hardware: Hardware, memory_bytes: Sequence[float], in_flight: Sequence[Sequence[int]]) -> str:
-    """Why the plan does not fit the device memory, or ``""`` when every stage fits."""
+def memory_shortfall(hardware: Hardware, memory_bytes: Sequence[float], in_flight: Sequence[Sequence[int]],
+                     devices_per_stage: int = 1) -> str:
+    """Why the plan does not fit the device memory, or ``""`` when every stage fits.
+
+    Where the machine pools its memory (:meth:`~simulator.hardware.spec.Network.memory_pool_bytes`:
+    a tiled chip whose tensors are interleaved over all its DRAM banks), the plan's devices
+    together must fit the pool; elsewhere each device its own share."""
+    pool = hardware.network.memory_pool_bytes(devices_per_stage * len(memory_bytes))
+    if pool is not None:
+        needed = devices_per_stage * sum(memory_bytes)
+        return "" if needed <= pool else (
+            f"the plan's {devices_per_stage * len(memory_bytes)} devices need {needed / 2**30:.2f} GiB of"
+            f" DRAM, the pool they share holds {pool / 2**30:.2f} GiB")
     capacity = hardware.device_memory_bytes()
     worst = max(range(len(memory_bytes)), key=memory_bytes.__getitem__)
     if memory_bytes[worst] <= capacity:

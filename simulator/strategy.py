@@ -149,6 +149,13 @@ class Strategy:
             hardware's ``math_fidelity_phases`` passes per product, dividing its peak; ``None``
             runs at the stated peak (one pass: ttnn's default ``WormholeComputeKernelConfig``
             is ``LoFi``). Only on hardware that lists fidelities.
+        prompt_length: inference: tokens of each sample's prompt (the prefill's sequence; default
+            the model's ``sequence_length``, which is also the longest context it takes).
+        decode_context_length: inference: 0 runs the whole prompt forward (prefill, an encoder,
+            a CNN); ``c > 0`` runs one decode step: each sample (a user) adds one token that
+            attends to a KV cache of ``c`` tokens (its context, the new token included), as
+            autoregressive generation does (Pope et al., "Efficiently Scaling Transformer
+            Inference", MLSys'23, §2).
 
     Raises:
         InputError: a field is out of its domain (message names the field and value).
@@ -180,6 +187,8 @@ class Strategy:
     transfer_strategy: int = _field(1, where=True)
     math_fidelity: str | None = _field(None)
     attention: Attention = _field("auto")
+    prompt_length: int | None = _field(None)
+    decode_context_length: int = _field(0)
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "microbatch_size", "num_chunks"):
@@ -208,6 +217,13 @@ class Strategy:
         for name in ("sequence_parallel", "tp_overlap", "p2p_blocking"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"strategy: `{name}` must be true or false, got {getattr(self, name)!r}")
+        if self.prompt_length is not None:
+            _positive("prompt_length", self.prompt_length)
+        if not isinstance(self.decode_context_length, int) or self.decode_context_length < 0:
+            raise InputError(f"strategy: `decode_context_length` must be an integer >= 0, got"
+                             f" {self.decode_context_length!r}")
+        if self.mode == "training" and (self.decode_context_length or self.prompt_length is not None):
+            raise InputError("strategy: `prompt_length` and `decode_context_length` are for mode 'inference'")
         if self.schedule != "interleaved-1f1b" and self.num_chunks != 1:
             raise InputError(
                 f"strategy: `num_chunks` > 1 needs schedule 'interleaved-1f1b', got {self.num_chunks}"
@@ -258,6 +274,11 @@ class Strategy:
         """Devices of a stage holding the same weights, over which gradients are reduced and
         ZeRO shards: ``dp * cp`` (Megatron-LM's data-parallel group with context parallelism)."""
         return self.dp * self.cp
+
+    @property
+    def decoding(self) -> bool:
+        """One autoregressive decode step (``decode_context_length > 0``)."""
+        return self.decode_context_length > 0
 
     @property
     def shards_optimizer_states(self) -> bool:

@@ -128,6 +128,11 @@ def simulate_command(
                                              "HiFi3 or HiFi4 (default: the stated peak).")] = None,
     attention: Annotated[str | None, Opt(help="Attention core: fused (FlashAttention, where the hardware states"
                                          " its efficiency), unfused, or auto (default: fused where stated).")] = None,
+    prompt_length: Annotated[int | None, Opt(help="Inference: prompt tokens per sample (default: the model's"
+                                             " sequence length).")] = None,
+    decode_context_length: Annotated[int | None, Opt(help="Inference: simulate one decode step, each sample's"
+                                                     " new token attending to a KV cache of this many"
+                                                     " tokens (0: the prompt's forward).")] = None,
     network: Annotated[str, Opt(help="sharing (links' and DRAM ports' bandwidth shared max-min fairly),"
                                      " contention (PALM: links and DRAM ports held exclusively), analytical (no"
                                      " contention) or estimate (closed form, no events).")] = "sharing",

@@ -35,6 +35,14 @@ def print_result(result: SimulationResult, console: Console | None = None) -> No
     how = (f"extrapolated from {result.simulated_microbatches} simulated microbatches"
            if result.extrapolated else f"{result.simulated_microbatches} microbatches simulated")
     period = "iteration" if s["mode"] == "training" else "batch latency"
+    if s.get("decode_context_length"):
+        console.print(f"decode step at a context of {s['decode_context_length']} tokens:"
+                      f" time per output token {result.iteration_time_s:.4g} s |"
+                      f" {1 / result.iteration_time_s:.4g} tokens/s per user |"
+                      f" {result.tokens_per_s:.4g} tokens/s for {result.samples_per_s * result.iteration_time_s:.0f}"
+                      " users")
+    elif s["mode"] == "inference" and s.get("prompt_length"):
+        console.print(f"prefill of {s['prompt_length']} tokens: time to first token {result.iteration_time_s:.4g} s")
     console.print(
         f"{period} {result.iteration_time_s:.4g} s | {result.samples_per_s:.4g} samples/s | "
         f"{result.tokens_per_s:.4g} tokens/s | MFU {result.model_flops_utilisation:.1%} | "

@@ -95,6 +95,11 @@ class Network:
         where DRAM traffic is separate (:meth:`Network.sram_dataflow`), else the device memory's."""
         raise NotImplementedError
 
+    def memory_pool_bytes(self, devices: int) -> float | None:
+        """Memory that ``devices`` devices (the first of the machine's order) share as one pool
+        (bytes), or None where each device has its own share (:meth:`device_memory_bytes`)."""
+        return None
+
     def gemm_efficiency(self, rows: float, columns: float) -> float:
         """Fraction of peak a ``rows x columns`` GEMM output keeps after the device's tiling
         (1 unless the kind models tile and wave quantization)."""

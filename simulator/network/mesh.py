@@ -125,6 +125,16 @@ class Mesh(Network):
         """A die's DRAM shared equally by its cores (bytes)."""
         return self.dram_capacity_bytes / self.devices_per_node
 
+    def memory_pool_bytes(self, devices: int) -> float | None:
+        """With ``interleaved`` DRAM access, the DRAM of the dies ``devices`` cores touch: tt-metal
+        allocates an interleaved buffer's pages round-robin over every DRAM bank of the chip,
+        whichever core uses it (tenstorrent/tt-metal ``tech_reports/tensor_layouts``, §4.1), so a
+        die's cores share its capacity as one pool (counted as the fewest dies holding that many
+        cores: exact on a one-die chip). None with ``nearest`` access (PALM: a core's share)."""
+        if self.dram_access != "interleaved":
+            return None
+        return -(-devices // self.devices_per_node) * self.dram_capacity_bytes
+
     def sram_dataflow(self) -> Dataflow:
         """The mesh's :attr:`dataflow`: DRAM traffic is planned per stage and sent over the mesh."""
         return self.dataflow

@@ -139,7 +139,8 @@ def layer_activation_bytes(model: ModelSpec, strategy: Strategy) -> float:
     16-bit activations and 1-byte dropout masks; it is scaled by ``bytes_per_element / 2`` for
     other precisions. Under ``fp8`` the four linear layers' saved inputs are FP8, one byte each
     (:func:`_fp8_saved_per_sbh`).
-    Inference stashes nothing but the layer output in flight: ``s b h`` elements. Under context
+    Inference stashes nothing but the layer output in flight: ``s b h`` elements (a causal
+    decoder's KV cache is static memory: :func:`~simulator.workload.operators.kv_cache_bytes`). Under context
     parallelism ``s`` is a rank's ``s / cp`` tokens (fused attention, whose scores term is absent).
     """
     s, b, h, a, t = (rank_sequence(model, strategy), strategy.microbatch_size, model.hidden_size,

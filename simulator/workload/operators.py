@@ -112,10 +112,37 @@ def _elementwise(name: str, elements: float, flop_per_element: float, bpe: float
     )
 
 
+def sequence_length(model: ModelSpec, strategy: Strategy) -> int:
+    """Tokens of each sample's sequence: the inference prompt where the strategy sets one
+    (:attr:`~simulator.strategy.Strategy.prompt_length`), else the model's ``s``."""
+    return strategy.prompt_length or model.sequence_length
+
+
 def rank_sequence(model: ModelSpec, strategy: Strategy) -> int:
-    """Tokens of each sample one device holds: ``s / cp`` (context parallelism splits the
-    sequence; :attr:`simulator.strategy.Strategy.cp`)."""
-    return model.sequence_length // strategy.cp
+    """Query tokens of each sample one device holds: 1 in a decode step (the new token), else
+    ``s / cp`` (context parallelism splits the sequence; :attr:`simulator.strategy.Strategy.cp`)."""
+    return 1 if strategy.decoding else sequence_length(model, strategy) // strategy.cp
+
+
+def tokens_per_sample(model: ModelSpec, strategy: Strategy) -> int:
+    """Tokens a pass processes per sample: 1 in a decode step, else the whole sequence."""
+    return 1 if strategy.decoding else sequence_length(model, strategy)
+
+
+def key_length(model: ModelSpec, strategy: Strategy) -> int:
+    """Keys each query attends to: a decode step's context (its KV cache), else the sequence."""
+    return strategy.decode_context_length or sequence_length(model, strategy)
+
+
+def kv_cache_bytes(model: ModelSpec, strategy: Strategy) -> float:
+    """One layer's KV cache of one microbatch on one device (bytes): keys and values of
+    :func:`key_length` tokens for each of its ``b`` samples, ``2 b c h_kv / t`` elements
+    (``h_kv = h kv_heads / a``, grouped-query attention; Pope et al. MLSys'23 §2.1). 0 in
+    training, and for an encoder, which keeps no cache."""
+    if strategy.mode == "training" or model.architecture not in CAUSAL:
+        return 0.0
+    return (2.0 * strategy.microbatch_size * key_length(model, strategy) * model.kv_hidden_size / strategy.tp
+            * strategy.bytes_per_element)
 
 
 def _tokens(model: ModelSpec, strategy: Strategy, shard_elementwise: bool) -> tuple[int, float]:
@@ -137,24 +164,29 @@ def _attention(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     decoder (GPT, LLaMA) executes half of them, the kernel skipping masked blocks. Under context
     parallelism a device's ``s / cp`` queries meet all ``s`` keys (the ring brings the others'),
     ``1/cp`` of the products, half of them executed in a causal decoder as Megatron-LM's
-    balanced chunks give each rank (:func:`simulator.legality.check_workload`)."""
+    balanced chunks give each rank (:func:`simulator.legality.check_workload`). A decode step
+    (:attr:`~simulator.strategy.Strategy.decoding`) is one query token per sample against its
+    ``c`` cached keys and values, all of which it reads (nothing masked)."""
     b, s, h, t, bpe = strategy.microbatch_size, rank_sequence(model, strategy), model.hidden_size, strategy.tp, \
         strategy.bytes_per_element
     tokens, kv = b * s, model.kv_hidden_size
     bias = 0 if model.architecture == "llama" else 1
     heads, head_size = model.num_heads / t, h / model.num_heads
-    scores = b * heads * s * model.sequence_length
+    keys = key_length(model, strategy)
+    scores = b * heads * s * keys
+    # a decode step reads every cached key and value; a whole sequence computes its own
+    cached = b * keys * kv / t if strategy.decoding else tokens * kv / t
     if strategy.attention == "fused":
         core: tuple[Operator, ...] = (Operator(
             name="fused_attention", kind="attention", flops=4.0 * scores * head_size, weight_bytes=0.0,
-            input_bytes=tokens * (h + 2 * kv) / t * bpe, output_bytes=tokens * h / t * bpe,
-            executed_fraction=0.5 if model.architecture in CAUSAL else 1.0),)
+            input_bytes=(tokens * h / t + 2 * cached) * bpe, output_bytes=tokens * h / t * bpe,
+            executed_fraction=0.5 if model.architecture in CAUSAL and not strategy.decoding else 1.0),)
     else:
         core = (
-            _gemm("attention_scores", b * heads * s, s, head_size, 0.0, tokens * (h + kv) / t, bpe),
+            _gemm("attention_scores", b * heads * s, keys, head_size, 0.0, tokens * h / t + cached, bpe),
             _elementwise("attention_softmax", scores, 5.0, bpe),
             _elementwise("attention_dropout", scores, 2.0, bpe),
-            _gemm("attention_values", b * heads * s, head_size, s, 0.0, scores + tokens * kv / t, bpe),
+            _gemm("attention_values", b * heads * s, head_size, keys, 0.0, scores + cached, bpe),
         )
     fp8, qkv = strategy.precision == "fp8", (h + 2 * kv) / t
     return (
@@ -287,7 +319,7 @@ def context_parallel_collectives(model: ModelSpec, strategy: Strategy, backward:
     (Dubey et al. 2024, §3.3.2). Empty when ``cp == 1``."""
     if strategy.cp == 1:
         return ()
-    size = 2.0 * strategy.microbatch_size * model.sequence_length * model.kv_hidden_size / strategy.tp \
+    size = 2.0 * strategy.microbatch_size * sequence_length(model, strategy) * model.kv_hidden_size / strategy.tp \
         * strategy.bytes_per_element
     kinds: tuple[CollectiveKind, ...] = ("all_gather", "reduce_scatter") if backward else ("all_gather",)
     return tuple(Collective(kind=kind, size_bytes=size) for kind in kinds)

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from simulator.costs import Collective, CollectiveKind, MemoryBreakdown, PassCost, StageCost
 from simulator.hardware.spec import Hardware
-from simulator.legality import attention_of, check_workload
+from simulator.legality import attention_of, check_workload, num_microbatches
 from simulator.strategy import Strategy
 from simulator.workload import memory, operators, sram
 from simulator.workload.operators import Operator
@@ -293,6 +293,15 @@ def _backward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int
         overlap_s=compute_s if multicast or replicas else sum(unit.overlap_s * count for unit, count in groups))
 
 
+def _live_activation_bytes(groups: Sequence[Group], strategy: Strategy) -> float:
+    """Activations one microbatch holds on the stage at its peak (bytes): every unit's stash in
+    training (each waits for its backward); in inference only the largest unit's output, the
+    one alive while the next unit runs (nothing waits for a backward)."""
+    if strategy.mode == "inference":
+        return max(unit.activation_bytes for unit, _ in groups)
+    return sum(unit.activation_bytes * count for unit, count in groups)
+
+
 def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy) -> StageCost:
     """Cost of one virtual stage made of ``entries`` (name, unit)."""
     groups, segments = _groups(entries), len(entries)
@@ -321,7 +330,7 @@ def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy)
             weights_bytes=states.weights_bytes + memory.fp8_weight_copy_bytes(fp8_parameters, strategy) + buffers,
             gradients_bytes=states.gradients_bytes,
             optimizer_bytes=states.optimizer_bytes,
-            activation_bytes_per_microbatch=sum(unit.activation_bytes * count for unit, count in groups),
+            activation_bytes_per_microbatch=_live_activation_bytes(groups, strategy),
             sram_resident_bytes=plan.resident_bytes if plan else 0.0),
     )
 
@@ -364,7 +373,17 @@ def build_stage_costs(model: ModelSpec, hardware: Hardware, strategy: Strategy) 
         if key not in cache:
             cache[key] = _stage_cost(entries, hardware, strategy)
         stages.append(replace(cache[key], units=tuple(name for name, _ in entries)))
-    return tuple(stages)
+    return _with_kv_cache(tuple(stages), model, strategy)
+
+
+def _with_kv_cache(stages: tuple[StageCost, ...], model: ModelSpec, strategy: Strategy) -> tuple[StageCost, ...]:
+    """``stages`` holding the KV cache of their layers for every microbatch of the replica (each
+    user's cache stays resident between steps: :func:`operators.kv_cache_bytes`)."""
+    per_layer = operators.kv_cache_bytes(model, strategy) * num_microbatches(model, strategy)
+    if not per_layer:
+        return stages
+    return tuple(replace(s, memory=replace(s.memory, kv_cache_bytes=per_layer * sum(
+        1 for name in s.units if name.startswith("layer")))) for s in stages)
 
 
 def model_flops_per_iteration(model: ModelSpec, global_batch_size: int, *, recompute: bool = False) -> float:
