@@ -259,6 +259,34 @@ def tenstorrent_gemm_row(record: dict) -> ValidationRow:
                 group=f"{record['card']} {record['grid_x']}x{record['grid_y']} {where}")
 
 
+def _serving_candidates(model: ModelSpec, hardware: Hardware, record: dict) -> Iterator[Strategy]:
+    """Every legal ``tp x pp`` (dp 1) on all the card's cores or a multiple of 8 of them down to
+    half (130 = 2 x 5 x 13 cores of a p150 admit no split of a 32-head model), of the row's decode
+    step (all users in one microbatch) or, for ``ttft_ms``, of one user's prefill."""
+    decode = record["metric"] == "tokens_per_s_per_user"
+    users, cores = (int(record["users"]) if decode else 1), hardware.num_devices
+    counts = sorted({cores, *range(8 * (cores // 8), cores // 2 - 1, -8)}, reverse=True)
+    for d in (d for n in counts for d in enumerate_degrees(model, hardware, devices=n, global_batch_size=users)):
+        if d.dp == 1 and d.cp == 1:
+            yield Strategy(tp=d.tp, pp=d.pp, microbatch_size=users, global_batch_size=users, mode="inference",
+                           precision="bfloat8_b", prompt_length=int(record["prompt_length"]),
+                           decode_context_length=int(record["decode_context_length"]) if decode else 0)
+
+
+def tenstorrent_llm_row(record: dict) -> ValidationRow:
+    """tt-metal's LLM table: tokens/s per user of a decode step, or the time to first token, on
+    one card, fastest legal mapping (see the suite's SOURCE.md for what is read how)."""
+    model, hardware = load_model(record["model"]), load_hardware(record["preset"])
+    _, chosen = _best(model, hardware, _serving_candidates(model, hardware, record))
+    latency = simulate(model, hardware, chosen).iteration_time_s if chosen else 0.0
+    decode = record["metric"] == "tokens_per_s_per_user"
+    predicted = (1 / latency if decode else latency * 1e3) if latency else 0.0
+    note = f"{record['release']}" + (f"; {record['note']}" if isinstance(record["note"], str) else "")
+    return _row("tenstorrent-llm", f"{record['model']} {record['system']} {record['users'] if decode else 1} users",
+                "tokens/s per user" if decode else "TTFT ms", float(record["published"]), predicted,
+                _describe(chosen), note=note, group="decode" if decode else "prefill")
+
+
 SUITES: dict[str, tuple[str, Callable[[dict], ValidationRow]]] = {
     "narayanan-table1": ("narayanan-sc21/table1", narayanan_row),
     "narayanan-table2": ("narayanan-sc21/table2", narayanan_row),
@@ -270,6 +298,7 @@ SUITES: dict[str, tuple[str, Callable[[dict], ValidationRow]]] = {
     "palm-table7": ("palm/table7", palm_table7_row),
     "palm-table7-tiled": ("palm/table7", partial(palm_table7_row, dataflow="tiled")),
     "tenstorrent-gemm": ("tenstorrent/gemm", tenstorrent_gemm_row),
+    "tenstorrent-llm": ("tenstorrent/llm", tenstorrent_llm_row),
     "megatron-bridge-h100": ("megatron-bridge/h100", megatron_bridge_row),
 }
 """Suite name -> (data folder under ``studies/validation``, row function). The ``-algorithm-1`` and

@@ -94,3 +94,21 @@ def test_cli_json_and_csv():
 def test_unknown_suite_is_exit_code_2():
     result = runner.invoke(app, ["validate", "--suite", "nope"])
     assert result.exit_code == 2 and "unknown suite" in result.stderr
+
+
+# tenstorrent-llm (tt-metal's LLM table, one card): the LLM-inference issue's targets (decode
+# tokens/s per user within 10% mean, 25% max; time to first token 20% mean) are not met by the
+# decode rows yet: the simulated weight stream from DRAM to the cores is link-bound on the mesh
+# (tt-metal reads decode weights DRAM-sharded, each bank feeding the cores beside it) and reads
+# bfp8 where the demo keeps FF1/FF3 in bfp4. The prefill meets its target (19.9% mean); the
+# decode rows are held near what the model gives (54.7% mean, 70.2% max) as a regression guard.
+LLM_GUARDS = [("decode", 0.57, 0.72), ("prefill", 0.20, 0.36)]
+
+
+@pytest.mark.parametrize("group, mean, worst", LLM_GUARDS, ids=[g[0] for g in LLM_GUARDS])
+def test_tenstorrent_llm_groups_within_their_guard(group, mean, worst):
+    results = run_suites(["tenstorrent-llm"], jobs=1)
+    stats = summary(results)["tenstorrent-llm"]
+    assert stats["rows"] == 8 and all(r.predicted > 0 for r in results)
+    assert stats["groups"][group]["mean_abs_error"] <= mean
+    assert stats["groups"][group]["max_abs_error"] <= worst
