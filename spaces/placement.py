@@ -14,9 +14,8 @@ from collections.abc import Mapping
 
 import optuna
 
-from simulator.errors import InputError
-from simulator.hardware.spec import Hardware
-from simulator.network.topology import topology_of
+from simulator import Hardware, InputError
+from simulator.network import topology_of
 from spaces._choices import suggest_among
 from spaces.parallelism import ParallelDegrees
 

@@ -20,10 +20,18 @@ import pandas as pd
 from joblib import Parallel, delayed
 
 from palm_search.search.baseline import lowest_fitting_zero
-from simulator import Hardware, ModelSpec, Strategy, load_hardware, load_model, simulate, simulate_with_records
+from simulator import (
+    Hardware,
+    ModelSpec,
+    Strategy,
+    grid_gemm,
+    load_hardware,
+    load_model,
+    simulate,
+    simulate_with_records,
+)
 from simulator.legality import interleaving_legal, megatron_interleaving
-from simulator.workload.grid_gemm import grid_gemm
-from simulator.workload.stages import model_flops_per_iteration
+from simulator.workload import model_flops_per_iteration
 from spaces import enumerate_degrees
 
 DATA_DIR = Path(str(files("palm_search.validation_data")))

@@ -15,8 +15,7 @@ from optuna.trial import TrialState
 from palm_search.search.driver import Search, candidate_of
 from palm_search.search.screen import rank_agreement
 from palm_search.search.storage import ARTIFACTS
-from simulator import hardware_tables
-from simulator.result import SCHEMA_VERSION
+from simulator import SCHEMA_VERSION, hardware_tables
 
 COLUMNS = ("trial", "tp", "pp", "dp", "cp", "microbatch_size", "schedule", "num_chunks", "recompute",
            "sequence_parallel", "zero_stage", "shard_group_size", "placement", "group_layout", "group_order",
