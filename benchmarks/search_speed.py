@@ -55,7 +55,7 @@ def timed_run(jobs: int) -> dict:
         started, cpu_started = time.perf_counter(), tree_cpu_s()
         search = searched(spec, Path(run_dir), jobs)
         finished, cpu_s = time.perf_counter(), tree_cpu_s() - cpu_started
-        attach_artifacts(search.study, search.model, search.hardware, spec.network, Path(run_dir),
+        attach_artifacts(search.study, search.storage, search.model, search.hardware, spec.network, Path(run_dir),
                          spec.artifacts_top, jobs=jobs)
         drawn = time.perf_counter()
         params = json.dumps([t.params for t in search.study.trials], sort_keys=True, default=str)

@@ -10,8 +10,23 @@ Follows PALM (Fang et al., arXiv 2406.03868). Typical use::
     throughput = result.samples_per_s  # samples per second
 
 This package imports neither optuna, typer, spaces nor palm_search. Its simulation functions
-(:mod:`simulator.api`: numpy, SimPy, the engine; about half of ``import simulator``) load on first
-use (PEP 562), so a program that only reads models, machines or strategies starts without them.
+(:mod:`simulator.api`: numpy, SimPy, the engine; about half of ``import simulator``; and
+:func:`grid_gemm`) load on first use (PEP 562), so a program that only reads models, machines or
+strategies starts without them.
+
+The public surface, what code outside the simulator (``spaces``, ``palm_search``) imports:
+
+* ``simulator`` itself (``__all__`` below): loading and simulating, the :class:`Strategy` record
+  and its vocabularies (``RECOMPUTES``, ``PLACEMENTS``...), results, errors.
+* :mod:`simulator.hardware`: machines, their loader and writer, the silicon cost model.
+* :mod:`simulator.workload`: models, their loader, stage costs and FLOPs per iteration.
+* :mod:`simulator.network`: a machine's topology (:func:`~simulator.network.topology_of`).
+* :mod:`simulator.legality`: the rules a strategy must keep (divisors, microbatches, interleaving).
+* :mod:`simulator.config`: the TOML conventions every input file follows (units in keys, ranges).
+* :mod:`simulator.trace`: a timeline's stage slices and its Chrome trace (imports numpy).
+
+Every other module (and the submodules of the packages above) is internal: it may change
+without notice, and nothing outside the simulator imports it.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -21,26 +36,40 @@ from simulator.hardware.loader import hardware_from_tables, hardware_presets, lo
 from simulator.hardware.spec import Hardware
 from simulator.hardware.writer import hardware_tables, hardware_to_toml
 from simulator.legality import num_microbatches
-from simulator.result import SimulationResult, StageReport
-from simulator.strategy import ZERO_STAGES, Strategy, strategy_fields
-from simulator.strategy_loader import load_strategy
+from simulator.result import SCHEMA_VERSION, SimulationResult, StageReport
+from simulator.strategy import (
+    GROUP_LAYOUTS,
+    GROUP_ORDERS,
+    PLACEMENTS,
+    PRECISIONS,
+    RECOMPUTES,
+    TRANSFER_STRATEGIES,
+    ZERO_STAGES,
+    Strategy,
+    strategy_fields,
+)
+from simulator.strategy_loader import load_strategy, read_best
 from simulator.workload.loader import load_model, model_presets
 from simulator.workload.spec import ModelSpec
 
 if TYPE_CHECKING:
     from simulator.api import check_memory, estimate_samples_per_s, simulate, simulate_timeline, simulate_with_records
+    from simulator.workload.grid_gemm import grid_gemm
 
 __version__ = "0.1.0"
 
-_API = ("check_memory", "estimate_samples_per_s", "simulate", "simulate_timeline", "simulate_with_records")
+_API = {"check_memory": "simulator.api", "estimate_samples_per_s": "simulator.api", "simulate": "simulator.api",
+        "simulate_timeline": "simulator.api", "simulate_with_records": "simulator.api",
+        "grid_gemm": "simulator.workload.grid_gemm"}
+"""The functions loaded on first use, with their module."""
 
 
 def __getattr__(name: str) -> Any:
-    """The :mod:`simulator.api` functions, imported on first use (then bound here)."""
+    """The :data:`_API` functions, imported on first use (then bound here)."""
     if name in _API:
-        from simulator import api
+        from importlib import import_module
 
-        value = globals()[name] = getattr(api, name)
+        value = globals()[name] = getattr(import_module(_API[name]), name)
         return value
     raise AttributeError(f"module 'simulator' has no attribute {name!r}")
 
@@ -51,9 +80,10 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "BudgetExceeded", "Hardware", "InputError", "ModelSpec", "PalmError", "SimulationError", "SimulationResult",
-    "check_memory", "estimate_samples_per_s",
+    "check_memory", "estimate_samples_per_s", "grid_gemm",
     "StageReport", "Strategy", "hardware_from_tables", "hardware_presets", "hardware_tables",
     "hardware_to_toml", "load_hardware", "load_model", "load_strategy",
-    "ZERO_STAGES", "model_presets", "num_microbatches", "strategy_fields", "simulate", "simulate_timeline",
-    "simulate_with_records",
+    "model_presets", "num_microbatches", "read_best", "simulate", "simulate_timeline", "simulate_with_records",
+    "strategy_fields", "GROUP_LAYOUTS", "GROUP_ORDERS", "PLACEMENTS", "PRECISIONS", "RECOMPUTES", "SCHEMA_VERSION",
+    "TRANSFER_STRATEGIES", "ZERO_STAGES",
 ]

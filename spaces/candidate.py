@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.hardware.spec import Hardware
-from simulator.strategy import Strategy
+from simulator import Hardware, Strategy
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -25,11 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product
 
-from simulator.api import check_memory
-from simulator.errors import InputError
-from simulator.hardware.spec import Hardware
-from simulator.strategy import RECOMPUTES, Strategy
-from simulator.workload.spec import ModelSpec
+from simulator import RECOMPUTES, Hardware, InputError, ModelSpec, Strategy, check_memory
 from spaces import parallelism
 from spaces.parallelism import ParallelDegrees, ScheduleChoice
 

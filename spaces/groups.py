@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import optuna
 
-from simulator.strategy import GROUP_LAYOUTS, GROUP_ORDERS
+from simulator import GROUP_LAYOUTS, GROUP_ORDERS
 
 
 class GroupChoice(NamedTuple):

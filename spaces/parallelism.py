@@ -21,8 +21,7 @@ from typing import NamedTuple
 
 import optuna
 
-from simulator.errors import InputError
-from simulator.hardware.spec import Hardware
+from simulator import RECOMPUTES, ZERO_STAGES, Hardware, InputError, ModelSpec
 from simulator.legality import (
     context_parallel_legal,
     divisors,
@@ -33,8 +32,6 @@ from simulator.legality import (
     sequence_parallel_legal,
     tp_divides,
 )
-from simulator.strategy import RECOMPUTES, ZERO_STAGES
-from simulator.workload.spec import ModelSpec
 from spaces._choices import conditional_name, suggest_among
 
 CHUNK_CHOICES: tuple[int, ...] = (2, 4)

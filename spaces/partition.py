@@ -25,12 +25,9 @@ from itertools import accumulate
 
 import optuna
 
-from simulator.errors import InputError
-from simulator.hardware.spec import Hardware
+from simulator import Hardware, InputError, ModelSpec, Strategy
 from simulator.legality import microbatches_in_flight, num_microbatches, partition_units
-from simulator.strategy import Strategy
-from simulator.workload.spec import ModelSpec
-from simulator.workload.stages import build_stage_costs
+from simulator.workload import build_stage_costs
 
 PARTITION_CHOICES: tuple[str, ...] = ("balanced", "uniform", "min-max")
 TOLERANCE = 1e-9

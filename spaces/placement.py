@@ -14,9 +14,8 @@ from collections.abc import Mapping
 
 import optuna
 
-from simulator.errors import InputError
-from simulator.hardware.spec import Hardware
-from simulator.network.topology import topology_of
+from simulator import Hardware, InputError
+from simulator.network import topology_of
 from spaces._choices import suggest_among
 from spaces.parallelism import ParallelDegrees
 
@@ -38,9 +37,9 @@ def enumerate_placements(hardware: Hardware, degrees: ParallelDegrees) -> tuple[
     Raises:
         InputError: the degrees need more devices than the machine has.
     """
-    if degrees.tp * degrees.pp * degrees.dp > hardware.num_devices:
-        raise InputError(f"placement: `tp * pp * dp` = {degrees.tp}*{degrees.pp}*{degrees.dp} exceeds"
-                         f" the machine's {hardware.num_devices} devices")
+    if degrees.tp * degrees.cp * degrees.pp * degrees.dp > hardware.num_devices:
+        raise InputError(f"placement: `tp * cp * pp * dp` = {degrees.tp}*{degrees.cp}*{degrees.pp}*{degrees.dp}"
+                         f" exceeds the machine's {hardware.num_devices} devices")
     return placement_names(hardware)
 
 
@@ -64,12 +63,12 @@ def _check_custom(name: str, groups: object, hardware: Hardware) -> StageDevices
 
 def custom_placements(spec: Mapping[str, object], hardware: Hardware,
                       degrees: ParallelDegrees | None = None) -> dict[str, StageDevices]:
-    """Validate user placements (name -> list of ``pp`` lists of ``tp * dp`` device ids).
+    """Validate user placements (name -> list of ``pp`` lists of ``tp * cp * dp`` device ids).
 
     Args:
         spec: e.g. a study file's ``[placements]`` table.
         hardware: the machine the ids refer to.
-        degrees: if given, every placement must have exactly ``pp`` stages of ``tp * dp`` ids.
+        degrees: if given, every placement must have exactly ``pp`` stages of ``tp * cp * dp`` ids.
 
     Raises:
         InputError: a name clashes with a built-in one, a stage is not a list, an id is out of
@@ -81,15 +80,20 @@ def custom_placements(spec: Mapping[str, object], hardware: Hardware,
             raise InputError(f"placement {name!r}: the name is taken by a built-in placement")
         stages = _check_custom(name, groups, hardware)
         if degrees is not None and not fits(stages, degrees):
-            raise InputError(f"placement {name!r}: needs pp = {degrees.pp} stages of tp*dp ="
-                             f" {degrees.tp * degrees.dp} ids, got {len(stages)} of {len(stages[0])}")
+            raise InputError(f"placement {name!r}: needs pp = {degrees.pp} stages of tp*cp*dp ="
+                             f" {_per_stage(degrees)} ids, got {len(stages)} of {len(stages[0])}")
         placements[name] = stages
     return placements
 
 
+def _per_stage(degrees: ParallelDegrees) -> int:
+    """Devices of one pipeline stage: ``tp * cp * dp`` (as :attr:`simulator.Strategy.devices_per_stage`)."""
+    return degrees.tp * degrees.cp * degrees.dp
+
+
 def fits(stage_devices: StageDevices, degrees: ParallelDegrees) -> bool:
-    """True if ``stage_devices`` has ``pp`` stages of ``tp * dp`` devices."""
-    return len(stage_devices) == degrees.pp and all(len(s) == degrees.tp * degrees.dp for s in stage_devices)
+    """True if ``stage_devices`` has ``pp`` stages of ``tp * cp * dp`` devices."""
+    return len(stage_devices) == degrees.pp and all(len(s) == _per_stage(degrees) for s in stage_devices)
 
 
 def suggest_placement(trial: optuna.trial.Trial, hardware: Hardware, degrees: ParallelDegrees,

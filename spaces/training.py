@@ -28,11 +28,7 @@ from typing import Any
 
 import optuna
 
-from simulator.api import check_memory
-from simulator.errors import InputError
-from simulator.hardware.spec import Hardware
-from simulator.strategy import TRANSFER_STRATEGIES, Strategy
-from simulator.workload.spec import ModelSpec
+from simulator import TRANSFER_STRATEGIES, Hardware, InputError, ModelSpec, Strategy, check_memory
 from spaces import groups, parallelism, partition, placement
 from spaces.candidate import Candidate
 from spaces.feasible import FeasiblePlans, plan_of

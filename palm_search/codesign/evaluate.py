@@ -25,7 +25,7 @@ from palm_search.codesign.spec import CodesignSpec
 from palm_search.search.evaluate import evaluate
 from palm_search.search.space import candidate_builder, enumerate_candidates
 from simulator import Hardware, InputError, ModelSpec, Strategy, estimate_samples_per_s, load_hardware, load_model
-from simulator.hardware.silicon import SiliconCost, Technology, hardware_cost, load_technology
+from simulator.hardware import SiliconCost, Technology, hardware_cost, load_technology
 from spaces.hardware import HardwareSpace, build_hardware
 
 MAPPING_LIMIT = 20_000

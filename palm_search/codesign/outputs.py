@@ -31,8 +31,7 @@ from palm_search.codesign.search import Chip, CodesignRun
 from palm_search.search.screen import spearman
 from palm_search.search.storage import journal_storage
 from palm_search.views.outputs import strict_json
-from simulator import hardware_tables, hardware_to_toml
-from simulator.result import SCHEMA_VERSION
+from simulator import SCHEMA_VERSION, hardware_tables, hardware_to_toml
 from spaces.hardware import PARAM_PREFIX, build_hardware, hardware_label
 
 

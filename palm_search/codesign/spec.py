@@ -40,11 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from palm_search.search.study import NETWORKS, StudySpec, positive_integers, strategy_fields
+from simulator import InputError, load_hardware, load_model
 from simulator.config import Table, read_toml
-from simulator.errors import InputError
-from simulator.hardware.loader import load_hardware
-from simulator.hardware.silicon import load_technology
-from simulator.workload.loader import load_model
+from simulator.hardware import load_technology
 from spaces import DIMENSIONS
 from spaces.hardware import HardwareSpace
 

@@ -14,6 +14,8 @@ from palm_search.commands.optimize import dashboard_cmd, optimize_command
 from palm_search.commands.worker import worker_cmd
 from palm_search.search.study import DEFAULT_EVAL_TIMEOUT_S, MAX_EVAL_TIMEOUT_S
 from simulator import (
+    PLACEMENTS,
+    PRECISIONS,
     BudgetExceeded,
     Hardware,
     InputError,
@@ -25,11 +27,10 @@ from simulator import (
     load_hardware,
     load_model,
     load_strategy,
+    read_best,
     strategy_fields,
 )
 from simulator import __version__ as SIMULATOR_VERSION
-from simulator.strategy import PLACEMENTS, PRECISIONS
-from simulator.strategy_loader import read_best
 
 app = typer.Typer(no_args_is_help=True, help="Simulate and search parallel mappings of large-model training.")
 

@@ -54,7 +54,7 @@ def hardware_cost(
 ) -> None:
     """Print the technology's check against real chips (published die area and TDP), and with
     --hw a mesh chip's silicon area and full-activity power, part by part."""
-    from simulator.hardware.silicon import check_rows, hardware_cost, load_technology
+    from simulator.hardware import check_rows, hardware_cost, load_technology
 
     tech = load_technology(technology)
     cost = hardware_cost(load_hardware(hw), tech) if hw is not None else None

@@ -122,8 +122,8 @@ def _attach(search, directory: Path) -> list[int]:
     if not search.spec.artifacts_top:
         return []
     with _progress_bar(search.spec.artifacts_top + 1, "pictures") as (progress, task):
-        return attach_artifacts(search.study, search.model, search.hardware, search.spec.network, directory,
-                                search.spec.artifacts_top,
+        return attach_artifacts(search.study, search.storage, search.model, search.hardware, search.spec.network,
+                                directory, search.spec.artifacts_top,
                                 lambda done, total: progress.update(task, completed=done, total=total),
                                 jobs=search.jobs)
 

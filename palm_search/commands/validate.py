@@ -25,15 +25,15 @@ from simulator import (
     ModelSpec,
     Strategy,
     estimate_samples_per_s,
+    grid_gemm,
     load_hardware,
     load_model,
     simulate,
     simulate_with_records,
 )
 from simulator.legality import interleaving_legal, megatron_interleaving
-from simulator.network.topology import topology_of
-from simulator.workload.grid_gemm import grid_gemm
-from simulator.workload.stages import model_flops_per_iteration
+from simulator.network import topology_of
+from simulator.workload import model_flops_per_iteration
 from spaces import enumerate_degrees
 
 DATA_DIR = Path(str(files("palm_search.validation_data")))

@@ -36,11 +36,12 @@ from palm_search.search.space import DegreeWalk, SpaceBuilder
 from palm_search.search.storage import (
     JOURNAL,
     Heartbeat,
-    beat_now,
     fail_stale,
     heartbeat_enabled,
+    hold,
     journal_storage,
     rdb_storage,
+    trial_id,
 )
 from palm_search.search.study import DEFAULT_TRIALS, SCREENED_TRIALS, StudySpec, spec_to_attrs
 from simulator import (
@@ -83,6 +84,8 @@ class Search:
     model: ModelSpec
     hardware: Hardware
     study: optuna.Study
+    storage: optuna.storages.BaseStorage
+    """The storage the study was created or loaded with (heartbeats and trial ids go through it)."""
     build: SpaceBuilder
     jobs: int = 1
     deterministic: bool = True
@@ -94,8 +97,9 @@ class Search:
     """``(model, hardware, strategy, network) -> record``; a module-level function (it is pickled)."""
     interrupted: bool = False
     """Set (e.g. by SIGINT) to stop asking: in-flight trials are told, then the run ends."""
-    running: set[int] = field(default_factory=set)
-    """Ids of the trials this process holds RUNNING (a :class:`Heartbeat` beats them)."""
+    running: dict[int, int] = field(default_factory=dict)
+    """Trial number to storage trial id of the trials this process holds RUNNING, kept when the
+    storage has heartbeats (a :class:`Heartbeat` beats them; see :func:`.storage.hold`)."""
     points: list[dict] | None = None
     """The exhaustive walk's parameter sets (None when a sampler proposes the points)."""
     screened: Screening | None = None
@@ -148,10 +152,11 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
     if points is not None:
         spec = spec.replace(trials=min(spec.trials, len(points) + 1))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(study_name=spec.name, storage=known or storage_for(run_dir, storage),
+    opened = known or storage_for(run_dir, storage)
+    study = optuna.create_study(study_name=spec.name, storage=opened,
                                 sampler=make_sampler(spec, points is not None or screened is not None),
                                 directions=spec.directions, load_if_exists=True)
-    search = Search(spec=spec, model=model, hardware=hardware, study=study, build=build, jobs=jobs,
+    search = Search(spec=spec, model=model, hardware=hardware, study=study, storage=opened, build=build, jobs=jobs,
                     deterministic=deterministic)
     search.points, search.screened = points, screened
     if not study.trials:
@@ -273,7 +278,7 @@ def tell(search: Search, trial: optuna.Trial, candidate: Candidate | None, recor
             trial.set_user_attr(key, record[key])
     trial.set_user_attr("cached", cached)
     trial.set_user_attr("baseline", baseline)
-    search.running.discard(trial._trial_id)
+    search.running.pop(trial.number, None)
     progress.done += 1
     if record.get("error"):
         progress.failed += 1
@@ -317,12 +322,11 @@ def _stale(search: Search) -> list[optuna.Trial]:
     With heartbeats (RDB) RUNNING trials may belong to live workers: only the stale ones are failed
     and queued again as WAITING copies, which ``study.ask()`` returns first."""
     study = search.study
-    if heartbeat_enabled(study._storage):
-        fail_stale(study)
+    if heartbeat_enabled(search.storage):
+        fail_stale(study, search.storage)
         return []
     numbers = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
-    return [optuna.Trial(study, study._storage.get_trial_id_from_study_id_trial_number(study._study_id, n))
-            for n in numbers]
+    return [optuna.Trial(study, trial_id(search.storage, study, n)) for n in numbers]
 
 
 def optimize(search: Search, on_progress: Callable[[Progress], None] = lambda p: None) -> None:
@@ -332,10 +336,10 @@ def optimize(search: Search, on_progress: Callable[[Progress], None] = lambda p:
     search.progress.done = _finished(search.study)
     pending = _stale(search)
     runner = _run_batches if search.deterministic else _run_streaming
-    if not heartbeat_enabled(search.study._storage):
+    if not heartbeat_enabled(search.storage):
         runner(search, pending, on_progress)
         return
-    with Heartbeat(search.study._storage, search.running):
+    with Heartbeat(search.storage, search.running):
         runner(search, pending, on_progress)
 
 
@@ -345,8 +349,7 @@ def _asked(search: Search, pending: list[optuna.Trial], budget: int) -> Iterator
         if search.interrupted:
             return
         trial = pending.pop(0) if pending else search.study.ask()
-        search.running.add(trial._trial_id)
-        beat_now(search.study, trial._trial_id)
+        hold(search.storage, search.study, trial.number, search.running)
         yield trial
 
 

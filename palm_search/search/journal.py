@@ -20,12 +20,25 @@ from pathlib import Path
 from typing import Any
 
 from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, JournalFileSymlinkLock
-from optuna.storages.journal._storage import JournalOperation
 
-UNSYNCED_OPERATIONS = frozenset({JournalOperation.SET_TRIAL_PARAM, JournalOperation.SET_TRIAL_INTERMEDIATE_VALUE,
-                                 JournalOperation.SET_TRIAL_USER_ATTR, JournalOperation.SET_TRIAL_SYSTEM_ATTR})
-"""Journal operations written without an fsync of their own: what a trial records before its
-state changes. Creating, asking and telling a trial, and every study-level operation, are synced."""
+
+def _unsynced_operations() -> frozenset[int]:
+    """The op codes of the journal records written without an fsync of their own: what a trial
+    records before its state changes (its parameters, intermediate values, user and system
+    attributes). Creating, asking and telling a trial, and every study-level operation, are synced.
+
+    The one use of a private Optuna name in palm_search: Optuna 5.0.0 names the journal's op codes
+    (its on-disk format) only in ``optuna.storages.journal._storage.JournalOperation``; no public
+    API names them, and the public ``BaseJournalBackend.append_logs`` receives them as bare ints.
+    """
+    from optuna.storages.journal._storage import JournalOperation as Operation
+
+    return frozenset({Operation.SET_TRIAL_PARAM, Operation.SET_TRIAL_INTERMEDIATE_VALUE,
+                      Operation.SET_TRIAL_USER_ATTR, Operation.SET_TRIAL_SYSTEM_ATTR})
+
+
+UNSYNCED_OPERATIONS = _unsynced_operations()
+"""Journal op codes written without an fsync of their own (:func:`_unsynced_operations`)."""
 
 
 class TrialSyncedJournalBackend(BaseJournalBackend):

@@ -27,7 +27,7 @@ from simulator import InputError
 
 if TYPE_CHECKING:  # optuna is imported where used: `palm-search simulate` starts without it
     import optuna
-    from optuna.storages import RDBStorage
+    from optuna.storages import BaseStorage, RDBStorage
 
 JOURNAL = "study.journal"
 ARTIFACTS = "artifacts"
@@ -89,15 +89,16 @@ def journal_storage(run_dir: Path) -> optuna.storages.JournalStorage:
 
 
 def heartbeat_enabled(storage) -> bool:
-    """Whether ``storage`` (a study's ``_storage``, possibly cached) keeps heartbeats."""
+    """Whether ``storage`` (the storage a study was created or loaded with) keeps heartbeats."""
     return storage.get_heartbeat_interval() is not None if hasattr(storage, "get_heartbeat_interval") else False
 
 
 class Heartbeat:
-    """A daemon thread recording a heartbeat for each trial id in ``trial_ids`` (a live set the
-    caller adds to when it asks a trial and removes from when it tells it)."""
+    """A daemon thread recording a heartbeat for each trial of ``trial_ids`` (a live mapping of
+    trial number to storage trial id, which :func:`hold` adds to when a trial is asked and the
+    caller removes from when it tells it)."""
 
-    def __init__(self, storage, trial_ids: set[int]) -> None:
+    def __init__(self, storage, trial_ids: dict[int, int]) -> None:
         self.storage, self.trial_ids = storage, trial_ids
         self.interval = storage.get_heartbeat_interval()
         self._stop = threading.Event()
@@ -113,7 +114,7 @@ class Heartbeat:
 
     def beat(self) -> None:
         """Record one heartbeat for every trial in the set now."""
-        for trial_id in list(self.trial_ids):
+        for trial_id in list(self.trial_ids.values()):
             try:
                 self.storage.record_heartbeat(trial_id)
             except Exception:  # noqa: BLE001, S110 - a missed beat is retried; never kill the process
@@ -137,11 +138,12 @@ def _hide_password(url: str) -> str:
     return f"{scheme}//{user.split(':', 1)[0]}:***@{tail}"
 
 
-def fail_stale(study: optuna.Study) -> None:
-    """FAIL (and queue again) the RUNNING trials whose heartbeat is older than the grace period."""
+def fail_stale(study: optuna.Study, storage: BaseStorage) -> None:
+    """FAIL (and queue again) the RUNNING trials whose heartbeat is older than the grace period
+    (``storage``: the one ``study`` was created or loaded with)."""
     import optuna
 
-    if heartbeat_enabled(study._storage):
+    if heartbeat_enabled(storage):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             optuna.storages.fail_stale_trials(study)
@@ -184,8 +186,18 @@ def _ends_with_newline(path: Path) -> bool:
         return file.read(1) == b"\n"
 
 
-def beat_now(study: optuna.Study, trial_id: int) -> None:
-    """Record a first heartbeat as soon as a trial is asked: Optuna never takes a trial without
-    any heartbeat as stale, so a process dying before its first periodic beat would leave it RUNNING."""
-    if heartbeat_enabled(study._storage):
-        study._storage.record_heartbeat(trial_id)
+def trial_id(storage: BaseStorage, study: optuna.Study, number: int) -> int:
+    """The storage's id of ``study``'s trial ``number`` (what heartbeats and :class:`optuna.Trial`
+    take), found with the storage's public lookups (``storage``: the one ``study`` was created or
+    loaded with)."""
+    return storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study.study_name), number)
+
+
+def hold(storage: BaseStorage, study: optuna.Study, number: int, running: dict[int, int]) -> None:
+    """Add trial ``number``, just asked, to ``running`` (trial number to storage trial id, what a
+    :class:`Heartbeat` beats) and record its first heartbeat now, when ``storage`` keeps
+    heartbeats: Optuna never takes a trial without any heartbeat as stale, so a process dying
+    before its first periodic beat would leave it RUNNING. The caller removes it when told."""
+    if heartbeat_enabled(storage):
+        running[number] = trial_id(storage, study, number)
+        storage.record_heartbeat(running[number])

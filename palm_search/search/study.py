@@ -43,9 +43,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from simulator import InputError, Strategy
 from simulator.config import Table, read_toml
-from simulator.errors import InputError
-from simulator.strategy import Strategy
 
 OBJECTIVES = ("throughput", "memory")
 SAMPLERS = ("auto", "tpe", "random", "exhaustive", "nsga2")

@@ -41,8 +41,8 @@ from palm_search.search.storage import (
     GRACE_PERIOD_S,
     HEARTBEAT_INTERVAL_S,
     Heartbeat,
-    beat_now,
     fail_stale,
+    hold,
     rdb_storage,
 )
 from palm_search.search.study import spec_from_attrs
@@ -67,7 +67,7 @@ def open_worker(url: str, study_name: str, trials: int | None = None,
     spec = spec_from_attrs(study.user_attrs.get("spec", {})).replace(trials=trials)
     model, hardware = load_model(spec.model), load_hardware(spec.hardware)
     study.sampler = make_sampler(spec, study.user_attrs.get("sampler") == "exhaustive")
-    search = Search(spec=spec, model=model, hardware=hardware, study=study,
+    search = Search(spec=spec, model=model, hardware=hardware, study=study, storage=storage,
                     build=candidate_builder(spec, model, hardware), jobs=1)
     load_cache(search)
     return search
@@ -79,9 +79,9 @@ def run_worker(search: Search, on_progress: Callable[[Progress], None] = lambda 
     study, budget, told = search.study, search.spec.trials, 0
     identity = f"{socket.gethostname()}:{os.getpid()}"
     search.progress.total = budget
-    with Heartbeat(study._storage, search.running) as heartbeat:
+    with Heartbeat(search.storage, search.running) as heartbeat:
         while not search.interrupted:
-            fail_stale(study)
+            fail_stale(study, search.storage)
             trials = study.get_trials(deepcopy=False)
             search.progress.done = done = sum(counted(t) for t in trials)
             running = sum(t.state == TrialState.RUNNING for t in trials)
@@ -92,11 +92,10 @@ def run_worker(search: Search, on_progress: Callable[[Progress], None] = lambda 
                 time.sleep(min(heartbeat.interval, 1))  # others finish (or die and are retried)
                 continue
             trial = study.ask()
-            search.running.add(trial._trial_id)
-            beat_now(study, trial._trial_id)
+            hold(search.storage, study, trial.number, search.running)
             trial.set_user_attr("worker", identity)
             if _over_budget(study, trial.number, budget):
-                search.running.discard(trial._trial_id)
+                search.running.pop(trial.number, None)
                 trial.set_user_attr("over_budget", True)
                 study.tell(trial, state=TrialState.PRUNED)
                 continue

@@ -21,7 +21,7 @@ import optuna
 from joblib import Parallel, delayed
 from optuna.artifacts import FileSystemArtifactStore, get_all_artifact_meta, upload_artifact
 
-from palm_search.search.storage import ARTIFACTS
+from palm_search.search.storage import ARTIFACTS, trial_id
 from palm_search.views.outputs import baseline_row, top_mappings, trials_frame
 from palm_search.views.plots import PICTURES, render_mapping
 from simulator import Hardware, ModelSpec, Strategy
@@ -57,12 +57,15 @@ def chosen_trials(study: optuna.Study, k: int) -> list[int]:
     return numbers
 
 
-def attach_artifacts(study: optuna.Study, model: ModelSpec, hardware: Hardware, network: str, run_dir: Path,
-                     k: int, on_progress: Callable[[int, int], None] = lambda done, total: None,
+def attach_artifacts(study: optuna.Study, storage: optuna.storages.BaseStorage, model: ModelSpec,
+                     hardware: Hardware, network: str, run_dir: Path, k: int,
+                     on_progress: Callable[[int, int], None] = lambda done, total: None,
                      jobs: int = 1) -> list[int]:
     """Render the files of :func:`chosen_trials` on ``jobs`` joblib worker processes and upload
     them from this process as they arrive; files a trial already holds (a resumed run) are not
-    uploaded twice. Returns the trial numbers illustrated."""
+    uploaded twice. ``storage`` is the one ``study`` was created or loaded with (the dashboard's
+    notes and artifact links name the study and trials by their storage ids). Returns the trial
+    numbers illustrated."""
     chosen = chosen_trials(study, k)
     store = artifact_store(run_dir)
     index = dict(study.user_attrs.get("artifacts", {}))
@@ -78,24 +81,25 @@ def attach_artifacts(study: optuna.Study, model: ModelSpec, hardware: Hardware, 
             if path.name not in held:
                 held[path.name] = _upload(study, store, path, f"trial-{number}-{path.name}")
         if held:
-            _show_on_trial_page(study, number, held)
+            _show_on_trial_page(study, storage, number, held)
     study.set_user_attr("artifacts", index)
     on_progress(len(numbers), len(numbers))
     return chosen
 
 
-def _show_on_trial_page(study: optuna.Study, number: int, held: dict[str, str]) -> None:
+def _show_on_trial_page(study: optuna.Study, storage: optuna.storages.BaseStorage, number: int,
+                        held: dict[str, str]) -> None:
     """Put trial ``number``'s pictures and trace on its own dashboard page, as the trial's note
     (Markdown linking the study artifacts). Optuna 5 refuses artifacts on a finished trial
     (``UpdateFinishedTrialError``); optuna-dashboard keeps a trial's note among the study's
     attributes, so a finished trial can have one."""
     from optuna_dashboard import save_note
 
-    served = f"/artifacts/{study._study_id}"
+    served = f"/artifacts/{storage.get_study_id_from_name(study.study_name)}"
     pictures = "\n\n".join(f"![{p}]({served}/{held[f'{p}.png']})" for p in PICTURES if f"{p}.png" in held)
     trace = f"\n\n[Chrome trace]({served}/{held['trace.json']}) (open in https://ui.perfetto.dev)" \
         if "trace.json" in held else ""
-    save_note(optuna.Trial(study, study.trials[number]._trial_id), f"## Trial {number}\n\n{pictures}{trace}")
+    save_note(optuna.Trial(study, trial_id(storage, study, number)), f"## Trial {number}\n\n{pictures}{trace}")
 
 
 def _upload(study: optuna.Study, store: FileSystemArtifactStore, path: Path, name: str) -> str:

@@ -15,8 +15,7 @@ from optuna.trial import TrialState
 from palm_search.search.driver import Search, candidate_of
 from palm_search.search.screen import rank_agreement
 from palm_search.search.storage import ARTIFACTS
-from simulator import hardware_tables, strategy_fields
-from simulator.result import SCHEMA_VERSION
+from simulator import SCHEMA_VERSION, hardware_tables, strategy_fields
 
 COLUMNS = ("trial", *strategy_fields(column=True), "samples_per_s", "model_flops_utilisation", "peak_memory_GiB",
            "bubble_fraction", "speedup", "feasible", "cached", "baseline")

@@ -66,7 +66,7 @@ def _kill_mid_trial(url: str, victim: subprocess.Popen) -> int | None:
         if mine:
             victim.send_signal(signal.SIGKILL)
             victim.wait()
-            again = storage.get_trial(mine[0]._trial_id)
+            again = storage.get_trial(storage.get_trial_id_from_study_id_trial_number(study_id, mine[0].number))
             return mine[0].number if again.state == TrialState.RUNNING else None
         time.sleep(0.005)
     victim.kill()

@@ -6,6 +6,8 @@ from dataclasses import replace
 
 import optuna
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import simulator
 from simulator.legality import divisors
@@ -75,7 +77,7 @@ def test_custom_placements_are_validated():
         ({"x": [[0, 1], [2, 36]]}, "not in 0..35"),
         ({"x": [[0, 1], [1, 2]]}, "used twice"),
         ({"x": [[0, 1], [2]]}, "same number"),
-        ({"x": [[0, 1, 2], [3, 4, 5]]}, "needs pp = 2 stages of tp\\*dp = 2"),
+        ({"x": [[0, 1, 2], [3, 4, 5]]}, "needs pp = 2 stages of tp\\*cp\\*dp = 2"),
         ({"x": [0, 1]}, "every stage must be a list"),
         ({"x": []}, "non-empty"),
         ({"x": [[0, True], [2, 3]]}, "device id True"),
@@ -101,3 +103,21 @@ def test_suggest_placement_keeps_choices_fixed_with_custom_placements():
         study.tell(trial, 0.0)
     names = {name for t in study.trials for name in t.params}
     assert "placement|without=quads" in names and "placement|without=pairs" in names
+
+
+@settings(max_examples=200, deadline=None)
+@given(tp=st.integers(1, 4), pp=st.integers(1, 4), dp=st.integers(1, 4), cp=st.integers(2, 4),
+       stages=st.integers(1, 4), per_stage=st.integers(1, 64))
+def test_fits_agrees_with_strategy_under_context_parallelism(tp, pp, dp, cp, stages, per_stage):
+    """A custom placement fits the degrees exactly when ``simulator.Strategy`` takes it: ``pp``
+    stages of ``tp * cp * dp`` devices (context parallelism included)."""
+    degrees = ParallelDegrees(tp, pp, dp, cp)
+    stage_devices = tuple(tuple(range(k * per_stage, (k + 1) * per_stage)) for k in range(stages))
+    try:
+        simulator.Strategy(tp=tp, pp=pp, dp=dp, cp=cp, placement="explicit", stage_devices=stage_devices)
+        accepted = True
+    except simulator.InputError:
+        accepted = False
+    assert placement.fits(stage_devices, degrees) == accepted
+    exact = tuple(tuple(range(k * tp * cp * dp, (k + 1) * tp * cp * dp)) for k in range(pp))
+    assert placement.fits(exact, degrees)
