@@ -16,23 +16,22 @@ divides the bubble by ``v`` (Narayanan et al. SC'21 §2.2).
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from simulator.errors import InputError
+from simulator.passes import Pass, PassKind, activation_change
 
-
-class Pass(NamedTuple):
-    """One entry of a stage's order: ``kind`` ``F`` (forward) or ``B`` (backward)."""
-
-    kind: str
-    microbatch: int
-    chunk: int
+__all__ = ["Pass", "PassKind", "PipelineSchedule", "make_schedule", "SCHEDULE_CLASSES"]
+F, B = PassKind.FORWARD, PassKind.BACKWARD
 
 
 class PipelineSchedule:
     """Base: the per-stage order of passes for ``pp`` stages and ``num_chunks`` chunks."""
 
     name = "base"
+    defers_weight_gradients = False
+    """Whether the order runs a backward as its two halves (:attr:`PassKind.BACKWARD_INPUT`
+    and :attr:`PassKind.BACKWARD_WEIGHT`), the weight half deferred; else as one
+    :attr:`PassKind.BACKWARD`. The closed-form estimate (:meth:`simulator.engine.Engine.estimate`)
+    reads it."""
 
     def __init__(self, pp: int, num_chunks: int = 1) -> None:
         self.pp = pp
@@ -44,7 +43,7 @@ class PipelineSchedule:
 
     def forward_order(self, stage: int, num_microbatches: int) -> list[Pass]:
         """Passes of ``stage`` for inference: the forwards of :meth:`order`, in order."""
-        return [p for p in self.order(stage, num_microbatches) if p.kind == "F"]
+        return [p for p in self.order(stage, num_microbatches) if p.kind is PassKind.FORWARD]
 
     def max_in_flight(self, stage: int, num_microbatches: int) -> list[int]:
         """Microbatches whose activations each chunk of ``stage`` holds when the stage holds the
@@ -52,7 +51,7 @@ class PipelineSchedule:
         chunks' own peaks fall at different times and would overstate it)."""
         live, peak = [0] * self.num_chunks, [0] * self.num_chunks
         for p in self.order(stage, num_microbatches):
-            live[p.chunk] += 1 if p.kind == "F" else -1
+            live[p.chunk] += activation_change(p.kind)
             if sum(live) > sum(peak):
                 peak = list(live)
         return peak
@@ -65,7 +64,7 @@ class GPipe(PipelineSchedule):
 
     def order(self, stage: int, num_microbatches: int) -> list[Pass]:
         m = range(num_microbatches)
-        return [Pass("F", i, 0) for i in m] + [Pass("B", i, 0) for i in m]
+        return [Pass(F, i, 0) for i in m] + [Pass(B, i, 0) for i in m]
 
     def max_in_flight(self, stage: int, num_microbatches: int) -> list[int]:
         return [num_microbatches]
@@ -79,10 +78,10 @@ class OneFOneB(PipelineSchedule):
     def order(self, stage: int, num_microbatches: int) -> list[Pass]:
         m = num_microbatches
         warmup = min(self.pp - stage - 1, m)
-        passes = [Pass("F", i, 0) for i in range(warmup)]
+        passes = [Pass(F, i, 0) for i in range(warmup)]
         for i in range(m - warmup):
-            passes += [Pass("F", warmup + i, 0), Pass("B", i, 0)]
-        passes += [Pass("B", i, 0) for i in range(m - warmup, m)]
+            passes += [Pass(F, warmup + i, 0), Pass(B, i, 0)]
+        passes += [Pass(B, i, 0) for i in range(m - warmup, m)]
         return passes
 
     def max_in_flight(self, stage: int, num_microbatches: int) -> list[int]:
@@ -109,11 +108,11 @@ class InterleavedOneFOneB(PipelineSchedule):
         p, v = self.pp, self.num_chunks
         total = num_microbatches * v
         warmup = min((p - stage - 1) * 2 + (v - 1) * p, total)
-        passes = [Pass("F", *self._virtual(k, True)) for k in range(warmup)]
+        passes = [Pass(F, *self._virtual(k, True)) for k in range(warmup)]
         for k in range(total - warmup):
-            passes.append(Pass("F", *self._virtual(warmup + k, True)))
-            passes.append(Pass("B", *self._virtual(k, False)))
-        passes += [Pass("B", *self._virtual(k, False)) for k in range(total - warmup, total)]
+            passes.append(Pass(F, *self._virtual(warmup + k, True)))
+            passes.append(Pass(B, *self._virtual(k, False)))
+        passes += [Pass(B, *self._virtual(k, False)) for k in range(total - warmup, total)]
         return passes
 
 
