@@ -8,6 +8,8 @@ SimPy process per stage, so bubbles come out of the dependencies, not from a for
   forwards on stage ``i``, then one forward / one backward, then the cool-down backwards.
 * :class:`InterleavedOneFOneB` (Narayanan et al. SC'21 §2.2.2): ``v`` model chunks per stage,
   the order of Megatron-LM's ``forward_backward_pipelining_with_interleaving``.
+* :class:`ZeroBubbleH1` (Qi et al. ICLR'24 §2.1): 1F1B with the backward split into its input-
+  and weight-gradient halves, the weight half deferred into the cool-down.
 
 With uniform stages of forward time ``t_f`` and backward time ``t_b``, GPipe and 1F1B take
 ``(m + p - 1)(t_f + t_b)`` and leave a bubble fraction ``(p - 1)/(m + p - 1)``; interleaving
@@ -116,7 +118,38 @@ class InterleavedOneFOneB(PipelineSchedule):
         return passes
 
 
-SCHEDULE_CLASSES = {cls.name: cls for cls in (GPipe, OneFOneB, InterleavedOneFOneB)}
+class ZeroBubbleH1(PipelineSchedule):
+    """ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24 §2.1): 1F1B with each
+    backward split into its input-gradient half B, which the previous stage waits for, and its
+    weight-gradient half W, which nothing waits for. Stage ``i`` runs 1F1B's ``p - i - 1``
+    warm-up forwards and its order of forwards and B passes, and runs ``W`` of microbatch
+    ``k - i`` right after ``B`` of microbatch ``k``: the later a stage, the more W passes it
+    defers, and the rest fill the cool-down, so every stage holds ``min(p, m)`` microbatches
+    whose weight gradients are pending (the first stage's 1F1B peak, Qi et al. §2.1).
+
+    With uniform stages, ``m >= p`` and ``t_w <= min(t_f, t_b)`` it takes
+    ``m (t_f + t_b + t_w) + (p - 1)(t_f + t_b - t_w)``: a bubble of ``(p - 1)(t_f + t_b - t_w)``
+    against 1F1B's ``(p - 1)(t_f + t_b + t_w)``, a third of it when the three are equal
+    (Qi et al. §2.1, Figure 3).
+    """
+
+    name = "zb-h1"
+    defers_weight_gradients = True
+
+    def order(self, stage: int, num_microbatches: int) -> list[Pass]:
+        m = num_microbatches
+        warmup = min(self.pp - stage - 1, m)
+        passes = [Pass(F, i, 0) for i in range(warmup)]
+        for k in range(m):
+            if k < m - warmup:
+                passes.append(Pass(F, warmup + k, 0))
+            passes.append(Pass(PassKind.BACKWARD_INPUT, k, 0))
+            if k >= stage:
+                passes.append(Pass(PassKind.BACKWARD_WEIGHT, k - stage, 0))
+        return passes + [Pass(PassKind.BACKWARD_WEIGHT, k, 0) for k in range(max(m - stage, 0), m)]
+
+
+SCHEDULE_CLASSES = {cls.name: cls for cls in (GPipe, OneFOneB, InterleavedOneFOneB, ZeroBubbleH1)}
 
 
 def make_schedule(name: str, pp: int, num_chunks: int = 1) -> PipelineSchedule:
