@@ -148,6 +148,9 @@ class ZeroBubbleH1(PipelineSchedule):
                 passes.append(Pass(PassKind.BACKWARD_WEIGHT, k - stage, 0))
         return passes + [Pass(PassKind.BACKWARD_WEIGHT, k, 0) for k in range(max(m - stage, 0), m)]
 
+    def max_in_flight(self, stage: int, num_microbatches: int) -> list[int]:
+        return [min(self.pp, num_microbatches)]
+
 
 SCHEDULE_CLASSES = {cls.name: cls for cls in (GPipe, OneFOneB, InterleavedOneFOneB, ZeroBubbleH1)}
 

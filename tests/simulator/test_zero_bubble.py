@@ -90,6 +90,7 @@ def test_zb_h1_holds_the_first_stages_1f1b_peak_on_every_stage(pp, m):
     zb, one_f_one_b = make_schedule("zb-h1", pp), make_schedule("1f1b", pp)
     peaks = [zb.max_in_flight(i, m) for i in range(pp)]
     assert peaks == [[min(pp, m)]] * pp
+    assert peaks == [PipelineSchedule.max_in_flight(zb, i, m) for i in range(pp)]  # counted along the order
     assert max(peaks) == max(one_f_one_b.max_in_flight(i, m) for i in range(pp))
 
 
