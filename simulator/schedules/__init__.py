@@ -129,8 +129,11 @@ class ZeroBubbleH1(PipelineSchedule):
 
     With uniform stages, ``m >= p`` and ``t_w <= min(t_f, t_b)`` it takes
     ``m (t_f + t_b + t_w) + (p - 1)(t_f + t_b - t_w)``: a bubble of ``(p - 1)(t_f + t_b - t_w)``
-    against 1F1B's ``(p - 1)(t_f + t_b + t_w)``, a third of it when the three are equal
-    (Qi et al. §2.1, Figure 3).
+    against 1F1B's ``(p - 1)(t_f + t_b + t_w)``, a third of it when the three are equal, as
+    Qi et al. §2.1 (Figure 3) state; the expression for unequal ``t_f, t_b, t_w`` and its
+    condition were checked on the dependency graph (``tests/simulator/test_zero_bubble.py``).
+    With unequal stages ZB-H1 can be slower than 1F1B: a stage with long W passes ends on the
+    ``i`` it deferred.
     """
 
     name = "zb-h1"
