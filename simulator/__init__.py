@@ -36,6 +36,7 @@ from simulator.hardware.loader import hardware_from_tables, hardware_presets, lo
 from simulator.hardware.spec import Hardware
 from simulator.hardware.writer import hardware_tables, hardware_to_toml
 from simulator.legality import num_microbatches
+from simulator.passes import PassKind
 from simulator.result import SCHEMA_VERSION, SimulationResult, StageReport
 from simulator.strategy import (
     GROUP_LAYOUTS,
@@ -85,5 +86,5 @@ __all__ = [
     "hardware_to_toml", "load_hardware", "load_model", "load_strategy",
     "model_presets", "num_microbatches", "read_best", "simulate", "simulate_timeline", "simulate_with_records",
     "strategy_fields", "GROUP_LAYOUTS", "GROUP_ORDERS", "PLACEMENTS", "PRECISIONS", "RECOMPUTES", "SCHEMA_VERSION",
-    "TRANSFER_STRATEGIES", "ZERO_STAGES",
+    "TRANSFER_STRATEGIES", "ZERO_STAGES", "PassKind",
 ]

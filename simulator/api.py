@@ -296,13 +296,15 @@ def _run(engine: Engine, m: int, pp: int, steady_state: bool) -> _Outcome:
     """Full run, or two runs and a linear extrapolation: of ``(2, 4)``, ``(4, 8)``... microbatches,
     the first pair whose period per microbatch agrees with the closed-form steady state (a cost
     near linear in the pipeline depth when one does), else of ``p`` and ``2p`` (the steady state
-    of 1F1B is reached after ``p``). ``simulated_microbatches`` counts every run, the short
-    ones that did not agree included. Extrapolation runs fewer microbatches in all than the
-    full run would (else the full run is made)."""
+    of 1F1B is reached after ``p``). A schedule that defers weight gradients (ZB-H1) fills its
+    drain with them only from ``m >= p`` on (Qi et al. ICLR'24 §2.1), so shorter runs overstate
+    its fill and drain: it extrapolates from ``p`` and ``2p``. ``simulated_microbatches`` counts
+    every run, the short ones that did not agree included. Extrapolation runs fewer microbatches
+    in all than the full run would (else the full run is made)."""
     m_a, m_b = pp, 2 * pp
     if steady_state and m > m_a + m_b:
         tried = 0
-        if engine.schedule.num_chunks == 1:
+        if engine.schedule.num_chunks == 1 and not engine.schedule.defers_weight_gradients:
             short, tried = _short_run(engine, m, pp)
             if short is not None:
                 return short

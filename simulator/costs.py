@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from simulator.passes import PassKind
+
 CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
 
 
@@ -115,6 +117,13 @@ class StageCost:
         units: names of the layers on this stage (e.g. ``("embedding", "layer0", ...)``).
         forward: forward pass of one microbatch.
         backward: backward pass of one microbatch, recompute included (zero for inference).
+        backward_input: its input-gradient half (Qi et al. ICLR'24 §2's B): the recompute, the
+            input-gradient operators, the TP and context-parallel collectives and ZeRO-3's
+            gather. Its compute and flops plus ``backward_weight``'s are ``backward``'s; what the
+            weight-gradient GEMMs hid under ``tp_overlap`` is exposed here.
+        backward_weight: its weight-gradient half (Qi et al.'s W): the weight-gradient GEMMs
+            (one per weighted GEMM, its forward's flops), their share of the DRAM traffic and
+            ZeRO-3's gradient reduce-scatter.
         optimizer_step: the gradient update at the end of the iteration.
         activation_send_bytes: bytes one device sends to the next stage per microbatch.
         gradient_send_bytes: bytes one device sends to the previous stage per microbatch.
@@ -132,6 +141,8 @@ class StageCost:
     units: tuple[str, ...]
     forward: PassCost
     backward: PassCost
+    backward_input: PassCost
+    backward_weight: PassCost
     optimizer_step: PassCost
     activation_send_bytes: float
     gradient_send_bytes: float
@@ -140,3 +151,21 @@ class StageCost:
     model_flops_per_microbatch: float
     hardware_flops_per_microbatch: float
     memory: MemoryBreakdown
+
+    def pass_cost(self, kind: PassKind) -> PassCost:
+        """The cost of a scheduled pass of ``kind`` on this stage.
+
+        Raises:
+            ValueError: a kind that is not scheduled on its own (recompute, gradient update).
+        """
+        match kind:
+            case PassKind.FORWARD:
+                return self.forward
+            case PassKind.BACKWARD:
+                return self.backward
+            case PassKind.BACKWARD_INPUT:
+                return self.backward_input
+            case PassKind.BACKWARD_WEIGHT:
+                return self.backward_weight
+            case PassKind.RECOMPUTE | PassKind.OPTIMIZER_UPDATE:
+                raise ValueError(f"a {kind.label} is not a scheduled pass")

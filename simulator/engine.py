@@ -39,8 +39,9 @@ from simulator.network.backends import NetworkBackend
 from simulator.network.collectives import Flow, all_pairs_edges, make_flow, ring_edges
 from simulator.network.sharing import PhaseTimes, Plan, SharingNetwork
 from simulator.network.topology import Edge, Topology
+from simulator.passes import Pass, PassKind
 from simulator.placement import StagePlacement
-from simulator.schedules import Pass, PipelineSchedule
+from simulator.schedules import PipelineSchedule
 
 _T = TypeVar("_T")
 _Phase = tuple[str, float, Flow | None, float, float, float]
@@ -59,11 +60,11 @@ class StageStats:
 
 @dataclass(slots=True)
 class PassRecord:
-    """One executed pass, for traces: stage, kind (F, B, U), microbatch, chunk, start, end (s);
+    """One executed pass, for traces: stage, kind, microbatch, chunk, start, end (s);
     ``recompute_s`` is the recompute part of a backward pass's ``compute_s`` (s)."""
 
     stage: int
-    kind: str
+    kind: PassKind
     microbatch: int
     chunk: int
     start_s: float
@@ -293,7 +294,11 @@ class Engine:
         ``i`` for one microbatch, the pipeline takes ``m max_i t_i + (sum_i t_i - max_i t_i) / v``
         (GPipe and 1F1B take ``(m + p - 1)(t_f + t_b)`` with equal stages, and interleaving
         ``v`` chunks divides the fill and drain by ``v``: Narayanan et al. SC'21 §2.2; with unequal
-        stages the slowest sets the steady state), then the slowest gradient update. No
+        stages the slowest sets the steady state), then the slowest gradient update. A schedule
+        that defers weight gradients (ZB-H1) runs them in the fill and drain: each stage but the
+        slowest adds ``max(t_i - 2 w_i, 0)`` with ``w_i`` its weight-gradient passes, which gives
+        ZB-H1's ``(m + p - 1)(t_f + t_b + t_w) - 2 (p - 1) t_w`` with equal stages (Qi et al. ICLR'24
+        §2.1: a bubble of ``(p - 1)(t_f + t_b - t_w)``). No
         resource can be busier than the iteration, so the makespan is at least the busiest
         resource's busy time: bytes per edge of each flow times its occupancy, summed over flows
         (the bound a work-conserving sharing model approaches when one resource saturates).
@@ -302,14 +307,18 @@ class Engine:
         self.stats = [StageStats() for _ in range(pp)]
         for flow in self.flows:
             flow.bytes_moved = 0.0
-        per_stage = [0.0] * pp
+        per_stage, deferred = [0.0] * pp, [0.0] * pp
         for j, cost in enumerate(self.costs):
             i = j % pp
             per_stage[i] += self._alone_s(i, cost.forward)
             self.stats[i].compute_s += cost.forward.compute_s
             if j < len(self.costs) - 1:
                 per_stage[i] += self._send_alone_s(i, (j + 1) % pp, cost.activation_send_bytes)
-            if self.training:
+            if self.training and self.schedule.defers_weight_gradients:
+                per_stage[i] += self._alone_s(i, cost.backward_input)
+                deferred[i] += self._alone_s(i, cost.backward_weight)
+                self.stats[i].compute_s += cost.backward_input.compute_s + cost.backward_weight.compute_s
+            elif self.training:
                 per_stage[i] += self._alone_s(i, cost.backward)
                 self.stats[i].compute_s += cost.backward.compute_s
                 if j > 0:
@@ -319,8 +328,13 @@ class Engine:
         for st in self.stats:
             st.compute_s, st.communication_s, st.dram_stall_s = (m * st.compute_s, m * st.communication_s,
                                                                  m * st.dram_stall_s)
+        per_stage = [t + w for t, w in zip(per_stage, deferred, strict=True)]
         period = max(per_stage)
         pipeline = m * period + (sum(per_stage) - period) / chunks
+        if any(deferred):  # deferred weight gradients fill 2 W of each other stage's fill and drain
+            slowest = per_stage.index(period)
+            pipeline = m * period + sum(max(t - 2 * w, 0.0) for k, (t, w) in enumerate(zip(per_stage, deferred,
+                                        strict=True)) if k != slowest) / chunks
         if self.training:
             pipeline += max(self._update_alone_s(i) for i in range(pp))
         busiest = self._busiest_s()
@@ -377,19 +391,18 @@ class Engine:
         last = len(self.costs) - 1
         for p in order:
             j = p.chunk * self.pp + i
-            forward = p.kind == "F"
-            waits_on = ("act", j, p.microbatch) if forward else ("grad", j, p.microbatch)
-            if (forward and j > 0) or (not forward and j < last):
+            forward, backward = p.kind is PassKind.FORWARD, p.kind.is_backward
+            if (forward and j > 0) or (backward and j < last):
                 self.events += 1
-                yield self._message(waits_on)
-            cost = self.costs[j].forward if forward else self.costs[j].backward
+                yield self._message(("act", j, p.microbatch) if forward else ("grad", j, p.microbatch))
+            cost = self.costs[j].pass_cost(p.kind)
             yield from self._pass(i, cost, p)
             if self.events > self.event_limit or time.perf_counter() > self.deadline_s:
                 self._stop()
             sent: float | simpy.Event = self.env.now
             if forward and j < last:
                 sent = self._send(i, j, j + 1, "act", p.microbatch, self.costs[j].activation_send_bytes)
-            elif not forward and j > 0:
+            elif backward and j > 0:
                 sent = self._send(i, j, j - 1, "grad", p.microbatch, self.costs[j].gradient_send_bytes)
             if self.p2p_blocking:
                 t = self.env.now
@@ -763,7 +776,7 @@ class Engine:
             self._trace(flow, f"stage {i}", "gradient collectives", start, end - start, moved)
         self.stats[i].optimizer_s += sum(c.optimizer_step.compute_s for c in chunks)
         if self.record:
-            self.records.append(PassRecord(i, "U", -1, 0, now, self.env.now))
+            self.records.append(PassRecord(i, PassKind.OPTIMIZER_UPDATE, -1, 0, now, self.env.now))
 
 @dataclass(frozen=True, slots=True)
 class FlowIndex:

@@ -30,7 +30,7 @@ def _field(default: Any, *, placed: bool = False, where: bool = False, column: b
     return field(default=default, metadata={"placed": placed, "where": where, "column": column, "flag": flag})
 
 
-Schedule = Literal["gpipe", "1f1b", "interleaved-1f1b"]
+Schedule = Literal["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"]
 Recompute = Literal["none", "selective", "full"]
 Optimizer = Literal["sgd", "adam"]
 Precision = Literal["fp32", "fp16", "bf16", "fp8", "int8", "bfloat8_b", "bfloat4_b"]
@@ -40,7 +40,7 @@ GroupLayout = Literal["compact", "strided"]
 GroupOrder = Literal["tp-major", "dp-major"]
 Attention = Literal["auto", "unfused", "fused"]
 
-SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved-1f1b")
+SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1")
 RECOMPUTES: tuple[str, ...] = ("none", "selective", "full")
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8", "int8", "bfloat8_b", "bfloat4_b")
@@ -106,7 +106,8 @@ class Strategy:
         microbatch_size: samples per microbatch ``b``.
         global_batch_size: samples per iteration ``B``; ``B / (b * dp)`` is the number of
             microbatches ``m`` per replica per iteration. ``None`` takes the model's.
-        schedule: ``gpipe``, ``1f1b`` or ``interleaved-1f1b`` (Narayanan et al. SC'21 §2.2).
+        schedule: ``gpipe``, ``1f1b`` or ``interleaved-1f1b`` (Narayanan et al. SC'21 §2.2), or
+            ``zb-h1`` (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24 §2.1).
         num_chunks: model chunks per device ``v`` for ``interleaved-1f1b`` (1 otherwise).
         recompute: activation recomputation ``none``, ``selective`` (attention core only) or
             ``full`` (Korthikanti et al., MLSys'23).

@@ -23,14 +23,13 @@ from typing import Any
 
 from simulator.engine import PassRecord, TraceRecord
 from simulator.network.topology import Topology
+from simulator.passes import PassKind
 from simulator.placement import StagePlacement
 from simulator.result import SimulationResult
 
 PROCESSES = (("stage", "pipeline stages"), ("tp", "TP collectives"), ("dp", "DP collectives"),
              ("p2p", "p2p transfers"), ("dram", "DRAM ports"))
 """(kind, process name) in display order; pid is the position + 1."""
-
-PASS_NAMES = {"F": "forward", "B": "backward", "R": "recompute", "U": "gradient update"}
 
 EPSILON_S = 1e-12
 """Gaps and overlaps shorter than this (s) are float noise."""
@@ -42,7 +41,7 @@ class Timeline:
 
     Attributes:
         result: the simulation result (whole iteration, steady-state extrapolated).
-        passes: the window's passes (F, B, U) per stage.
+        passes: the window's passes (forward, backward or its halves, update) per stage.
         bookings: the window's flow bookings (TP, DP, p2p, DRAM).
         window_microbatches: microbatches per replica in the recorded window (0 if infeasible).
         window_s: the window's makespan (s).
@@ -63,7 +62,8 @@ class Timeline:
 
 @dataclass(frozen=True, slots=True)
 class Slice:
-    """One slice on a track: kind (track group), lane, name, start and end (s), args."""
+    """One slice on a track: kind (track group), lane, name, start and end (s), args, and on a
+    stage track the pass kind (None for a bubble and off the stage tracks)."""
 
     kind: str
     lane: str
@@ -71,6 +71,7 @@ class Slice:
     start_s: float
     end_s: float
     args: dict[str, Any]
+    pass_kind: PassKind | None = None
 
 
 def stage_slices(timeline: Timeline) -> list[Slice]:
@@ -95,19 +96,26 @@ def _bubble(stage: int, start_s: float, end_s: float) -> Slice:
 
 
 def _pass_slices(p: PassRecord) -> list[Slice]:
-    lane = f"stage {p.stage}"
     args = {"stage": p.stage, "microbatch": p.microbatch, "chunk": p.chunk}
-    if p.kind == "U":
-        return [Slice("stage", lane, "update", p.start_s, p.end_s, {**args, "kind": "U"})]
+    if p.kind is PassKind.OPTIMIZER_UPDATE:
+        return [_pass_slice(p, "update", p.start_s, p.end_s, args)]
     label = f" {p.microbatch}" + (f" c{p.chunk}" if p.chunk else "")
-    if p.kind == "B" and p.recompute_s > 0:
+    if p.kind.is_backward and p.recompute_s > 0:
         # the recompute's share of the pass's compute, of the pass's time (which DRAM stalls and
         # collectives stretch alike)
         split = p.start_s + (p.end_s - p.start_s) * min(p.recompute_s / p.compute_s, 1.0) if p.compute_s \
             else p.start_s + p.recompute_s
-        return [Slice("stage", lane, "R" + label, p.start_s, split, {**args, "kind": "R"}),
-                Slice("stage", lane, "B" + label, split, p.end_s, {**args, "kind": "B"})]
-    return [Slice("stage", lane, p.kind + label, p.start_s, p.end_s, {**args, "kind": p.kind})]
+        recompute = PassKind.RECOMPUTE
+        return [_pass_slice(p, recompute.value + label, p.start_s, split, args, recompute),
+                _pass_slice(p, p.kind.value + label, split, p.end_s, args)]
+    return [_pass_slice(p, p.kind.value + label, p.start_s, p.end_s, args)]
+
+
+def _pass_slice(p: PassRecord, name: str, start_s: float, end_s: float, args: dict[str, Any],
+                kind: PassKind | None = None) -> Slice:
+    """A slice of pass ``p`` (of ``kind``, default the pass's), its kind's letter in ``args``."""
+    kind = kind or p.kind
+    return Slice("stage", f"stage {p.stage}", name, start_s, end_s, {**args, "kind": kind.value}, kind)
 
 
 def booking_slices(timeline: Timeline) -> list[Slice]:
@@ -186,7 +194,7 @@ def _complete(s: Slice, pid: int, tid: int) -> dict[str, Any]:
 def _category(s: Slice) -> str:
     if s.kind != "stage":
         return s.kind
-    return "bubble" if s.name == "bubble" else PASS_NAMES[s.args["kind"]]
+    return s.pass_kind.label if s.pass_kind is not None else "bubble"
 
 
 def _header(timeline: Timeline) -> dict[str, Any]:

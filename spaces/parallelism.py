@@ -89,9 +89,9 @@ class ScheduleChoice(NamedTuple):
 
 
 def schedule_choices(chunk_choices: Sequence[int] = CHUNK_CHOICES) -> tuple[ScheduleChoice, ...]:
-    """The fixed list: GPipe, 1F1B, then interleaved 1F1B with each of ``chunk_choices``."""
+    """The fixed list: GPipe, 1F1B, interleaved 1F1B with each of ``chunk_choices``, then ZB-H1."""
     interleaved = tuple(ScheduleChoice("interleaved-1f1b", v) for v in chunk_choices)
-    return (ScheduleChoice("gpipe"), ScheduleChoice("1f1b"), *interleaved)
+    return (ScheduleChoice("gpipe"), ScheduleChoice("1f1b"), *interleaved, ScheduleChoice("zb-h1"))
 
 
 def enumerate_degrees(model: ModelSpec, hardware: Hardware, *, devices: int | None = None,
@@ -154,13 +154,16 @@ def enumerate_schedules(model: ModelSpec, degrees: ParallelDegrees, microbatch_s
     """The schedules of :func:`schedule_choices` legal for these degrees and microbatch.
 
     Interleaved 1F1B with ``v`` chunks needs ``pp > 1``, ``units % (pp v) == 0`` and
-    ``m % pp == 0`` with ``m = B / (b dp)`` (Narayanan et al. SC'21 §2.2.2).
+    ``m % pp == 0`` with ``m = B / (b dp)`` (Narayanan et al. SC'21 §2.2.2). ZB-H1 needs
+    ``pp > 1``: on one stage it is 1F1B without a bubble to fill.
     """
     batch = global_batch(model, global_batch_size)
     m = batch // (microbatch_size * degrees.dp)
     units, pp = partition_units(model), degrees.pp
 
     def legal(choice: ScheduleChoice) -> bool:
+        if choice.schedule == "zb-h1":
+            return pp > 1
         if choice.num_chunks == 1:
             return True
         return megatron_interleaving(units, pp, choice.num_chunks) and interleaving_legal(pp, m)

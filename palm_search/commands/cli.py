@@ -103,7 +103,7 @@ def simulate_command(
                                        " (ring attention).")] = None,
     microbatch_size: Annotated[int | None, Opt(help="Samples per microbatch.")] = None,
     global_batch_size: Annotated[int | None, Opt(help="Samples per iteration (default: model's).")] = None,
-    schedule: Annotated[str | None, Opt(help="gpipe, 1f1b or interleaved-1f1b.")] = None,
+    schedule: Annotated[str | None, Opt(help="gpipe, 1f1b, interleaved-1f1b or zb-h1.")] = None,
     num_chunks: Annotated[int | None, Opt(help="Model chunks per stage (interleaved).")] = None,
     recompute: Annotated[str | None, Opt(help="none, selective or full.")] = None,
     sequence_parallel: Annotated[bool | None, Opt("--sequence-parallel/--no-sequence-parallel")] = None,

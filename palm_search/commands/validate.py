@@ -23,6 +23,7 @@ from palm_search.search.baseline import lowest_fitting_zero
 from simulator import (
     Hardware,
     ModelSpec,
+    PassKind,
     Strategy,
     estimate_samples_per_s,
     grid_gemm,
@@ -149,10 +150,10 @@ def palm_table4_row(record: dict) -> ValidationRow:
                 _describe(chosen), note=f"PALM predicted {record['palm_seq_per_s']}")
 
 
-def _pass_s(model: ModelSpec, strategy: Strategy, kind: str) -> float:
-    """Duration of the one forward (``F``) or backward (``B``) pass of a 1-stage, 1-microbatch run (s)."""
+def _pass_s(model: ModelSpec, strategy: Strategy, kind: PassKind) -> float:
+    """Duration of the one forward or backward pass of a 1-stage, 1-microbatch run (s)."""
     _, records = simulate_with_records(model, load_hardware("a100-cluster"), strategy)
-    return next(r.end_s - r.start_s for r in records if r.kind == kind)
+    return next(r.end_s - r.start_s for r in records if r.kind is kind)
 
 
 def korthikanti_layer_row(record: dict) -> ValidationRow:
@@ -160,7 +161,7 @@ def korthikanti_layer_row(record: dict) -> ValidationRow:
     the pass-time difference of a 2-layer and a 1-layer model (embedding and logits cancel)."""
     strategy = Strategy(tp=8, microbatch_size=4, global_batch_size=4, recompute=record["recompute"],
                         sequence_parallel=bool(record["sequence_parallel"]), tp_overlap=True)
-    kind = "F" if record["pass"] == "forward" else "B"
+    kind = PassKind.FORWARD if record["pass"] == "forward" else PassKind.BACKWARD
     two, one = (_pass_s(_gpt("GPT-22B", layers, 6144, 64, 4), strategy, kind) for layers in (2, 1))
     return _row("korthikanti-table4", f"{record['experiment']}, {record['pass']}", "ms per layer",
                 record["time_ms"], (two - one) * 1e3, _describe(strategy))

@@ -18,11 +18,19 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from simulator import Hardware, ModelSpec, Strategy, simulate_timeline
+from simulator import Hardware, ModelSpec, PassKind, Strategy, simulate_timeline
 from simulator.trace import Timeline, stage_slices, write_chrome_trace
 
-PASS_COLOURS = {"F": "#4C72B0", "B": "#DD8452", "R": "#55A868", "U": "#C44E52", "bubble": "#E6E6E6"}
-PASS_LABELS = {"F": "forward", "B": "backward", "R": "recompute", "U": "gradient update", "bubble": "bubble (idle)"}
+PASS_COLOURS: dict[PassKind | str, str] = {
+    PassKind.FORWARD: "#4C72B0", PassKind.BACKWARD: "#DD8452", PassKind.BACKWARD_INPUT: "#E5AE38",
+    PassKind.BACKWARD_WEIGHT: "#8172B3", PassKind.RECOMPUTE: "#55A868", PassKind.OPTIMIZER_UPDATE: "#C44E52",
+    "bubble": "#E6E6E6"}
+"""Colour of each pass kind on the timeline, and of idle time."""
+PASS_LABELS: dict[PassKind | str, str] = {**{kind: kind.label for kind in PassKind}, "bubble": "bubble (idle)"}
+NUMBERED = (PassKind.FORWARD, PassKind.BACKWARD, PassKind.BACKWARD_INPUT, PassKind.BACKWARD_WEIGHT, PassKind.RECOMPUTE)
+"""Kinds whose slices show their microbatch number when wide enough."""
+LEGEND = (PassKind.FORWARD, PassKind.BACKWARD, PassKind.RECOMPUTE, PassKind.OPTIMIZER_UPDATE, "bubble")
+"""Entries the legend always shows; the backward's halves join it when a schedule runs them."""
 HEAT = colormaps["YlOrRd"].with_extremes(bad="#D9D9D9")
 """Utilisation colours: pale yellow to dark red (not black: die borders are black)."""
 WIDTH_IN = 7.2
@@ -83,12 +91,12 @@ def plot_timeline(timeline: Timeline) -> Figure:
     axes = figure.add_subplot()
     window = timeline.window_s or 1.0
     label_s = window * 0.16 / width_in
-    bars: dict[tuple[int, str], list[tuple[float, float]]] = {}
+    bars: dict[tuple[int, PassKind | str], list[tuple[float, float]]] = {}
     for s in stage_slices(timeline):
-        kind = "bubble" if s.name == "bubble" else s.args["kind"]
+        kind: PassKind | str = s.pass_kind or "bubble"
         y = s.args["stage"]
         bars.setdefault((y, kind), []).append((s.start_s, s.end_s - s.start_s))
-        if kind in "FBR" and s.end_s - s.start_s >= label_s:
+        if kind in NUMBERED and s.end_s - s.start_s >= label_s:
             axes.text((s.start_s + s.end_s) / 2, y, str(s.args["microbatch"]), ha="center", va="center",
                       fontsize=7, color="white")
     for (y, kind), spans in bars.items():  # one collection per stage and kind: matplotlib rescales per call
@@ -102,9 +110,10 @@ def plot_timeline(timeline: Timeline) -> Figure:
     axes.set_xlabel(f"time (s) in a window of {timeline.window_microbatches} of {r.num_microbatches} microbatches;"
                     f" iteration {r.iteration_time_s:.4g} s, bubble {r.bubble_fraction:.1%}", fontsize=8)
     axes.set_title(_title(timeline), fontsize=9)
-    handles = [Rectangle((0, 0), 1, 1, color=c) for c in PASS_COLOURS.values()]
-    axes.legend(handles, PASS_LABELS.values(), loc="upper center", bbox_to_anchor=(0.5, -0.12 - 1.2 / (pp + 6)),
-                ncol=5, frameon=False, fontsize=8)
+    shown = [k for k in PASS_COLOURS if k in LEGEND or any(kind == k for _, kind in bars)]
+    handles = [Rectangle((0, 0), 1, 1, color=PASS_COLOURS[k]) for k in shown]
+    axes.legend(handles, [PASS_LABELS[k] for k in shown], loc="upper center",
+                bbox_to_anchor=(0.5, -0.12 - 1.2 / (pp + 6)), ncol=5, frameon=False, fontsize=8)
     return figure
 
 

@@ -8,6 +8,8 @@ SimPy process per stage, so bubbles come out of the dependencies, not from a for
   forwards on stage ``i``, then one forward / one backward, then the cool-down backwards.
 * :class:`InterleavedOneFOneB` (Narayanan et al. SC'21 §2.2.2): ``v`` model chunks per stage,
   the order of Megatron-LM's ``forward_backward_pipelining_with_interleaving``.
+* :class:`ZeroBubbleH1` (Qi et al. ICLR'24 §2.1): 1F1B with the backward split into its input-
+  and weight-gradient halves, the weight half deferred into the cool-down.
 
 With uniform stages of forward time ``t_f`` and backward time ``t_b``, GPipe and 1F1B take
 ``(m + p - 1)(t_f + t_b)`` and leave a bubble fraction ``(p - 1)/(m + p - 1)``; interleaving
@@ -16,23 +18,22 @@ divides the bubble by ``v`` (Narayanan et al. SC'21 §2.2).
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from simulator.errors import InputError
+from simulator.passes import Pass, PassKind, activation_change
 
-
-class Pass(NamedTuple):
-    """One entry of a stage's order: ``kind`` ``F`` (forward) or ``B`` (backward)."""
-
-    kind: str
-    microbatch: int
-    chunk: int
+__all__ = ["Pass", "PassKind", "PipelineSchedule", "make_schedule", "SCHEDULE_CLASSES"]
+F, B = PassKind.FORWARD, PassKind.BACKWARD
 
 
 class PipelineSchedule:
     """Base: the per-stage order of passes for ``pp`` stages and ``num_chunks`` chunks."""
 
     name = "base"
+    defers_weight_gradients = False
+    """Whether the order runs a backward as its two halves (:attr:`PassKind.BACKWARD_INPUT`
+    and :attr:`PassKind.BACKWARD_WEIGHT`), the weight half deferred; else as one
+    :attr:`PassKind.BACKWARD`. The closed-form estimate (:meth:`simulator.engine.Engine.estimate`)
+    reads it."""
 
     def __init__(self, pp: int, num_chunks: int = 1) -> None:
         self.pp = pp
@@ -44,7 +45,7 @@ class PipelineSchedule:
 
     def forward_order(self, stage: int, num_microbatches: int) -> list[Pass]:
         """Passes of ``stage`` for inference: the forwards of :meth:`order`, in order."""
-        return [p for p in self.order(stage, num_microbatches) if p.kind == "F"]
+        return [p for p in self.order(stage, num_microbatches) if p.kind is PassKind.FORWARD]
 
     def max_in_flight(self, stage: int, num_microbatches: int) -> list[int]:
         """Microbatches whose activations each chunk of ``stage`` holds when the stage holds the
@@ -52,7 +53,7 @@ class PipelineSchedule:
         chunks' own peaks fall at different times and would overstate it)."""
         live, peak = [0] * self.num_chunks, [0] * self.num_chunks
         for p in self.order(stage, num_microbatches):
-            live[p.chunk] += 1 if p.kind == "F" else -1
+            live[p.chunk] += activation_change(p.kind)
             if sum(live) > sum(peak):
                 peak = list(live)
         return peak
@@ -65,7 +66,7 @@ class GPipe(PipelineSchedule):
 
     def order(self, stage: int, num_microbatches: int) -> list[Pass]:
         m = range(num_microbatches)
-        return [Pass("F", i, 0) for i in m] + [Pass("B", i, 0) for i in m]
+        return [Pass(F, i, 0) for i in m] + [Pass(B, i, 0) for i in m]
 
     def max_in_flight(self, stage: int, num_microbatches: int) -> list[int]:
         return [num_microbatches]
@@ -79,10 +80,10 @@ class OneFOneB(PipelineSchedule):
     def order(self, stage: int, num_microbatches: int) -> list[Pass]:
         m = num_microbatches
         warmup = min(self.pp - stage - 1, m)
-        passes = [Pass("F", i, 0) for i in range(warmup)]
+        passes = [Pass(F, i, 0) for i in range(warmup)]
         for i in range(m - warmup):
-            passes += [Pass("F", warmup + i, 0), Pass("B", i, 0)]
-        passes += [Pass("B", i, 0) for i in range(m - warmup, m)]
+            passes += [Pass(F, warmup + i, 0), Pass(B, i, 0)]
+        passes += [Pass(B, i, 0) for i in range(m - warmup, m)]
         return passes
 
     def max_in_flight(self, stage: int, num_microbatches: int) -> list[int]:
@@ -109,15 +110,52 @@ class InterleavedOneFOneB(PipelineSchedule):
         p, v = self.pp, self.num_chunks
         total = num_microbatches * v
         warmup = min((p - stage - 1) * 2 + (v - 1) * p, total)
-        passes = [Pass("F", *self._virtual(k, True)) for k in range(warmup)]
+        passes = [Pass(F, *self._virtual(k, True)) for k in range(warmup)]
         for k in range(total - warmup):
-            passes.append(Pass("F", *self._virtual(warmup + k, True)))
-            passes.append(Pass("B", *self._virtual(k, False)))
-        passes += [Pass("B", *self._virtual(k, False)) for k in range(total - warmup, total)]
+            passes.append(Pass(F, *self._virtual(warmup + k, True)))
+            passes.append(Pass(B, *self._virtual(k, False)))
+        passes += [Pass(B, *self._virtual(k, False)) for k in range(total - warmup, total)]
         return passes
 
 
-SCHEDULE_CLASSES = {cls.name: cls for cls in (GPipe, OneFOneB, InterleavedOneFOneB)}
+class ZeroBubbleH1(PipelineSchedule):
+    """ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24 §2.1): 1F1B with each
+    backward split into its input-gradient half B, which the previous stage waits for, and its
+    weight-gradient half W, which nothing waits for. Stage ``i`` runs 1F1B's ``p - i - 1``
+    warm-up forwards and its order of forwards and B passes, and runs ``W`` of microbatch
+    ``k - i`` right after ``B`` of microbatch ``k``: the later a stage, the more W passes it
+    defers, and the rest fill the cool-down, so every stage holds ``min(p, m)`` microbatches
+    whose weight gradients are pending (the first stage's 1F1B peak, Qi et al. §2.1).
+
+    With uniform stages, ``m >= p`` and ``t_w <= min(t_f, t_b)`` it takes
+    ``m (t_f + t_b + t_w) + (p - 1)(t_f + t_b - t_w)``: a bubble of ``(p - 1)(t_f + t_b - t_w)``
+    against 1F1B's ``(p - 1)(t_f + t_b + t_w)``, a third of it when the three are equal, as
+    Qi et al. §2.1 (Figure 3) state; the expression for unequal ``t_f, t_b, t_w`` and its
+    condition were checked on the dependency graph (``tests/simulator/test_zero_bubble.py``).
+    With unequal stages ZB-H1 can be slower than 1F1B: a stage with long W passes ends on the
+    ``i`` it deferred.
+    """
+
+    name = "zb-h1"
+    defers_weight_gradients = True
+
+    def order(self, stage: int, num_microbatches: int) -> list[Pass]:
+        m = num_microbatches
+        warmup = min(self.pp - stage - 1, m)
+        passes = [Pass(F, i, 0) for i in range(warmup)]
+        for k in range(m):
+            if k < m - warmup:
+                passes.append(Pass(F, warmup + k, 0))
+            passes.append(Pass(PassKind.BACKWARD_INPUT, k, 0))
+            if k >= stage:
+                passes.append(Pass(PassKind.BACKWARD_WEIGHT, k - stage, 0))
+        return passes + [Pass(PassKind.BACKWARD_WEIGHT, k, 0) for k in range(max(m - stage, 0), m)]
+
+    def max_in_flight(self, stage: int, num_microbatches: int) -> list[int]:
+        return [min(self.pp, num_microbatches)]
+
+
+SCHEDULE_CLASSES = {cls.name: cls for cls in (GPipe, OneFOneB, InterleavedOneFOneB, ZeroBubbleH1)}
 
 
 def make_schedule(name: str, pp: int, num_chunks: int = 1) -> PipelineSchedule:

@@ -68,6 +68,10 @@ class UnitCost:
     context_backward: tuple[Collective, ...] = ()
     attention_forward_s: float = 0.0
     attention_backward_s: float = 0.0
+    weight_gradient_s: float = 0.0
+    """Time of its weight-gradient GEMMs, part of ``backward_s`` (s; 0 for inference)."""
+    weight_gradient_flops: float = 0.0
+    """Their flops, part of ``backward_flops`` (flop; 0 for inference)."""
 
     @property
     def training_s(self) -> float:
@@ -144,6 +148,12 @@ def _weight_gradient_s(ops: Sequence[Operator], hardware: Hardware, peak: float)
     return sum(operator_s(op, 1.0, 1, hardware, peak) for op in ops if op.kind == "gemm" and op.weight_bytes)
 
 
+def _weight_gradient_flops(ops: Sequence[Operator]) -> float:
+    """Flops of the weight-gradient GEMMs of ``ops``: each weighted GEMM's forward flops, the
+    half of its backward's ``2x`` (:func:`_backward_flops`) that :func:`_weight_gradient_s` times."""
+    return sum(op.flops for op in ops if op.kind == "gemm" and op.weight_bytes)
+
+
 def cost_unit(ops: tuple[Operator, ...], *, recomputed: tuple[Operator, ...], collectives: UnitCollectives,
               activation_bytes: float, send_bytes: float, hardware: Hardware, strategy: Strategy,
               parameters: float | None = None, overlap: bool = False) -> UnitCost:
@@ -191,6 +201,8 @@ def cost_unit(ops: tuple[Operator, ...], *, recomputed: tuple[Operator, ...], co
         recompute_gemm_flops=sum(op.flops for op in recomputed if op.kind in ("gemm", "attention"))
         if training else 0.0,
         parameters=parameters, activation_bytes=activation_bytes, send_bytes=send_bytes,
+        weight_gradient_s=_weight_gradient_s(ops, hardware, peak) if training else 0.0,
+        weight_gradient_flops=_weight_gradient_flops(ops) if training else 0.0,
     )
 
 

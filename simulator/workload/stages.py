@@ -302,6 +302,29 @@ def _live_activation_bytes(groups: Sequence[Group], strategy: Strategy) -> float
     return sum(unit.activation_bytes * count for unit, count in groups)
 
 
+def _split_backward(backward: PassCost, groups: Sequence[Group], multicast: bool) -> tuple[PassCost, PassCost]:
+    """The input-gradient (B) and weight-gradient (W) halves of ``backward`` (Qi et al., "Zero
+    Bubble Pipeline Parallelism", ICLR'24 §2): W is the weight-gradient GEMMs
+    (:attr:`UnitCost.weight_gradient_s`), B the rest, recompute included. Their compute and
+    flops sum to the backward's; DRAM traffic is shared in proportion to compute (an
+    approximation: the planner costs the backward as one pass). B keeps every collective but
+    ZeRO-3's exposed reduce-scatter, which waits for the weight gradients: with a multicast (or
+    replicas) they hide under B's own compute, while ``tp_overlap``'s all-reduces, which hid under
+    the weight-gradient GEMMs, are exposed in B."""
+    weight_s = sum(unit.weight_gradient_s * count for unit, count in groups)
+    weight_flops = sum(unit.weight_gradient_flops * count for unit, count in groups)
+    share = weight_s / backward.compute_s if backward.compute_s else 0.0
+    input_s = backward.compute_s - weight_s
+    gradients = tuple(c for c in backward.exposed_dp_collectives if c.kind == "reduce_scatter")
+    backward_input = replace(
+        backward, compute_s=input_s, dram_bytes=backward.dram_bytes * (1.0 - share),
+        flops=backward.flops - weight_flops, overlap_s=input_s if multicast else 0.0,
+        exposed_dp_collectives=tuple(c for c in backward.exposed_dp_collectives if c not in gradients))
+    backward_weight = PassCost(compute_s=weight_s, dram_bytes=backward.dram_bytes * share, tp_collectives=(),
+                               segments=backward.segments, flops=weight_flops, exposed_dp_collectives=gradients)
+    return backward_input, backward_weight
+
+
 def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy) -> StageCost:
     """Cost of one virtual stage made of ``entries`` (name, unit)."""
     groups, segments = _groups(entries), len(entries)
@@ -312,12 +335,15 @@ def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy)
                          if op.fp8) / strategy.bytes_per_element
     buffers = zero3_buffer_bytes(max(unit.parameters for unit, _ in groups), strategy, hardware)
     gemm_flops = sum(unit.gemm_flops * count for unit, count in groups)
+    backward = _backward(groups, plan, segments, strategy,
+                         zero3_collectives(parameters, segments, strategy, hardware, backward=True))
+    multicast = bool(plan and (plan.backward_multicast_bytes or plan.backward_replica_bytes))
+    backward_input, backward_weight = _split_backward(backward, groups, multicast)
     return StageCost(
         units=tuple(name for name, _ in entries),
         forward=_forward(groups, plan, segments,
                          zero3_collectives(parameters, segments, strategy, hardware, backward=False)),
-        backward=_backward(groups, plan, segments, strategy,
-                           zero3_collectives(parameters, segments, strategy, hardware, backward=True)),
+        backward=backward, backward_input=backward_input, backward_weight=backward_weight,
         optimizer_step=optimizer_step(parameters, plan.update_dram_bytes if plan else 0.0, segments,
                                       hardware, strategy),
         activation_send_bytes=entries[-1][1].send_bytes,

@@ -114,3 +114,18 @@ def test_report_is_self_contained(run_dir):
 def test_report_of_a_missing_run_is_an_error(tmp_path):
     result = CliRunner().invoke(app, ["report", str(tmp_path)])
     assert result.exit_code == 2 and "study.journal" in result.output
+
+
+def test_the_timeline_of_zb_h1_colours_and_names_its_weight_gradient_passes():
+    from palm_search.views.plots import PASS_COLOURS, plot_timeline
+    from simulator import Strategy, load_hardware, load_model, simulate_timeline
+    from simulator.passes import PassKind
+
+    strategy = Strategy(tp=2, pp=4, recompute="full", global_batch_size=16, schedule="zb-h1")
+    figure = plot_timeline(simulate_timeline(load_model("T-1.7B"), load_hardware(MINI), strategy))
+    axes = figure.axes[0]
+    labels = [t.get_text() for t in axes.get_legend().get_texts()]
+    assert {"input-gradient backward", "weight-gradient backward", "forward", "recompute"} <= set(labels)
+    colours = {tuple(c.get_facecolor()[0]) for c in axes.collections}
+    from matplotlib.colors import to_rgba
+    assert to_rgba(PASS_COLOURS[PassKind.BACKWARD_WEIGHT]) in colours

@@ -38,13 +38,20 @@ def cluster_hardware(*, nodes=2, gpus=8, nic_efficiency=1.0) -> Hardware:
     )
 
 
-def uniform_cost(forward_s: float, backward_s: float, send_bytes: float = 0.0) -> StageCost:
-    """A stage with fixed compute times, no collectives, no DRAM traffic."""
+def uniform_cost(forward_s: float, backward_s: float, send_bytes: float = 0.0, *,
+                 weight_gradient_s: float | None = None) -> StageCost:
+    """A stage with fixed compute times, no collectives, no DRAM traffic; the backward's
+    weight-gradient half takes ``weight_gradient_s`` (default half the backward) and its
+    input-gradient half the rest."""
     empty = PassCost(compute_s=0.0, dram_bytes=0.0, tp_collectives=(), segments=1, flops=0.0)
+    weight_s = backward_s / 2 if weight_gradient_s is None else weight_gradient_s
     return StageCost(
         units=("layer",),
         forward=PassCost(compute_s=forward_s, dram_bytes=0.0, tp_collectives=(), segments=1, flops=1.0),
         backward=PassCost(compute_s=backward_s, dram_bytes=0.0, tp_collectives=(), segments=1, flops=2.0),
+        backward_input=PassCost(compute_s=backward_s - weight_s, dram_bytes=0.0, tp_collectives=(), segments=1,
+                                flops=1.0),
+        backward_weight=PassCost(compute_s=weight_s, dram_bytes=0.0, tp_collectives=(), segments=1, flops=1.0),
         optimizer_step=empty, activation_send_bytes=send_bytes, gradient_send_bytes=send_bytes,
         dp_collectives=(), parameters=0.0, model_flops_per_microbatch=3.0, hardware_flops_per_microbatch=3.0,
         memory=MemoryBreakdown(weights_bytes=0.0, gradients_bytes=0.0, optimizer_bytes=0.0,

@@ -13,6 +13,7 @@ from simulator.errors import InputError
 from simulator.network.backends import AnalyticalNetwork, ContentionNetwork
 from simulator.network.collectives import make_flow, ring_edges
 from simulator.network.topology import topology_of
+from simulator.passes import PassKind
 from simulator.placement import place
 from simulator.schedules import GPipe, InterleavedOneFOneB, OneFOneB
 from simulator.strategy import Strategy
@@ -140,7 +141,7 @@ def test_every_forward_precedes_its_backward_on_every_stage():
         done[(r.stage, r.kind, r.microbatch)] = (r.start_s, r.end_s)
     for stage in range(4):
         for mb in range(8):
-            assert done[(stage, "F", mb)][1] <= done[(stage, "B", mb)][0]
+            assert done[(stage, PassKind.FORWARD, mb)][1] <= done[(stage, PassKind.BACKWARD, mb)][0]
 
 
 def test_a_line_of_four_closes_its_ring_over_three_hops():

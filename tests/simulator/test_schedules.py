@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+from collections import Counter
+
 import pytest
 from fixtures import mesh_hardware, uniform_cost
 from hypothesis import given, settings
@@ -13,11 +16,14 @@ from simulator.legality import check_plan
 from simulator.network.backends import BACKENDS, ContentionNetwork, network_backend
 from simulator.network.collectives import make_flow
 from simulator.network.topology import topology_of
+from simulator.passes import PassKind
 from simulator.placement import place
 from simulator.schedules import SCHEDULE_CLASSES, make_schedule
 from simulator.strategy import Strategy
 from simulator.workload.loader import load_model
 
+F, B, U = PassKind.FORWARD, PassKind.BACKWARD, PassKind.OPTIMIZER_UPDATE
+BI, W = PassKind.BACKWARD_INPUT, PassKind.BACKWARD_WEIGHT
 HW = mesh_hardware(dies=(2, 2), cores=(2, 2))
 BOOKING = ["analytical", "contention"]
 """Backends that book a start time (the sharing backend's transfers: tests/simulator/test_sharing.py)."""
@@ -37,11 +43,14 @@ def pipelines(draw):
 def test_every_pass_runs_once_and_forward_precedes_backward(pipeline):
     name, pp, chunks, m = pipeline
     schedule = make_schedule(name, pp, chunks)
+    halves = (BI, W) if schedule.defers_weight_gradients else (B,)
     for stage in range(pp):
         order = schedule.order(stage, m)
-        assert sorted(order) == sorted((k, mb, c) for k in "BF" for mb in range(m) for c in range(chunks))
+        assert Counter(order) == Counter((k, mb, c) for k in (F, *halves) for mb in range(m) for c in range(chunks))
         position = {p: i for i, p in enumerate(order)}
-        assert all(position[("F", mb, c)] < position[("B", mb, c)] for mb in range(m) for c in range(chunks))
+        for mb, c in itertools.product(range(m), range(chunks)):
+            chain = [position[(k, mb, c)] for k in (F, *halves)]
+            assert chain == sorted(chain)
 
 
 @settings(max_examples=30, deadline=None)
@@ -55,11 +64,13 @@ def test_simulated_forward_ends_before_its_backward_starts_on_every_stage(pipeli
                     schedule=make_schedule(name, pp, chunks), network=network_backend(network),
                     training=True, record=True)
     records = engine.run(m).records
-    span = {(r.stage, r.kind, r.microbatch, r.chunk): (r.start_s, r.end_s) for r in records if r.kind != "U"}
-    assert len(span) == 2 * pp * chunks * m
+    span = {(r.stage, r.kind, r.microbatch, r.chunk): (r.start_s, r.end_s) for r in records if r.kind is not U}
+    assert len(span) == (3 if engine.schedule.defers_weight_gradients else 2) * pp * chunks * m
     for (stage, kind, mb, chunk), (start, _end) in span.items():
-        if kind == "B":
-            assert span[(stage, "F", mb, chunk)][1] <= start
+        if kind is not F:
+            assert span[(stage, F, mb, chunk)][1] <= start
+        if kind is W:
+            assert span[(stage, BI, mb, chunk)][1] <= start
 
 
 def test_1f1b_holds_p_minus_i_microbatches_and_gpipe_all():

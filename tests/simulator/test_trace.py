@@ -82,3 +82,18 @@ def test_recording_changes_no_result(timeline):
     plain = simulate(load_model("T-1.7B"), load_hardware(MINI_MESH), strategy)
     assert plain.iteration_time_s == pytest.approx(timeline.result.iteration_time_s)
     assert set(timeline.utilisation) and max(timeline.utilisation.values()) > 0
+
+
+def test_zb_h1_traces_its_input_and_weight_gradient_passes_apart():
+    strategy = Strategy(tp=2, dp=1, pp=4, recompute="full", global_batch_size=16, microbatch_size=1,
+                        schedule="zb-h1")
+    zb = simulate_timeline(load_model("T-1.7B"), load_hardware(MINI_MESH), strategy, window_microbatches=6)
+    seen = defaultdict(set)
+    for e in chrome_trace(zb)["traceEvents"]:
+        if e["ph"] == "X" and e["pid"] == 1 and e["cat"] != "bubble":
+            seen[(e["args"]["stage"], e["cat"], e["args"]["kind"])].add(e["args"]["microbatch"])
+    for stage in range(4):
+        for category, kind in (("forward", "F"), ("recompute", "R"), ("input-gradient backward", "Bi"),
+                               ("weight-gradient backward", "W")):
+            assert seen[(stage, category, kind)] == set(range(6)), (stage, category)
+        assert not seen[(stage, "backward", "B")]

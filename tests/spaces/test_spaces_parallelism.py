@@ -71,15 +71,15 @@ def test_microbatch_sizes_divide_the_replica_batch():
 def test_interleaved_schedule_rules():
     model = simulator.load_model("T-145B")  # 80 layers, B = 2304
     labels = [c.label for c in parallelism.enumerate_schedules(model, ParallelDegrees(8, 20, 2), 1)]
-    assert labels == ["gpipe", "1f1b"]  # m = 1152 is not a multiple of pp = 20
+    assert labels == ["gpipe", "1f1b", "zb-h1"]  # m = 1152 is not a multiple of pp = 20
     # With B = 2304 = 2^8 * 9 no pp of the 320-core wafer (a multiple of 5) divides m: override B.
     labels = [c.label for c in parallelism.enumerate_schedules(model, ParallelDegrees(8, 40, 1), 1,
                                                                 global_batch_size=2560)]
-    assert labels == ["gpipe", "1f1b", "interleaved-1f1b:2"]  # 80 % (40*4) != 0
+    assert labels == ["gpipe", "1f1b", "interleaved-1f1b:2", "zb-h1"]  # 80 % (40*4) != 0
     labels = [c.label for c in parallelism.enumerate_schedules(model, ParallelDegrees(8, 4, 10), 1,
                                                                 global_batch_size=2320)]
-    assert labels == ["gpipe", "1f1b", "interleaved-1f1b:2", "interleaved-1f1b:4"]
-    assert parallelism.enumerate_schedules(model, ParallelDegrees(8, 1, 40), 1)[-1].label == "1f1b"
+    assert labels == ["gpipe", "1f1b", "interleaved-1f1b:2", "interleaved-1f1b:4", "zb-h1"]
+    assert parallelism.enumerate_schedules(model, ParallelDegrees(8, 1, 40), 1)[-1].label == "1f1b"  # no ZB-H1
 
 
 def test_labels_round_trip():
