@@ -39,8 +39,15 @@ from simulator.workload.spec import ModelSpec
 RESNET50_TP_CHANNELS = min(width for _, width, _ in RESNET50_STAGES)
 """ResNet-50's narrowest channel count (64: stem and conv2_x, He et al. 2016 Table 1); tp divides it."""
 
-TP_SPLIT_SIZES: tuple[str, ...] = ("num_heads", "hidden_size", "ffn_hidden_size", "kv_heads")
-"""Transformer sizes tensor parallelism splits evenly (Megatron-LM)."""
+TP_SPLIT_SIZES: tuple[str, ...] = ("num_heads", "hidden_size", "ffn_hidden_size")
+"""Transformer sizes tensor parallelism splits evenly (Megatron-LM); the KV heads split evenly or
+are each replicated on ``tp / kv_heads`` devices (:func:`kv_heads_split`)."""
+
+
+def kv_heads_split(model: ModelSpec, tp: int) -> bool:
+    """True if ``tp`` splits the KV heads evenly, or is a multiple of them (each head replicated
+    on ``tp / kv_heads`` devices, as vLLM's ``QKVParallelLinear`` does for grouped-query attention)."""
+    return model.kv_heads % tp == 0 or tp % model.kv_heads == 0
 
 
 def divisors(n: int) -> list[int]:
@@ -63,7 +70,7 @@ def tp_divides(model: ModelSpec, tp: int) -> bool:
     """True if ``tp`` splits the model's heads, hidden and FFN (ResNet-50: its 64 channels)."""
     if not model.is_transformer:
         return RESNET50_TP_CHANNELS % tp == 0
-    return all(getattr(model, key) % tp == 0 for key in TP_SPLIT_SIZES)
+    return all(getattr(model, key) % tp == 0 for key in TP_SPLIT_SIZES) and kv_heads_split(model, tp)
 
 
 def sequence_parallel_legal(model: ModelSpec, tp: int) -> bool:
@@ -106,6 +113,9 @@ def _check_tensor_parallel(model: ModelSpec, strategy: Strategy) -> None:
     for key in TP_SPLIT_SIZES:
         if getattr(model, key) % tp:
             raise InputError(f"model {model.name!r}: `{key}` = {getattr(model, key)} is not divisible by tp = {tp}")
+    if not kv_heads_split(model, tp):
+        raise InputError(f"model {model.name!r}: tp = {tp} neither divides nor is a multiple of its"
+                         f" {model.kv_heads} KV heads")
     if strategy.sequence_parallel and not sequence_parallel_legal(model, tp):
         raise InputError(f"model {model.name!r}: sequence parallelism needs tp = {tp} to divide"
                          f" `sequence_length` = {model.sequence_length}")

@@ -48,6 +48,8 @@ class Mesh(Network):
         intra_die_link_bandwidth_bytes_per_s: one direction of a link between two cores of a die.
         inter_die_link_bandwidth_bytes_per_s: one direction of a link crossing a die boundary.
         hop_latency_s: latency of one link hop.
+        inter_die_hop_latency_s: latency of a hop crossing a die boundary, where it differs (chips
+            joined by Ethernet: hundreds of ns, where a NoC hop takes a few); None: ``hop_latency_s``.
         dram_ports_per_die: DRAM ports (controllers or banks) per die, sharing its bandwidth equally.
         dram_port_cores: die-local ``(x, y)`` of the core each port hangs on, one per port; empty:
             PALM's one or two ports on the die's west and east edges, middle row.
@@ -72,6 +74,7 @@ class Mesh(Network):
     intra_die_link_bandwidth_bytes_per_s: float
     inter_die_link_bandwidth_bytes_per_s: float
     hop_latency_s: float
+    inter_die_hop_latency_s: float | None = None
     dram_ports_per_die: int
     dram_port_cores: tuple[tuple[int, int], ...] = ()
     dram_access: DramAccess = "nearest"
@@ -263,8 +266,12 @@ class MeshTopology(Topology):
 
     def _route(self, src: int, dst: int) -> tuple[tuple[int, ...], float]:
         path = self._xy_path(src, dst)
-        links = tuple(self._links[(u, v)] for u, v in zip(path, path[1:], strict=False))
-        return links, len(links) * self.mesh.hop_latency_s
+        hops = list(zip(path, path[1:], strict=False))
+        links, mesh = tuple(self._links[hop] for hop in hops), self.mesh
+        if mesh.inter_die_hop_latency_s is None:
+            return links, len(hops) * mesh.hop_latency_s
+        crossing = sum(1 for u, v in hops if self.node_of(u) != self.node_of(v))
+        return links, (len(hops) - crossing) * mesh.hop_latency_s + crossing * mesh.inter_die_hop_latency_s
 
     def _die_ports(self, device: int) -> list[tuple[int, int]]:
         """(port resource, core the port hangs on) of every port of ``device``'s die."""

@@ -141,8 +141,16 @@ def kv_cache_bytes(model: ModelSpec, strategy: Strategy) -> float:
     training, and for an encoder, which keeps no cache."""
     if strategy.mode == "training" or model.architecture not in CAUSAL:
         return 0.0
-    return (2.0 * strategy.microbatch_size * key_length(model, strategy) * model.kv_hidden_size / strategy.tp
+    return (2.0 * strategy.microbatch_size * key_length(model, strategy) * kv_width(model, strategy.tp)
             * strategy.bytes_per_element)
+
+
+def kv_width(model: ModelSpec, tp: int) -> float:
+    """Width of the keys (and of the values) one device of a tensor-parallel group holds: ``h_kv /
+    t``, or one head (``h / a``) where ``t`` exceeds the KV heads, each head then replicated on
+    ``t / kv_heads`` devices (vLLM ``QKVParallelLinear``: ``num_kv_head_replicas = tp_size //
+    total_num_kv_heads``; :func:`simulator.legality.tp_divides`)."""
+    return model.kv_hidden_size / tp if model.kv_heads >= tp else model.hidden_size / model.num_heads
 
 
 def _tokens(model: ModelSpec, strategy: Strategy, shard_elementwise: bool) -> tuple[int, float]:
@@ -169,7 +177,7 @@ def _attention(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     ``c`` cached keys and values, all of which it reads (nothing masked)."""
     b, s, h, t, bpe = strategy.microbatch_size, rank_sequence(model, strategy), model.hidden_size, strategy.tp, \
         strategy.bytes_per_element
-    tokens, kv = b * s, model.kv_hidden_size
+    tokens, kv = b * s, kv_width(model, t) * t  # kv / t: a device's share of the keys' width
     bias = 0 if model.architecture == "llama" else 1
     heads, head_size = model.num_heads / t, h / model.num_heads
     keys = key_length(model, strategy)
@@ -319,7 +327,7 @@ def context_parallel_collectives(model: ModelSpec, strategy: Strategy, backward:
     (Dubey et al. 2024, §3.3.2). Empty when ``cp == 1``."""
     if strategy.cp == 1:
         return ()
-    size = 2.0 * strategy.microbatch_size * sequence_length(model, strategy) * model.kv_hidden_size / strategy.tp \
+    size = 2.0 * strategy.microbatch_size * sequence_length(model, strategy) * kv_width(model, strategy.tp) \
         * strategy.bytes_per_element
     kinds: tuple[CollectiveKind, ...] = ("all_gather", "reduce_scatter") if backward else ("all_gather",)
     return tuple(Collective(kind=kind, size_bytes=size) for kind in kinds)

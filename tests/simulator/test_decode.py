@@ -80,3 +80,16 @@ def test_an_encoder_has_no_decode_step_and_training_no_prompt():
         simulate(load_model("BERT-base"), H100, _decode(1, 16))
     with pytest.raises(InputError, match="for mode 'inference'"):
         Strategy(prompt_length=16)
+
+
+def test_kv_heads_are_replicated_where_tensor_parallelism_exceeds_them():
+    # 8 KV heads on tp 16 or 32: each device holds one head's keys and values (vLLM's
+    # QKVParallelLinear replicates each on tp / kv_heads devices); tp 12 neither divides nor is a multiple
+    model = dataclasses.replace(LLAMA, num_kv_heads=8)
+    head_size = model.hidden_size // model.num_heads
+    for tp in (16, 32):
+        longer, one = (simulate(model, H100, _decode(4, c, tp=tp)).stages[0].memory_bytes for c in (65, 1))
+        assert longer - one == pytest.approx(2 * model.num_layers * head_size * 64 * 4 * 2, rel=1e-9)
+    with pytest.raises(InputError, match="neither divides nor is a multiple of its 8 KV heads"):
+        wider = dataclasses.replace(model, num_heads=48, hidden_size=6144, ffn_hidden_size=12288)
+        simulate(wider, H100, _decode(1, 8, tp=12))
