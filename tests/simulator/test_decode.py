@@ -93,3 +93,18 @@ def test_kv_heads_are_replicated_where_tensor_parallelism_exceeds_them():
     with pytest.raises(InputError, match="neither divides nor is a multiple of its 8 KV heads"):
         wider = dataclasses.replace(model, num_heads=48, hidden_size=6144, ffn_hidden_size=12288)
         simulate(wider, H100, _decode(1, 8, tp=12))
+
+
+def test_on_the_wafer_decode_placement_moves_only_the_latency_bound_tp_all_reduces():
+    # studies/wafer-llm-decode.md: same compute and DRAM stream for every placement and layout;
+    # the 64 KiB all-reduces' hops are what differ (column-wise compact groups the fewest)
+    model, wafer = load_model("Llama-3.1-8B"), load_hardware("wafer")
+    results = {(placement, layout): simulate(model, wafer, Strategy(
+        tp=32, dp=4, microbatch_size=8, global_batch_size=32, mode="inference", prompt_length=2047,
+        decode_context_length=2048, placement=placement, group_layout=layout))
+        for placement in ("s-shape-transposed", "s-shape") for layout in ("compact", "strided")}
+    compute = {r.stages[0].compute_s for r in results.values()}
+    assert max(compute) == pytest.approx(min(compute), rel=1e-12)
+    times = {key: r.iteration_time_s for key, r in results.items()}
+    assert times[("s-shape-transposed", "compact")] < times[("s-shape", "compact")] < times[("s-shape", "strided")]
+    assert max(times.values()) / min(times.values()) > 1.05
