@@ -252,7 +252,7 @@ def _engine(prepared: _Prepared, network: str, record: bool, deadline_s: float,
     return Engine(hardware=prepared.hardware, topology=prepared.topology, placements=prepared.placements,
                   costs=prepared.costs, schedule=legality.schedule_of(strategy),
                   network=network_backend("analytical" if network == ESTIMATE else network),
-                  training=strategy.mode == "training", transfer_strategy=strategy.transfer_strategy,
+                  training=strategy.training, transfer_strategy=strategy.transfer_strategy,
                   p2p_blocking=strategy.p2p_blocking, record=record, deadline_s=deadline_s,
                   event_limit=event_limit)
 

@@ -275,7 +275,7 @@ def microbatches_in_flight(strategy: Strategy, num_microbatches: int) -> list[li
     Training: the schedule's count (GPipe ``m``, 1F1B ``min(p - i, m)``, SC'21 §2.2); inference
     keeps one microbatch per chunk (nothing is stashed for a backward).
     """
-    if strategy.mode == "inference":
+    if not strategy.training:
         return [[1] * strategy.num_chunks for _ in range(strategy.pp)]
     schedule = schedule_of(strategy)
     return [schedule.max_in_flight(stage, num_microbatches) for stage in range(strategy.pp)]

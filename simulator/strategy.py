@@ -223,7 +223,7 @@ class Strategy:
         if not isinstance(self.decode_context_length, int) or self.decode_context_length < 0:
             raise InputError(f"strategy: `decode_context_length` must be an integer >= 0, got"
                              f" {self.decode_context_length!r}")
-        if self.mode == "training" and (self.decode_context_length or self.prompt_length is not None):
+        if self.training and (self.decode_context_length or self.prompt_length is not None):
             raise InputError("strategy: `prompt_length` and `decode_context_length` are for mode 'inference'")
         if self.schedule != "interleaved-1f1b" and self.num_chunks != 1:
             raise InputError(
@@ -275,6 +275,13 @@ class Strategy:
         """Devices of a stage holding the same weights, over which gradients are reduced and
         ZeRO shards: ``dp * cp`` (Megatron-LM's data-parallel group with context parallelism)."""
         return self.dp * self.cp
+
+    @property
+    def training(self) -> bool:
+        """The workload has backward passes and a gradient update (``mode == "training"``): the
+        one place the mode is read; inference runs forward passes only (a prefill, a decode
+        step, an encoder's or a CNN's forward)."""
+        return self.mode == "training"
 
     @property
     def decoding(self) -> bool:

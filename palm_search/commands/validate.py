@@ -97,7 +97,7 @@ def _describe(strategy: Strategy | None) -> str:
         return "no feasible choice"
     chunks = f" v={strategy.num_chunks}" if strategy.num_chunks > 1 else ""
     zero = f" ZeRO-{strategy.zero_stage}" if strategy.zero_stage else ""
-    training = strategy.mode == "training"
+    training = strategy.training
     recompute = f" {strategy.recompute} recompute" if training and strategy.recompute != "none" else ""
     flags = ((strategy.sequence_parallel, " SP"), (strategy.tp_overlap, " overlap"),
              (strategy.p2p_blocking, " blocking-p2p"))

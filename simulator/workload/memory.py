@@ -59,13 +59,13 @@ class StateBytes:
 
 def has_master_weights(strategy: Strategy) -> bool:
     """True when training keeps a separate fp32 master copy (any precision below fp32)."""
-    return strategy.mode == "training" and strategy.bytes_per_element < MASTER_WEIGHT_BYTES
+    return strategy.training and strategy.bytes_per_element < MASTER_WEIGHT_BYTES
 
 
 def state_bytes_per_parameter(strategy: Strategy) -> StateBytes:
     """Model-state bytes per parameter (ZeRO §3.1): Adam fp16 2 + 2 + 12, SGD fp16 2 + 2 + 4."""
     bpe = strategy.bytes_per_element
-    if strategy.mode == "inference":
+    if not strategy.training:
         return StateBytes(weights_bytes=bpe, gradients_bytes=0.0, optimizer_bytes=0.0)
     moments = ADAM_MOMENT_BYTES if strategy.optimizer == "adam" else 0
     master = MASTER_WEIGHT_BYTES if has_master_weights(strategy) else 0
@@ -91,7 +91,7 @@ def fp8_weight_copy_bytes(fp8_parameters: float, strategy: Strategy) -> float:
     """The cached FP8 weights of a device's ``fp8_parameters`` FP8-GEMM parameters (bytes;
     :data:`FP8_WEIGHT_COPY_BYTES` each, sharded like the weights under ZeRO-3); 0
     below precision ``fp8`` or for inference (no step to cache them across)."""
-    if strategy.precision != "fp8" or strategy.mode == "inference":
+    if strategy.precision != "fp8" or not strategy.training:
         return 0.0
     return fp8_parameters * FP8_WEIGHT_COPY_BYTES / (strategy.zero_shards if strategy.shards_weights else 1)
 
@@ -105,7 +105,7 @@ def optimizer_step_bytes_per_parameter(strategy: Strategy) -> float:
     2 + 12 read + 12 + 2 written = 28; SGD fp16: 2 + 4 + 4 + 2 = 12; Adam fp32: 4 + 12 + 12 = 28.
     0 for inference.
     """
-    if strategy.mode == "inference":
+    if not strategy.training:
         return 0.0
     per = state_bytes_per_parameter(strategy)
     if has_master_weights(strategy):
@@ -146,7 +146,7 @@ def layer_activation_bytes(model: ModelSpec, strategy: Strategy) -> float:
     s, b, h, a, t = (rank_sequence(model, strategy), strategy.microbatch_size, model.hidden_size,
                      model.num_heads, strategy.tp)
     scale, sbh = strategy.bytes_per_element / 2.0, s * b * h
-    if strategy.mode == "inference":
+    if not strategy.training:
         return sbh * strategy.bytes_per_element
     if strategy.recompute == "full":
         return scale * 2.0 * sbh / (t if strategy.sequence_parallel else 1)
@@ -176,7 +176,7 @@ def embedding_activation_bytes(model: ModelSpec, strategy: Strategy) -> float:
 
     0 for inference.
     """
-    if strategy.mode == "inference":
+    if not strategy.training:
         return 0.0
     sbh = rank_sequence(model, strategy) * strategy.microbatch_size * model.hidden_size
     return sbh / (strategy.tp if strategy.sequence_parallel else 1)
@@ -188,7 +188,7 @@ def logits_activation_bytes(model: ModelSpec, strategy: Strategy) -> float:
     Their expression assumes sequence parallelism; without it the two ``2 s b h`` inputs are not
     divided by ``t``. 16-bit terms scale with ``bytes_per_element / 2``. 0 for inference.
     """
-    if strategy.mode == "inference":
+    if not strategy.training:
         return 0.0
     s, b, h, t = rank_sequence(model, strategy), strategy.microbatch_size, model.hidden_size, strategy.tp
     inputs = 4.0 * s * b * h * strategy.bytes_per_element / 2.0 / (t if strategy.sequence_parallel else 1)

@@ -139,7 +139,7 @@ def kv_cache_bytes(model: ModelSpec, strategy: Strategy) -> float:
     :func:`key_length` tokens for each of its ``b`` samples, ``2 b c h_kv / t`` elements
     (``h_kv = h kv_heads / a``, grouped-query attention; Pope et al. MLSys'23 §2.1). 0 in
     training, and for an encoder, which keeps no cache."""
-    if strategy.mode == "training" or model.architecture not in CAUSAL:
+    if strategy.training or model.architecture not in CAUSAL:
         return 0.0
     return (2.0 * strategy.microbatch_size * key_length(model, strategy) * kv_width(model, strategy.tp)
             * strategy.bytes_per_element)

@@ -175,7 +175,7 @@ def cost_unit(ops: tuple[Operator, ...], *, recomputed: tuple[Operator, ...], co
     peak = peak_flop_per_s(hardware, strategy)
     forward_s, backward_s = _pass_times(ops, hardware, peak)
     recompute_s = _pass_times(recomputed, hardware, peak)[0]
-    training = strategy.mode == "training"
+    training = strategy.training
     flops = sum(op.flops * op.executed_fraction for op in ops)
     overlapped = collectives.backward if overlap and training else ()
     backward = () if overlapped else collectives.backward
@@ -218,7 +218,7 @@ def optimizer_step(parameters: float, dram_bytes: float, segments: int, hardware
     Moves :func:`~simulator.workload.memory.optimizer_step_bytes_per_parameter` bytes per
     parameter (Adam fp16: 28) at the memory-bound efficiency; ZeRO >= 1 updates its shard.
     """
-    if strategy.mode == "inference":
+    if not strategy.training:
         return idle_pass(segments)
     updated = parameters / (strategy.zero_shards if strategy.shards_optimizer_states else 1)
     moved = updated * memory.optimizer_step_bytes_per_parameter(strategy)

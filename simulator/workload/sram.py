@@ -133,7 +133,7 @@ def stage_totals(groups: Iterable[OperatorGroup], strategy: Strategy) -> StageTo
         weight += count * sum(op.weight_bytes for op in ops)
         held += count * sum(op.parameter_bytes for op in ops)
         activation += count * sum(op.input_bytes for op in ops)
-    if strategy.mode == "inference":
+    if not strategy.training:
         activation = max((op.input_bytes + op.output_bytes for ops, _ in groups for op in ops), default=0.0)
     parameters = held / strategy.bytes_per_element
     wsg = sharded_state_bytes(parameters, strategy).total_bytes
@@ -190,7 +190,7 @@ def operator_access(op: Operator, totals: StageTotals, capacity: float, strategy
         strategy: precision (gradient bytes) and mode (no backward for inference).
     """
     branch = stage_branch(totals, capacity)
-    gradient = op.weight_bytes if strategy.mode == "training" else 0.0
+    gradient = op.weight_bytes if strategy.training else 0.0
     chosen: SramStrategy
     if branch == "resident":
         chosen, forward = "resident", 0.0
@@ -202,14 +202,14 @@ def operator_access(op: Operator, totals: StageTotals, capacity: float, strategy
         phi, stationary_weights = _phi(op.input_bytes, op.weight_bytes, capacity)
         chosen = "weight_stationary" if stationary_weights else "input_stationary"
         forward = phi + op.output_bytes
-    backward = _backward(op, branch, totals, capacity, gradient) if strategy.mode == "training" else 0.0
+    backward = _backward(op, branch, totals, capacity, gradient) if strategy.training else 0.0
     return OperatorAccess(name=op.name, strategy=chosen, forward_dram_bytes=forward,
                           backward_dram_bytes=backward)
 
 
 def update_bytes(totals: StageTotals, capacity: float, strategy: Strategy) -> float:
     """Gradient-update traffic: fp32 states loaded and stored unless all of ``WSG`` is on chip."""
-    if strategy.mode == "inference" or totals.wsg_bytes <= capacity:
+    if not strategy.training or totals.wsg_bytes <= capacity:
         return 0.0
     shard = strategy.zero_shards if strategy.shards_optimizer_states else 1
     return totals.parameters / shard * optimizer_step_bytes_per_parameter(strategy)
@@ -247,7 +247,7 @@ def plan_stage(groups: Sequence[OperatorGroup], capacity: float, strategy: Strat
             forward += count * access.forward_dram_bytes
             backward += count * access.backward_dram_bytes
             strategies.append(access.strategy)
-    if strategy.mode == "training":
+    if strategy.training:
         for ops, count in recomputed:
             backward += count * sum(operator_access(op, totals, capacity, strategy).forward_dram_bytes
                                     for op in ops)

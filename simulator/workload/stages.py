@@ -91,7 +91,7 @@ def _resnet_activation(ops: tuple[Operator, ...], strategy: Strategy) -> float:
     Inference keeps the largest output in flight. Same accounting as Korthikanti §4 (store what
     the backward reads) applied to convolution, batch norm and ReLU outputs.
     """
-    if strategy.mode == "inference":
+    if not strategy.training:
         return max(op.output_bytes for op in ops)
     if strategy.recompute == "full":
         return ops[0].input_bytes
@@ -169,7 +169,7 @@ def dp_collectives(parameters: float, strategy: Strategy, hardware: Hardware) ->
     replica groups when it has them). Empty for ``dp * cp == 1`` and inference (context-parallel
     ranks hold the same weights).
     """
-    if strategy.weight_replicas == 1 or strategy.mode == "inference":
+    if strategy.weight_replicas == 1 or not strategy.training:
         return ()
     size = parameters * strategy.bytes_per_element
     if _zero3_per_microbatch(strategy, hardware):
@@ -210,7 +210,7 @@ def zero3_collectives(parameters: float, units: int, strategy: Strategy, hardwar
 
     Both empty unless ZeRO-3 runs per microbatch (:func:`_zero3_per_microbatch`).
     """
-    if (strategy.mode == "inference" and backward) or not _zero3_per_microbatch(strategy, hardware):
+    if (not strategy.training and backward) or not _zero3_per_microbatch(strategy, hardware):
         return (), ()
     unit_bytes = parameters * strategy.bytes_per_element / units
     kinds = ("all_gather", "reduce_scatter") if backward else ("all_gather",)
@@ -226,7 +226,7 @@ def zero3_buffer_bytes(unit_parameters: float, strategy: Strategy, hardware: Har
     largest unit's ``unit_parameters``; 0 unless ZeRO-3 runs per microbatch."""
     if not _zero3_per_microbatch(strategy, hardware):
         return 0.0
-    gradients = 1 if strategy.mode == "training" else 0
+    gradients = 1 if strategy.training else 0
     return (ZERO3_UNITS_IN_FLIGHT + gradients) * unit_parameters * strategy.bytes_per_element
 
 
@@ -274,7 +274,7 @@ def _backward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int
     """Backward pass of a stage per microbatch (recompute included; idle for inference). The TP
     collectives of ``tp_overlap`` run under the weight-gradient GEMMs; with multicast, both run
     under the whole pass, as ZeRO-3's gather does; its reduce-scatter follows the pass."""
-    if strategy.mode == "inference":
+    if not strategy.training:
         return idle_pass(segments)
     compute_s = sum(unit.backward_s * count for unit, count in groups)
     multicast = plan.backward_multicast_bytes if plan else 0.0
@@ -297,7 +297,7 @@ def _live_activation_bytes(groups: Sequence[Group], strategy: Strategy) -> float
     """Activations one microbatch holds on the stage at its peak (bytes): every unit's stash in
     training (each waits for its backward); in inference only the largest unit's output, the
     one alive while the next unit runs (nothing waits for a backward)."""
-    if strategy.mode == "inference":
+    if not strategy.training:
         return max(unit.activation_bytes for unit, _ in groups)
     return sum(unit.activation_bytes * count for unit, count in groups)
 
@@ -347,10 +347,10 @@ def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy)
         optimizer_step=optimizer_step(parameters, plan.update_dram_bytes if plan else 0.0, segments,
                                       hardware, strategy),
         activation_send_bytes=entries[-1][1].send_bytes,
-        gradient_send_bytes=entries[0][1].send_bytes if strategy.mode == "training" else 0.0,
+        gradient_send_bytes=entries[0][1].send_bytes if strategy.training else 0.0,
         dp_collectives=dp_collectives(parameters, strategy, hardware), parameters=parameters,
-        model_flops_per_microbatch=gemm_flops * (3.0 if strategy.mode == "training" else 1.0),
-        hardware_flops_per_microbatch=gemm_flops * (3.0 if strategy.mode == "training" else 1.0)
+        model_flops_per_microbatch=gemm_flops * (3.0 if strategy.training else 1.0),
+        hardware_flops_per_microbatch=gemm_flops * (3.0 if strategy.training else 1.0)
         + sum(unit.recompute_gemm_flops * count for unit, count in groups),
         memory=MemoryBreakdown(
             weights_bytes=states.weights_bytes + memory.fp8_weight_copy_bytes(fp8_parameters, strategy) + buffers,

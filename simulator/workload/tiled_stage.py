@@ -159,9 +159,9 @@ def plan_stage_tiled(groups: Sequence[OperatorGroup], capacity: float, strategy:
             f, b = operator_traffic(op, strategy, capacity)
             forward, backward = forward + f.scaled(count), backward + b.scaled(count)
             orders.append(f.order)
-    if strategy.mode == "inference":
+    if not strategy.training:
         backward = Traffic()
-    for ops, count in recomputed if strategy.mode == "training" else ():
+    for ops, count in recomputed if strategy.training else ():
         for op in ops:
             backward = backward + operator_traffic(op, strategy, capacity)[0].scaled(count)
     return SramPlan(forward_dram_bytes=forward.dram_bytes, backward_dram_bytes=backward.dram_bytes,
