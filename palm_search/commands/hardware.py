@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from simulator import InputError, hardware_from_tables, hardware_tables, hardware_to_toml, load_hardware
+from simulator import Hardware, InputError, hardware_from_tables, hardware_tables, hardware_to_toml, load_hardware
 
 Opt = typer.Option
 
@@ -36,10 +36,30 @@ def new_hardware(
         changes["nodes"] = nodes
     cited = {f"{hardware.kind}.{key}": f"palm-search hardware new --from {start}: changed to {value};"
              " replace with your chip's source" for key, value in changes.items()}
+    cited.update(_uncarried(hardware, changes, start))
     edited = dataclasses.replace(hardware, network=dataclasses.replace(hardware.network, **changes),
                                  sources={**hardware.sources, **cited})
     hardware_from_tables(hardware_tables(edited), hardware.name, "the new file")  # the file's own checks
     typer.echo(hardware_to_toml(edited), nl=False)
+
+
+UNCARRIED_ACROSS_DIES = ("inter_die_link_bandwidth_",)
+"""Mesh keys (up to their unit) a one-die machine never uses: a file that adds dies carries them
+over unsourced."""
+
+
+def _uncarried(hardware: Hardware, changes: dict[str, int], start: str) -> dict[str, str]:
+    """Sources flagging the values ``start`` could not carry over: a one-die chip's die-to-die link
+    (never used, so never measured) once ``--dies`` makes dies meet."""
+    network = hardware.network
+    if hardware.kind != "mesh" or network.num_devices > network.devices_per_node:  # more than one die
+        return {}
+    if changes.get("dies_x", 1) * changes.get("dies_y", 1) == 1:
+        return {}
+    return {key: f"palm-search hardware new --from {start}: {start} has one die, so this link was never used"
+            " there (its value is the on-chip link's, carried over): replace with your die-to-die (chip-to-chip)"
+            " link's, with its source" for key in hardware.sources
+            if any(key.startswith(f"mesh.{stem}") for stem in UNCARRIED_ACROSS_DIES)}
 
 
 def _require(kind: str, wanted: str, flag: str) -> None:

@@ -28,3 +28,14 @@ def test_a_change_that_does_not_apply_or_breaks_a_bound_is_one_line():
         result = runner.invoke(app, ["hardware", "new", *args])
         lines = [line for line in result.stderr.splitlines() if line.strip()]
         assert result.exit_code == 2 and len(lines) == 1 and fragment in lines[0], result.output
+
+
+def test_dies_added_to_a_one_die_chip_flag_the_die_to_die_link_it_never_used(tmp_path):
+    # wormhole-n150 is one chip: its inter-die link bandwidth is the on-chip link's, "(unused)";
+    # four chips joined need a chip-to-chip figure, so the new file says to replace it
+    result = runner.invoke(app, ["hardware", "new", "--from", "wormhole-n150", "--dies", "2x4"])
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.stdout.splitlines() if x.startswith("inter_die_link_bandwidth_bytes_per_s_source"))
+    assert "never used" in line and "replace with your die-to-die" in line
+    wafer = runner.invoke(app, ["hardware", "new", "--from", "wafer", "--dies", "2x2"]).stdout  # already has dies
+    assert "never used" not in wafer
