@@ -161,7 +161,7 @@ def simulate_command(
     else:
         from palm_search.views.render import print_result  # rich: only to print
 
-        print_result(result)
+        print_result(result, machine_devices=hardware.num_devices)
 
 
 def _model_and_machine(model: str | None, hw: str | None, strategy_file: Path | None) -> tuple[ModelSpec, Hardware]:

@@ -19,8 +19,9 @@ def _wide_console() -> Console:
     return console if console.is_terminal else Console(width=150)
 
 
-def print_result(result: SimulationResult, console: Console | None = None) -> None:
-    """Print the headline numbers, the per-stage table and the busiest resources."""
+def print_result(result: SimulationResult, console: Console | None = None, machine_devices: int | None = None) -> None:
+    """Print the headline numbers, the per-stage table and the busiest resources; with
+    ``machine_devices``, how many of the machine's devices the mapping leaves idle."""
     console = console or _wide_console()
     s = result.strategy
     context = f" cp={s['cp']}" if s.get("cp", 1) > 1 else ""
@@ -29,6 +30,10 @@ def print_result(result: SimulationResult, console: Console | None = None) -> No
                   f"dp={s['dp']}{context} microbatch={s['microbatch_size']} schedule={s['schedule']} "
                   f"recompute={s['recompute']}{zero if s['zero_stage'] else ''} precision={s['precision']} "
                   f"placement={s['placement']} groups={s['group_layout']}")
+    used = s["tp"] * s.get("cp", 1) * s["pp"] * s["dp"]
+    if machine_devices and used < machine_devices:
+        console.print(f"uses {used} of the machine's {machine_devices} devices ({machine_devices - used} idle:"
+                      " --tp x --cp x --pp x --dp sets how many)")
     if not result.feasible:
         console.print(f"[red]infeasible[/]: {result.reason}")
         return

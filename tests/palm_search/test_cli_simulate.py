@@ -94,3 +94,10 @@ def test_the_command_line_starts_without_the_simulation_engine():
             " & set(sys.modules)))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"
+
+
+def test_simulate_says_how_many_of_the_machines_devices_it_leaves_idle():
+    result = runner.invoke(app, ["simulate", "--model", "T-1.7B", "--hw", "wormhole-n150", "--tp", "4", "--pp", "4",
+                                 "--precision", "bf16", "--global-batch-size", "16"])
+    assert result.exit_code == 0, result.output
+    assert "uses 16 of the machine's 64 devices (48 idle" in result.output
