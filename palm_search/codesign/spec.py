@@ -5,7 +5,7 @@ Co-design study files are TOML (see ``studies/codesign-wafer-sram-compute.toml``
     [codesign]
     name = "wafer-sram-compute"         # default: "codesign-<models>-<hardware>"
     models = ["T-18B", "T-145B"]        # each gets its own best mapping on the shared chip
-    hardware = "studies/hardware/wafer-tiled.toml"   # the base chip (a mesh): unsearched values
+    hardware = "hardware/wafer-tiled.toml"   # the base chip (a mesh), relative to the study file
     technology = "tsmc-n7"              # area and power coefficients (simulator.hardware.silicon)
     objective = "throughput"            # throughput | throughput_per_area | throughput_per_power |
                                         # pareto_area | pareto_power (front of throughput vs area / power)
@@ -39,7 +39,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from palm_search.search.study import NETWORKS, StudySpec, positive_integers, strategy_fields
+from palm_search.search.study import NETWORKS, StudySpec, beside, positive_integers, strategy_fields
 from simulator import InputError, load_hardware, load_model
 from simulator.config import Table, read_toml
 from simulator.hardware import load_technology
@@ -120,6 +120,7 @@ def load_codesign(path: str | Path) -> CodesignSpec:
     """
     root = read_toml(path)
     values = _codesign_values(root.take_table("codesign"))
+    values.update(models=tuple(beside(path, m) for m in values["models"]), hardware=beside(path, values["hardware"]))
     values["hardware_choices"] = _choices(root.take_table("hardware_space"))
     if root.has("search"):
         search = root.take_table("search")

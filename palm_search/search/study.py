@@ -4,7 +4,7 @@ Study files are TOML (see ``studies/t145b-wafer.toml``)::
 
     [study]                  # all keys optional except model and hardware
     name = "t145b-wafer"     # Optuna study name (default "<model>-<hardware>[-<objectives>]")
-    model = "T-145B"         # preset name or path
+    model = "T-145B"         # preset name or path (a path relative to this file where the file is there)
     hardware = "wafer"
     objectives = ["throughput"]      # or ["throughput", "memory"] for a Pareto front
     sampler = "auto"         # auto (exhaustive if the space fits the budget, else TPE) | tpe |
@@ -135,6 +135,14 @@ def _check(key: str, value, allowed: tuple[str, ...], many: bool = False) -> Non
                          f" got {value!r}")
 
 
+def beside(study_path: str | Path, name: str) -> str:
+    """``name`` (a preset, or a model / hardware file a study names) as the study file means it:
+    a file path is read relative to the study file's folder when the file is there (so a study
+    runs from any directory), else as given (relative to the working directory, as before)."""
+    here = Path(study_path).parent / name
+    return str(here) if name.endswith((".toml", ".json")) and here.is_file() else name
+
+
 def load_study(path: str | Path) -> StudySpec:
     """Read a study file.
 
@@ -145,6 +153,7 @@ def load_study(path: str | Path) -> StudySpec:
     root = read_toml(path)
     study = root.take_table("study")
     values = _study_values(study)
+    values.update(model=beside(path, values["model"]), hardware=beside(path, values["hardware"]))
     if root.has("search"):
         values.update(_search_values(root.take_table("search")))
     for key in ("fixed", "baseline"):

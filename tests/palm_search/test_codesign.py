@@ -205,3 +205,12 @@ def test_what_a_study_names_is_checked_before_any_chip_is_screened(study, change
 def test_a_model_given_on_the_command_line_is_checked_too(study):
     result = CliRunner().invoke(app, ["codesign", "--study", str(study), "--model", "T-999B"])
     assert result.exit_code == 2 and "T-999B" in result.output and result.output.count("\n") == 1
+
+
+def test_a_study_names_its_files_relative_to_itself_so_it_runs_from_any_directory(tmp_path, monkeypatch):
+    # studies/codesign-small.toml says hardware = "hardware/wafer-2x2-tiled.toml", beside itself
+    from palm_search.codesign.spec import load_codesign
+
+    monkeypatch.chdir(tmp_path)
+    spec = load_codesign(Path(__file__).parents[2] / "studies" / "codesign-small.toml")
+    assert Path(spec.hardware).is_file() and Path(spec.hardware).name == "wafer-2x2-tiled.toml"
