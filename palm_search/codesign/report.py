@@ -31,16 +31,33 @@ def front(frame: pd.DataFrame, cost: str) -> pd.DataFrame:
 
 def sensitivity(run: CodesignRun, frame: pd.DataFrame) -> pd.DataFrame:
     """For each searched dimension and choice: the best estimated and simulated samples/s of the
-    chips with that choice (0: none feasible / refined)."""
+    chips with that choice ("none fits" / "not simulated" where no chip of it has one)."""
     rows = []
     chips = frame[frame["label"] != "base"]
     for name in (k.removeprefix(PARAM_PREFIX) for k in run.chips[0].screen.params):
         for value, group in chips.groupby(name, sort=False):
             rows.append({"dimension": name, "choice": value, "chips": len(group),
                          "feasible": int(group["feasible"].sum()),
-                         "best estimated samples/s": group["estimated_samples_per_s"].max(),
-                         "best simulated samples/s": group["samples_per_s"].max()})
+                         "best estimated samples/s": _or(group["estimated_samples_per_s"].max(), "none fits"),
+                         "best simulated samples/s": _or(group["samples_per_s"].max(), "not simulated")})
     return pd.DataFrame(rows)
+
+
+def _or(value: float, missing: str) -> str:
+    """``value`` to 4 significant digits, or what its absence means where it is 0 (a throughput
+    no chip reached)."""
+    return f"{value:.4g}" if value > 0 else missing
+
+
+def _readable(chips: pd.DataFrame) -> pd.DataFrame:
+    """The chips table as a person reads it: area in mm^2, "not simulated" instead of 0 samples/s."""
+    table = chips.copy()
+    if "area_m2" in table:
+        table.insert(table.columns.get_loc("area_m2"), "area_mm2", table.pop("area_m2") * 1e6)
+    for column in ("samples_per_s", "estimated_samples_per_s"):
+        if column in table:
+            table[column] = [_or(v, "not simulated") for v in table[column]]
+    return table
 
 
 def figure(run: CodesignRun, frame: pd.DataFrame) -> go.Figure:
@@ -95,7 +112,7 @@ def write_report(run: CodesignRun, frame: pd.DataFrame, summary: dict, path: Pat
     lines.append(figure(run, frame).to_html(full_html=False, include_plotlyjs=True))
     lines.append("<h2>Sensitivity</h2>" + sensitivity(run, frame).to_html(index=False, float_format="%.4g"))
     shown = frame[frame["refined"]].sort_values("samples_per_s", ascending=False)
-    lines.append("<h2>Refined chips</h2>" + shown.to_html(index=False, float_format="%.4g"))
+    lines.append("<h2>Refined chips</h2>" + _readable(shown).to_html(index=False, float_format="%.4g"))
     path.write_text("<!doctype html><meta charset='utf-8'><title>palm-search codesign</title>"
                     "<body style='font-family:sans-serif;max-width:1200px;margin:auto'>"
                     + "\n".join(lines) + "</body>")

@@ -186,6 +186,14 @@ def test_the_report_draws_the_front_the_base_and_the_budget(run, tmp_path):
     summary = write_codesign(run, tmp_path / "out")
     page = (tmp_path / "out" / "report.html").read_text()
     assert all(text in page for text in ("front", "base chip", "budget", "Sensitivity"))
+    refined = page[page.index("<h2>Refined chips"):]
+    assert "<th>area_mm2</th>" in refined and "area_m2" not in refined  # the unit the text says
+    from palm_search.codesign.outputs import chips_frame
+    from palm_search.codesign.report import sensitivity
+
+    table = sensitivity(run, chips_frame(run))  # a choice none of whose chips ran says so, not 0
+    for column in ("best estimated samples/s", "best simulated samples/s"):
+        assert all(v in ("none fits", "not simulated") or float(v) > 0 for v in table[column])
     assert summary["best"]["samples_per_s"] == run.best().samples_per_s
     assert summary["base"]["samples_per_s"] == run.base.samples_per_s
 
