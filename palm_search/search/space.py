@@ -183,10 +183,15 @@ def walk_space(build: Builder) -> Iterator[tuple[dict, Candidate]]:
         script = taken[:j] + [taken[j] + 1]
 
 
+DEFAULT_PROMPT_LENGTH = 128
+"""A serving study's prompt when none is given (tokens; tt-metal's LLM table measures 128-token
+prompts), at most the model's context less the first generated token."""
+
+
 def serving_fixed(spec: StudySpec, model: ModelSpec, users: int) -> dict:
     """The fixed ``Strategy`` fields of a serving study's points with ``users`` concurrent users:
     the decode step at ``decode_context_length`` (default ``prompt_length + 1``)."""
-    prompt = spec.prompt_length or model.sequence_length
+    prompt = spec.prompt_length or max(min(DEFAULT_PROMPT_LENGTH, model.sequence_length - 1), 1)
     return {**spec.fixed, "mode": "inference", "prompt_length": prompt, "global_batch_size": users,
             "decode_context_length": spec.decode_context_length or prompt + 1}
 
@@ -235,6 +240,11 @@ class ServingWalk:
         """Raises:
             InputError: no number of users has a legal mapping.
         """
+        lengths = serving_fixed(spec, model, 1)
+        for key in ("prompt_length", "decode_context_length"):
+            if lengths[key] > model.sequence_length:
+                raise InputError(f"study: `{key}` = {lengths[key]} exceeds the context of {model.name},"
+                                 f" {model.sequence_length} tokens")
         self.walks: dict[int, DegreeWalk] = {}
         errors = []
         for users in sorted(set(spec.users)):
@@ -245,6 +255,7 @@ class ServingWalk:
         if not self.walks:
             raise InputError(f"{errors[-1]} (users {list(spec.users)})")
         self.model, self.hardware = model, hardware
+        self.lengths = f"{lengths['prompt_length']}-token prompts, decode at {lengths['decode_context_length']}"
 
     def __iter__(self) -> Iterator[tuple[dict, Candidate]]:
         for users, walk in self.walks.items():
@@ -265,7 +276,8 @@ class ServingWalk:
                 error = failed
         if not builders:
             raise InputError(f"study: no mapping of {self.model.name} serving {min(self.walks)} to"
-                             f" {max(self.walks)} users fits the memory of {self.hardware.name!r}") from error
+                             f" {max(self.walks)} users ({self.lengths}) fits the memory of"
+                             f" {self.hardware.name!r}") from error
         return UsersBuilder(builders)
 
 
