@@ -65,11 +65,34 @@ def optimize_command(
     json_output: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False,
     executor: Annotated[str, Opt(help="Where simulations run: loky (local processes) or dask.")] = "loky",
     scheduler: Annotated[str | None, Opt(help="Dask scheduler tcp://HOST:PORT (default: a local cluster).")] = None,
+    mode: Annotated[str | None, Opt(help=(
+        "training (default) or inference: search for serving, each trial the batch's prefill and one decode"
+        " step of its users; throughput is then system tokens/s."))] = None,
+    prompt_length: Annotated[int | None, Opt(help="Inference: tokens of each user's prompt.")] = None,
+    decode_context_length: Annotated[int | None, Opt(help=(
+        "Inference: KV-cache tokens of the decode step (default prompt length + 1)."))] = None,
+    users: Annotated[list[int] | None, Opt(help=(
+        "Inference: concurrent users searched (repeat; default 1-128)."))] = None,
+    min_tokens_per_s_per_user: Annotated[float | None, Opt(help=(
+        "Inference: floor on each user's decode tokens/s; mappings below it complete as infeasible."))] = None,
+    max_ttft_s: Annotated[float | None, Opt(help=(
+        "Inference: ceiling on the time to first token (s, the batch's prefill)."))] = None,
+    precision: Annotated[str | None, Opt(help=(
+        "Number format of every mapping (a fixed Strategy field, e.g. bf16, bfloat8_b; simulate --help)."))] = None,
 ) -> None:
     """Search the fastest mapping of MODEL on HW; re-running the same command resumes."""
     spec = resolve_spec(study_file, model, hw, trials=trials, sampler=sampler, seed=seed,
                         objectives=tuple(objective) if objective else None, network=network, top=top,
-                        artifacts_top=artifacts_top, fidelity=fidelity, eval_timeout_s=eval_timeout)
+                        artifacts_top=artifacts_top, fidelity=fidelity, eval_timeout_s=eval_timeout, mode=mode,
+                        prompt_length=prompt_length, decode_context_length=decode_context_length,
+                        users=tuple(users) if users else None, min_tokens_per_s_per_user=min_tokens_per_s_per_user,
+                        max_ttft_s=max_ttft_s)
+    if precision is not None:
+        from simulator import Strategy
+
+        fixed = {**spec.fixed, "precision": precision}
+        Strategy.from_dict({k: v for k, v in fixed.items() if k not in ("stage_devices", "stage_layers")})
+        spec = spec.replace(fixed=fixed)
     _check_jobs(jobs)
     check_executor(executor, scheduler)
     directory = run_dir or Path("runs") / spec.name
@@ -90,7 +113,8 @@ def optimize_command(
             if search.screened:
                 progress.update(task, description=f"baseline, then screening {len(search.screened.points):,} points")
             run_baseline(search, baseline)
-            optimize(search, lambda p: progress.update(task, completed=p.done, description=_describe(p)))
+            unit = "tokens/s" if search.spec.serving else "samples/s"
+            optimize(search, lambda p: progress.update(task, completed=p.done, description=_describe(p, unit)))
     finally:
         cluster.close()
     summary = write_outputs(search, directory)
@@ -128,8 +152,8 @@ def _attach(search, directory: Path) -> list[int]:
                                 jobs=search.jobs)
 
 
-def _describe(p) -> str:
-    return f"feasible {p.feasible} cached {p.cached} failed {p.failed} best {p.best:.4g} samples/s"
+def _describe(p, unit: str = "samples/s") -> str:
+    return f"feasible {p.feasible} cached {p.cached} failed {p.failed} best {p.best:.4g} {unit}"
 
 
 class _progress_bar:

@@ -10,8 +10,9 @@ and the note says so.
 
 from __future__ import annotations
 
+from palm_search.search.space import serving_fixed
 from palm_search.search.study import StudySpec
-from simulator import ZERO_STAGES, Hardware, InputError, ModelSpec, Strategy, simulate
+from simulator import ZERO_STAGES, Hardware, InputError, ModelSpec, Strategy, check_memory, simulate
 from spaces import enumerate_degrees
 
 PAPER_BASELINES = {
@@ -25,6 +26,8 @@ PAPER_BASELINES = {
 def choose_baseline(spec: StudySpec, model: ModelSpec, hardware: Hardware) -> tuple[Strategy, str]:
     """The baseline strategy and a sentence saying where it comes from."""
     fixed = {k: v for k, v in spec.fixed.items() if k not in ("stage_devices", "stage_layers")}
+    if spec.serving:
+        return _serving_baseline(spec, model, hardware, fixed)
     if spec.baseline is not None:
         return Strategy.from_dict({**fixed, **spec.baseline}), "the study file's baseline table"
     paper = PAPER_BASELINES.get((model.name, hardware.name))
@@ -73,6 +76,39 @@ def _megatron_like(fields: dict, model: ModelSpec, hardware: Hardware,
     d = ranked[0]
     return (Strategy.from_dict({**fields, "tp": d.tp, "pp": d.pp, "dp": d.dp}),
             "Megatron-like mapping (no candidate fits memory)")
+
+
+SERVING_BASELINE_USERS = 32
+"""Users of the serving baseline (tt-metal's LLM table serves batch 32 on one card)."""
+
+
+def _serving_baseline(spec: StudySpec, model: ModelSpec, hardware: Hardware, fixed: dict) -> tuple[Strategy, str]:
+    """A serving study's reference: :data:`SERVING_BASELINE_USERS` users (or the study's users
+    nearest it) as one microbatch, on the Megatron-like degrees (tensor parallel up to a node,
+    then the fewest stages) that fit memory; the study file's baseline table overrides fields.
+
+    Raises:
+        InputError: no legal degrees for those users.
+    """
+    users = min(spec.users, key=lambda u: (abs(u - SERVING_BASELINE_USERS), u))
+    fields = serving_fixed(spec, model, users)
+    fields.update({k: v for k, v in fixed.items() if k in fields or k not in ("global_batch_size",)})
+    group = hardware.network.devices_per_node
+    counts = sorted(set(spec.device_counts or [hardware.num_devices]), reverse=True)
+    degrees = [d for n in counts for d in enumerate_degrees(model, hardware, devices=n, global_batch_size=users)]
+    if not degrees:
+        raise InputError(f"baseline: no legal TP x PP x DP of {model.name} for {users} users uses"
+                         f" {_devices(counts)} of {hardware.name!r}")
+    ranked = sorted(degrees, key=lambda d: (-d.tp * d.cp * d.pp * d.dp, d.dp, -min(d.tp, group), d.pp))
+    for d in ranked:
+        strategy = Strategy.from_dict({**fields, "tp": d.tp, "pp": d.pp, "dp": d.dp,
+                                       "microbatch_size": users // d.dp, **(spec.baseline or {})})
+        if not check_memory(model, hardware, strategy):
+            degrees = f"TP {strategy.tp} / PP {strategy.pp} / DP {strategy.dp}"
+            return strategy, f"{users} users, Megatron-like mapping {degrees}"
+    d = ranked[0]
+    return (Strategy.from_dict({**fields, "tp": d.tp, "pp": d.pp, "dp": d.dp, "microbatch_size": users // d.dp}),
+            f"{users} users, Megatron-like mapping (no candidate fits memory)")
 
 
 def _devices(counts: list[int]) -> str:

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -30,9 +31,22 @@ from joblib import Parallel, delayed, parallel_config
 from joblib.externals.loky.process_executor import TerminatedWorkerError
 from optuna.trial import TrialState
 
-from palm_search.search.evaluate import RECORD_KEYS, cache_key, evaluate
-from palm_search.search.screen import SCREEN_LIMIT, Screening, enqueue_screened, start_screen
-from palm_search.search.space import DegreeWalk, SpaceBuilder
+from palm_search.search.evaluate import (
+    RECORD_KEYS,
+    SERVING_KEYS,
+    ServingTarget,
+    cache_key,
+    evaluate,
+    evaluate_serving,
+)
+from palm_search.search.screen import (
+    SCREEN_LIMIT,
+    Screening,
+    enqueue_screened,
+    serving_front_first,
+    start_screen,
+)
+from palm_search.search.space import DegreeWalk, ServingWalk, SpaceBuilder, UsersBuilder
 from palm_search.search.storage import (
     JOURNAL,
     Heartbeat,
@@ -86,7 +100,7 @@ class Search:
     study: optuna.Study
     storage: optuna.storages.BaseStorage
     """The storage the study was created or loaded with (heartbeats and trial ids go through it)."""
-    build: SpaceBuilder
+    build: SpaceBuilder | UsersBuilder
     jobs: int = 1
     deterministic: bool = True
     cache: dict[str, dict] = field(default_factory=dict)
@@ -109,6 +123,22 @@ class Search:
 
 METRIC_NAMES = {"throughput": "samples/s", "memory": "peak memory per device (GiB)"}
 """What each objective's value is, as the study names it (optuna-dashboard labels its axes so)."""
+SERVING_METRIC_NAMES = {"throughput": "system tokens/s (decode)", "memory": "peak memory per device (GiB)",
+                        "tokens_per_s_per_user": "tokens/s per user (decode)"}
+"""The same for a serving study (``mode = "inference"``)."""
+
+
+def metric_names(spec: StudySpec) -> list[str]:
+    """The study's objective names, one per objective."""
+    names = SERVING_METRIC_NAMES if spec.serving else METRIC_NAMES
+    return [names[o] for o in spec.objectives]
+
+
+def serving_target(spec: StudySpec) -> ServingTarget | None:
+    """The serving study's floor and ceiling, or None (training, or neither given)."""
+    if not spec.serving or (spec.min_tokens_per_s_per_user is None and spec.max_ttft_s is None):
+        return None
+    return ServingTarget(spec.min_tokens_per_s_per_user, spec.max_ttft_s)
 
 
 def storage_for(run_dir: Path, url: str | None):
@@ -144,10 +174,13 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
         InputError: bad model, hardware, study values or storage.
     """
     model, hardware = load_model(spec.model), load_hardware(spec.hardware)
-    walk = DegreeWalk(spec, model, hardware)
+    walk = ServingWalk(spec, model, hardware) if spec.serving else DegreeWalk(spec, model, hardware)
     known = storage_for(run_dir, storage) if storage or (run_dir / JOURNAL).is_file() else None
-    points, screened = _walks(spec, model, iter(walk), None if known and _queued(known, spec.name) else jobs)
+    target = serving_target(spec)
+    points, screened = _walks(spec, model, iter(walk), None if known and _queued(known, spec.name) else jobs, target)
     build = walk.builder()
+    if target is not None and screened is not None and screened.running is not None:
+        _check_target(spec, screened)
     spec = spec.replace(trials=spec.trials or (SCREENED_TRIALS if screened is not None else DEFAULT_TRIALS))
     if points is not None:
         spec = spec.replace(trials=min(spec.trials, len(points) + 1))
@@ -157,21 +190,34 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
                                 sampler=make_sampler(spec, points is not None or screened is not None),
                                 directions=spec.directions, load_if_exists=True)
     search = Search(spec=spec, model=model, hardware=hardware, study=study, storage=opened, build=build, jobs=jobs,
-                    deterministic=deterministic)
+                    deterministic=deterministic, evaluator=evaluate_serving if spec.serving else evaluate)
     search.points, search.screened = points, screened
     if not study.trials:
         with warnings.catch_warnings():  # experimental since Optuna 3.2, unchanged through 5
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names([METRIC_NAMES[o] for o in spec.objectives])
+            study.set_metric_names(metric_names(spec))
         study.set_user_attr("spec", spec_to_attrs(spec))
         sampler = "exhaustive" if points is not None else f"screen ({spec.network})" if screened else spec.sampler
         study.set_user_attr("sampler", sampler)
-        plans = build.space.plans
-        if plans is not None:
-            study.set_user_attr("memory_prescreen", {"plans": plans.plans, "checked": plans.checked,
-                                                     "fitting": plans.fitting})
+        if build.prescreen is not None:
+            study.set_user_attr("memory_prescreen", build.prescreen)
     load_cache(search)
     return search
+
+
+def _check_target(spec: StudySpec, screened: Screening) -> None:
+    """Wait for the screen's estimates and check some point meets the serving target (before
+    the study's storage exists, so a target nothing meets leaves no run directory).
+
+    Raises:
+        InputError: no point's estimate meets the floor or the ceiling.
+    """
+    ranked, _ = screened.ranked()
+    if not any(value > 0 for _, value in ranked):
+        given = (("--min-tokens-per-s-per-user", spec.min_tokens_per_s_per_user), ("--max-ttft-s", spec.max_ttft_s))
+        bounds = [f"{name} {value:g}" for name, value in given if value is not None]
+        raise InputError(f"study: no mapping of the {len(ranked):,} screened (users {list(spec.users)}) meets"
+                         f" {' and '.join(bounds)} by the closed-form estimate; lower the floor or raise the ceiling")
 
 
 def _queued(storage: optuna.storages.BaseStorage, name: str) -> bool:
@@ -184,11 +230,12 @@ def _queued(storage: optuna.storages.BaseStorage, name: str) -> bool:
 
 
 def _walks(spec: StudySpec, model: ModelSpec, walk: Iterator[tuple[dict, Candidate]],
-           jobs: int | None) -> tuple[list[dict] | None, Screening | None]:
+           jobs: int | None, target: ServingTarget | None = None) -> tuple[list[dict] | None, Screening | None]:
     """(the exhaustive walk, the screen of the walk): the walk when the sampler is exhaustive, or
     ``auto`` and the space fits the budget; else the screen, started on ``jobs`` workers (None:
     the points only, the study queued them already), when the fidelity allows and the space has
-    at most :data:`SCREEN_LIMIT` points; else neither (a sampler proposes).
+    at most :data:`SCREEN_LIMIT` points; else neither (a sampler proposes). A serving ``target``
+    is screened even when the space fits the budget (the points that miss it are not simulated).
 
     Raises:
         InputError: ``fidelity`` screen on a space larger than :data:`SCREEN_LIMIT`.
@@ -199,14 +246,14 @@ def _walks(spec: StudySpec, model: ModelSpec, walk: Iterator[tuple[dict, Candida
         return None, None
     budget = spec.trials or DEFAULT_TRIALS
     head = list(islice(walk, budget + 1))
-    if len(head) <= budget:
+    if len(head) <= budget and (target is None or spec.fidelity == "full"):
         return [params for params, _ in head], None
     limit, screened = max(budget, SCREEN_LIMIT), None
     if spec.fidelity != "full" and jobs is None:
         points = _at_most(chain(head, walk), limit)
         screened = Screening(points, [], None, 0.0) if points is not None else None
     elif spec.fidelity != "full":
-        screened = start_screen(model, chain(head, walk), limit, jobs)
+        screened = start_screen(model, chain(head, walk), limit, jobs, target=target)
     if screened is None and spec.fidelity == "screen":
         raise InputError(f"study: the space has more than {SCREEN_LIMIT:,} points, too many to screen; fix some"
                          " dimensions or use fidelity \"full\"")
@@ -230,6 +277,8 @@ def enqueue_points(search: Search) -> None:
             study.enqueue_trial(params)
     elif search.screened is not None and search.spec.trials > 1:
         ranked, seconds = search.screened.ranked()
+        if search.spec.serving and "tokens_per_s_per_user" in search.spec.objectives:
+            ranked = serving_front_first(ranked)
         enqueue_screened(study, ranked, search.spec.trials - 1, seconds)
     study.set_user_attr("enqueued", True)
 
@@ -254,13 +303,31 @@ def load_cache(search: Search) -> None:
         if "strategy" in trial.user_attrs:
             key = key_of(search, candidate_of(search, trial))
             search.cache[key] = {k: trial.user_attrs.get(k) for k in RECORD_KEYS}
+            if search.spec.serving:
+                search.cache[key].update({k: trial.user_attrs.get(k) for k in SERVING_KEYS})
 
 
 def objective_values(spec: StudySpec, record: dict) -> list[float]:
-    """Objective values of a record: samples/s (0 when infeasible) and peak memory (GiB)."""
-    values = {"throughput": record["samples_per_s"] if record["feasible"] else 0.0,
-              "memory": record["peak_memory_bytes"] / 2**30}
+    """Objective values of a record: samples/s (serving: system tokens/s) and tokens/s per user
+    (0 when infeasible), and peak memory (GiB)."""
+    feasible = bool(record["feasible"])
+    throughput = record["tokens_per_s"] if spec.serving else record["samples_per_s"]
+    values = {"throughput": throughput if feasible else 0.0, "memory": record["peak_memory_bytes"] / 2**30,
+              "tokens_per_s_per_user": record.get("tokens_per_s_per_user", 0.0) if feasible else 0.0}
     return [values[o] for o in spec.objectives]
+
+
+def judged(spec: StudySpec, record: dict) -> tuple[dict, dict[str, float]]:
+    """A serving record checked against the study's target: infeasible with the reason when it
+    misses it, and the target's Optuna constraint values (none without a target)."""
+    target = serving_target(spec)
+    if target is None:
+        return record, {}
+    per_user, ttft_s = record["tokens_per_s_per_user"], record["ttft_s"]
+    shortfall = {k: v for k, v in target.shortfall(per_user, ttft_s).items() if math.isfinite(v)}
+    if record["feasible"] and not target.met(per_user, ttft_s):
+        record = {**record, "feasible": False, "reason": target.reason(per_user, ttft_s)}
+    return record, shortfall
 
 
 def tell(search: Search, trial: optuna.Trial, candidate: Candidate | None, record: dict, cached: bool,
@@ -268,12 +335,15 @@ def tell(search: Search, trial: optuna.Trial, candidate: Candidate | None, recor
     """Record ``record`` on ``trial`` and finish it (COMPLETE, or FAIL on error). The trial keeps
     the candidate's strategy, and its machine's tables when it is not the study's machine."""
     study, progress = search.study, search.progress
+    constraints: dict[str, float] = {}
+    if search.spec.serving and not record.get("error"):
+        record, constraints = judged(search.spec, record)
     if candidate is not None:
         trial.set_user_attr("strategy", candidate.strategy.to_dict())
         if candidate.hardware != search.hardware:
             trial.set_user_attr("hardware", candidate.hardware.name)
             trial.set_user_attr("machine", hardware_tables(candidate.hardware))
-    for key in RECORD_KEYS:
+    for key in RECORD_KEYS + SERVING_KEYS:
         if key in record:
             trial.set_user_attr(key, record[key])
     trial.set_user_attr("cached", cached)
@@ -287,9 +357,12 @@ def tell(search: Search, trial: optuna.Trial, candidate: Candidate | None, recor
     with warnings.catch_warnings():  # a trial re-evaluated after an interrupted run has it already (same value)
         warnings.filterwarnings("ignore", message="The constraint value is ignored")
         trial.set_constraint("memory_over_capacity_bytes", record["memory_over_capacity_bytes"])
+        for name, value in constraints.items():
+            trial.set_constraint(name, value)
     progress.feasible += bool(record["feasible"])
     progress.cached += cached
-    progress.best = max(progress.best, record["samples_per_s"] if record["feasible"] else 0.0)
+    throughput = record["tokens_per_s"] if search.spec.serving else record["samples_per_s"]
+    progress.best = max(progress.best, throughput if record["feasible"] else 0.0)
     study.tell(trial, objective_values(search.spec, record))
 
 
@@ -310,7 +383,7 @@ def run_baseline(search: Search, baseline: Strategy) -> None:
     if any(t.user_attrs.get("baseline") for t in search.study.get_trials(deepcopy=False)):
         return
     candidate = Candidate(hardware=search.hardware, strategy=baseline)
-    record = evaluate(search.model, search.hardware, baseline, search.spec.network, search.spec.eval_timeout_s)
+    record = search.evaluator(search.model, search.hardware, baseline, search.spec.network, search.spec.eval_timeout_s)
     trial = search.study.ask(fixed_distributions={})
     search.cache[key_of(search, candidate)] = record
     tell(search, trial, candidate, record, cached=False, baseline=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import traceback
+from typing import NamedTuple
 
 from simulator import Hardware, InputError, ModelSpec, SimulationResult, Strategy, estimate_samples_per_s, simulate
 from simulator import __version__ as SIMULATOR_VERSION
@@ -18,6 +19,36 @@ RECORD_KEYS = ("feasible", "reason", "samples_per_s", "tokens_per_s", "iteration
                "bubble_fraction", "peak_memory_bytes", "memory_over_capacity_bytes", "wall_time_s",
                "events_simulated", "extrapolated", "error")
 """Keys of an evaluation record (also the trials' user attributes and ``trials.csv`` columns)."""
+SERVING_KEYS = ("users", "ttft_s", "time_per_output_token_s", "tokens_per_s_per_user")
+"""Further keys of a serving record (:func:`evaluate_serving`): concurrent users, the batch's time
+to first token (s), the decode step's time (s) and one user's decode rate (tokens/s)."""
+
+
+class ServingTarget(NamedTuple):
+    """What a serving point must meet (None: no bound): each user's decode rate (tokens/s) at
+    least ``min_tokens_per_s_per_user``, the batch's time to first token (s) at most ``max_ttft_s``."""
+
+    min_tokens_per_s_per_user: float | None = None
+    max_ttft_s: float | None = None
+
+    def shortfall(self, tokens_per_s_per_user: float, ttft_s: float) -> dict[str, float]:
+        """Optuna constraint values (> 0: violated) of a point: tokens/s per user below the
+        floor, seconds of time to first token over the ceiling."""
+        return {"tokens_per_s_per_user_below_floor": (self.min_tokens_per_s_per_user or 0.0) - tokens_per_s_per_user,
+                "ttft_over_ceiling_s": ttft_s - (self.max_ttft_s if self.max_ttft_s is not None else float("inf"))}
+
+    def reason(self, tokens_per_s_per_user: float, ttft_s: float) -> str:
+        """Why a point misses the target ("" when it meets it)."""
+        floor, ceiling = self.min_tokens_per_s_per_user, self.max_ttft_s
+        if floor is not None and tokens_per_s_per_user < floor:
+            return f"{tokens_per_s_per_user:.4g} tokens/s per user, below the floor of {floor:g}"
+        if ceiling is not None and ttft_s > ceiling:
+            return f"time to first token {ttft_s:.4g} s, over the ceiling of {ceiling:g} s"
+        return ""
+
+    def met(self, tokens_per_s_per_user: float, ttft_s: float) -> bool:
+        """Whether a point meets the target."""
+        return not self.reason(tokens_per_s_per_user, ttft_s)
 
 
 def cache_key(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str) -> str:
@@ -70,14 +101,56 @@ def evaluate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: 
         return {"error": f"{type(error).__name__}: {error}{where}"}
 
 
-def estimate_points(model: ModelSpec, plans: list[tuple[Hardware, Strategy]]) -> list[float]:
+def evaluate_serving(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str,
+                     time_limit_s: float | None = None) -> dict:
+    """Simulate a serving point: ``strategy`` is the decode step of its users (``global_batch_size``
+    users, one token each against ``decode_context_length`` tokens of KV cache), and the same
+    mapping with ``decode_context_length = 0`` is the prefill of the whole batch (every user's
+    prompt at once). The record is the decode step's (``tokens_per_s`` = users / step time)
+    with :data:`SERVING_KEYS`, feasible when both fit memory (peak: the larger). Never raises."""
+    decode = evaluate(model, hardware, strategy, network, time_limit_s)
+    if decode.get("error"):
+        return decode
+    prefill = evaluate(model, hardware, strategy.with_fields(decode_context_length=0), network, time_limit_s)
+    if prefill.get("error"):
+        return prefill
+    step_s = decode["iteration_time_s"]
+    record = {**decode, "users": strategy.global_batch_size, "ttft_s": prefill["iteration_time_s"],
+              "time_per_output_token_s": step_s, "tokens_per_s_per_user": 1.0 / step_s if step_s > 0 else 0.0}
+    record["feasible"] = decode["feasible"] and prefill["feasible"]
+    record["reason"] = decode["reason"] or (prefill["reason"] and f"prefill: {prefill['reason']}")
+    for key in ("peak_memory_bytes", "memory_over_capacity_bytes"):
+        record[key] = max(decode[key], prefill[key])
+    record["wall_time_s"] = decode["wall_time_s"] + prefill["wall_time_s"]
+    return record
+
+
+def estimate_points(model: ModelSpec, plans: list[tuple[Hardware, Strategy]],
+                    target: ServingTarget | None = None) -> list[float]:
     """Estimated samples/s of each (hardware, strategy) (0 when it does not fit or is not
-    legal): the screen's task, which a worker runs without importing the spaces or Optuna."""
+    legal): the screen's task, which a worker runs without importing the spaces or Optuna.
+    With a serving ``target``, each strategy is a decode step (its samples/s are system tokens/s)
+    and a point that misses the target (each user's tokens/s, or the estimated prefill of the
+    batch when ``max_ttft_s`` is set) is 0 too."""
     values, pairs = [], {}
     for hardware, strategy in plans:
         pair = pairs.get(id(hardware)) or pairs.setdefault(id(hardware), resident(model, hardware))
         try:
-            values.append(estimate_samples_per_s(*pair, strategy))
+            value = estimate_samples_per_s(*pair, strategy)
+            if target is not None and value > 0:
+                value = value if _meets(pair, strategy, value, target) else 0.0
+            values.append(value)
         except InputError:
             values.append(0.0)
     return values
+
+
+def _meets(pair: tuple[ModelSpec, Hardware], strategy: Strategy, tokens_per_s: float,
+           target: ServingTarget) -> bool:
+    """Whether the estimates of a decode ``strategy`` (``tokens_per_s`` for all its users) meet ``target``."""
+    users = strategy.global_batch_size or 1
+    ttft_s = 0.0
+    if target.max_ttft_s is not None:
+        prefill = estimate_samples_per_s(*pair, strategy.with_fields(decode_context_length=0))
+        ttft_s = users / prefill if prefill > 0 else float("inf")
+    return target.met(tokens_per_s / users, ttft_s)

@@ -33,7 +33,7 @@ import pandas as pd
 from joblib import Parallel, delayed
 from optuna.trial import TrialState
 
-from palm_search.search.evaluate import estimate_points
+from palm_search.search.evaluate import ServingTarget, estimate_points
 from simulator import ModelSpec, Strategy
 from spaces import Candidate, placement_key
 
@@ -55,10 +55,16 @@ class Screening:
     chunks: list[list[int]]
     running: Iterator[list[float]] | None
     started_s: float
+    done: tuple[list[tuple[dict, float]], float] | None = None
 
     def ranked(self) -> tuple[list[tuple[dict, float]], float]:
         """Every point with its estimate, best first (ties in the walk's order), and the wall time
-        of the walk and the estimates (s)."""
+        of the walk and the estimates (s); the estimates are collected once."""
+        if self.done is None:
+            self.done = self._ranked()
+        return self.done
+
+    def _ranked(self) -> tuple[list[tuple[dict, float]], float]:
         values = [0.0] * len(self.points)
         for chunk, chunk_values in zip(self.chunks, self.running or (), strict=True):
             for i, value in zip(chunk, chunk_values, strict=True):
@@ -68,7 +74,7 @@ class Screening:
 
 
 def start_screen(model: ModelSpec, walk: Iterable[tuple[dict, Candidate]], limit: int, jobs: int,
-                 backend: str | None = None) -> Screening | None:
+                 backend: str | None = None, target: ServingTarget | None = None) -> Screening | None:
     """Start estimating every point of the ``walk`` (its parameters and the candidate they build)
     on ``jobs`` workers while the walk goes on, or None when it has more than ``limit`` points.
 
@@ -94,7 +100,7 @@ def start_screen(model: ModelSpec, walk: Iterable[tuple[dict, Candidate]], limit
     def tasks() -> Iterator[tuple[list[int], Any]]:
         for chunk in _chunks(numbered()):
             plans = [(c.hardware, c.strategy) for _, _, c in chunk]
-            yield [i for i, _, _ in chunk], delayed(estimate_points)(model, plans)
+            yield [i for i, _, _ in chunk], delayed(estimate_points)(model, plans, target)
 
     if jobs == 1:
         made = list(tasks())
@@ -194,6 +200,25 @@ def enqueue_screened(study: optuna.Study, ranked: list[tuple[dict, float]], coun
     for params, value in best:
         study.enqueue_trial(params, user_attrs={ESTIMATE_KEY: value})
     study.set_user_attr("screen", {"points": len(ranked), "queued": len(best), "seconds": seconds})
+
+
+def serving_front_first(ranked: list[tuple[dict, float]]) -> list[tuple[dict, float]]:
+    """Serving points (parameters with ``users``, estimated system tokens/s) in non-dominated
+    layers of (system tokens/s, tokens/s per user = tokens/s / users), the Pareto front of the
+    estimates first (Deb et al., NSGA-II, IEEE TEC 2002: non-dominated sorting; two objectives,
+    so each layer is one sweep), each layer by tokens/s: a budget smaller than the space then
+    simulates the estimated front across all numbers of users, not only the highest tokens/s."""
+    left = [(params, value) for params, value in ranked if value > 0]
+    layers: list[tuple[dict, float]] = []
+    while left:
+        front, rest, best_per_user = [], [], -1.0
+        for params, value in sorted(left, key=lambda p: (-p[1], -p[1] / p[0]["users"])):
+            per_user = value / params["users"]
+            (front if per_user > best_per_user else rest).append((params, value))
+            best_per_user = max(best_per_user, per_user)
+        layers += front
+        left = rest
+    return layers + [(params, value) for params, value in ranked if value <= 0]
 
 
 @dataclass(frozen=True)

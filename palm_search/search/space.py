@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from palm_search.search.study import StudySpec
+from palm_search.search.study import DEFAULT_MICROBATCH_SIZES, DEFAULT_USERS, StudySpec
 from simulator import Hardware, InputError, ModelSpec, Strategy
 from spaces import (
     Candidate,
@@ -40,6 +40,12 @@ class SpaceBuilder:
 
     def __call__(self, trial: object) -> Candidate:
         return suggest_candidate(trial, self.space, self.hardware, fixed=self.fixed)  # type: ignore[arg-type]
+
+    @property
+    def prescreen(self) -> dict | None:
+        """The memory pre-screen's counts (``plans``, ``checked``, ``fitting``), or None."""
+        plans = self.space.plans
+        return None if plans is None else {"plans": plans.plans, "checked": plans.checked, "fitting": plans.fitting}
 
 
 def candidate_builder(spec: StudySpec, model: ModelSpec, hardware: Hardware) -> SpaceBuilder:
@@ -175,3 +181,110 @@ def walk_space(build: Builder) -> Iterator[tuple[dict, Candidate]]:
         if j < 0:
             return
         script = taken[:j] + [taken[j] + 1]
+
+
+DEFAULT_PROMPT_LENGTH = 128
+"""A serving study's prompt when none is given (tokens; tt-metal's LLM table measures 128-token
+prompts), at most the model's context less the first generated token."""
+
+
+def serving_fixed(spec: StudySpec, model: ModelSpec, users: int) -> dict:
+    """The fixed ``Strategy`` fields of a serving study's points with ``users`` concurrent users:
+    the decode step at ``decode_context_length`` (default ``prompt_length + 1``)."""
+    prompt = spec.prompt_length or max(min(DEFAULT_PROMPT_LENGTH, model.sequence_length - 1), 1)
+    return {**spec.fixed, "mode": "inference", "prompt_length": prompt, "global_batch_size": users,
+            "decode_context_length": spec.decode_context_length or prompt + 1}
+
+
+class _PerUsers:
+    """A trial whose parameter names carry the number of users (``degrees|users=8``,
+    ``microbatch_size|dp=1,users=8``): the choices of every later parameter depend on it, and a
+    name must keep one list of choices (:mod:`spaces._choices`)."""
+
+    def __init__(self, trial, users: int) -> None:
+        self.trial, self.users = trial, users
+
+    def suggest_categorical(self, name: str, choices):
+        return self.trial.suggest_categorical(per_users(name, self.users), choices)
+
+
+def per_users(name: str, users: int) -> str:
+    """``name`` conditioned on ``users`` as :func:`spaces._choices.conditional_name` writes it."""
+    return f"{name}{',' if '|' in name else '|'}users={users}"
+
+
+@dataclass(frozen=True, slots=True)
+class UsersBuilder:
+    """A serving study's :data:`Builder`: categorical ``users`` first, then that many users'
+    :class:`SpaceBuilder` on a trial whose names carry the users (:class:`_PerUsers`)."""
+
+    builders: dict[int, SpaceBuilder]
+
+    def __call__(self, trial) -> Candidate:
+        users = trial.suggest_categorical("users", list(self.builders))
+        return self.builders[users](_PerUsers(trial, users))
+
+    @property
+    def prescreen(self) -> dict | None:
+        """The memory pre-screens' counts summed over the numbers of users."""
+        parts = [b.prescreen for b in self.builders.values()]
+        return {k: sum(p[k] for p in parts if p) for k in ("plans", "checked", "fitting")}
+
+
+class ServingWalk:
+    """A serving study's points: a :class:`DegreeWalk` per number of users (``spec.users``; a
+    number no mapping fits, or that no legal degrees divide, is left out), each point's
+    parameters led by ``users`` (as :class:`UsersBuilder` asks them)."""
+
+    def __init__(self, spec: StudySpec, model: ModelSpec, hardware: Hardware) -> None:
+        """Raises:
+            InputError: no number of users has a legal mapping.
+        """
+        lengths = serving_fixed(spec, model, 1)
+        for key in ("prompt_length", "decode_context_length"):
+            if lengths[key] > model.sequence_length:
+                raise InputError(f"study: `{key}` = {lengths[key]} exceeds the context of {model.name},"
+                                 f" {model.sequence_length} tokens")
+        self.walks: dict[int, DegreeWalk] = {}
+        errors = []
+        for users in sorted(set(spec.users)):
+            try:
+                self.walks[users] = DegreeWalk(replace_fixed(spec, serving_fixed(spec, model, users)), model, hardware)
+            except InputError as error:
+                errors.append(str(error))
+        if not self.walks:
+            raise InputError(f"{errors[-1]} (users {list(spec.users)})")
+        self.model, self.hardware = model, hardware
+        self.lengths = f"{lengths['prompt_length']}-token prompts, decode at {lengths['decode_context_length']}"
+
+    def __iter__(self) -> Iterator[tuple[dict, Candidate]]:
+        for users, walk in self.walks.items():
+            for params, candidate in walk:
+                yield {"users": users, **{per_users(k, users): v for k, v in params.items()}}, candidate
+
+    def builder(self) -> UsersBuilder:
+        """The study's builder over the numbers of users some mapping fits.
+
+        Raises:
+            InputError: no mapping of any number of users fits the devices' memory.
+        """
+        builders, error = {}, None
+        for users, walk in self.walks.items():
+            try:
+                builders[users] = walk.builder()
+            except InputError as failed:
+                error = failed
+        if not builders:
+            raise InputError(f"study: no mapping of {self.model.name} serving {min(self.walks)} to"
+                             f" {max(self.walks)} users ({self.lengths}) fits the memory of"
+                             f" {self.hardware.name!r}") from error
+        return UsersBuilder(builders)
+
+
+def replace_fixed(spec: StudySpec, fixed: dict) -> StudySpec:
+    """The sub-study of a serving ``spec`` with ``fixed`` as its fixed fields (one number of
+    users): the serving keys live in ``fixed`` there; microbatches up to the users by default."""
+    sizes = DEFAULT_USERS if spec.microbatch_sizes == DEFAULT_MICROBATCH_SIZES else spec.microbatch_sizes
+    return replace(spec, fixed=fixed, mode="training", prompt_length=None, decode_context_length=None,
+                   min_tokens_per_s_per_user=None, max_ttft_s=None, objectives=("throughput",),
+                   microbatch_sizes=sizes)

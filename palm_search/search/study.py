@@ -6,7 +6,13 @@ Study files are TOML (see ``studies/t145b-wafer.toml``)::
     name = "t145b-wafer"     # Optuna study name (default "<model>-<hardware>[-<objectives>]")
     model = "T-145B"         # preset name or path (a path relative to this file where the file is there)
     hardware = "wafer"
-    objectives = ["throughput"]      # or ["throughput", "memory"] for a Pareto front
+    objectives = ["throughput"]      # or ["throughput", "memory"] for a Pareto front; for serving
+                             # ["throughput", "tokens_per_s_per_user"]
+    mode = "training"        # or "inference": search for serving (see below)
+    prompt_length = 128      # inference: tokens of each user's prompt (default: the model's sequence length)
+    decode_context_length = 129      # inference: KV cache of the decode step (default: prompt_length + 1)
+    min_tokens_per_s_per_user = 10.0 # inference: a floor on each user's decode rate (tokens/s)
+    max_ttft_s = 2.0         # inference: a ceiling on the time to first token (s)
     sampler = "auto"         # auto (exhaustive if the space fits the budget, else TPE) | tpe |
                              # random | exhaustive | nsga2
     trials = 300             # budget: finished trials (simulations) in the study; default 300, or 50
@@ -24,6 +30,7 @@ Study files are TOML (see ``studies/t145b-wafer.toml``)::
     dimensions = ["degrees", "microbatch_size", "schedule", ...]   # spaces.training.DIMENSIONS
     microbatch_sizes = [1, 2, 4, 8]  # optional cap of the microbatch choices
     devices = [128, 130]     # optional: devices a mapping may use (default: all; part of a grid)
+    users = [1, 2, 4, 8]     # inference: concurrent users (global batch sizes) searched
 
     [fixed]                  # Strategy fields not searched
     optimizer = "adam"
@@ -32,6 +39,14 @@ Study files are TOML (see ``studies/t145b-wafer.toml``)::
     tp = 8
 
     [placements]             # custom placements: name = [[device ids of stage 0], ...]
+
+Serving (``mode = "inference"``): each trial is one mapping of ``users`` concurrent users (the
+global batch size, searched among ``users``), simulated twice: the prefill of the whole batch
+(every user's prompt at once: ``ttft_s`` is the batch's time to first token, the last user's) and
+one decode step at ``decode_context_length`` (``time_per_output_token_s``; tokens/s per user is
+its inverse; system tokens/s is ``users`` times that). ``throughput`` is then system tokens/s; a
+trial below ``min_tokens_per_s_per_user`` or above ``max_ttft_s`` completes as infeasible (an
+Optuna constraint and its ``reason``), as one over memory does.
 
 CLI flags override the file; the embedded defaults (:data:`DEFAULT_SEARCHED` etc.) apply to
 ``palm-search optimize --model M --hw H`` with no file.
@@ -46,7 +61,10 @@ from pathlib import Path
 from simulator import InputError, Strategy
 from simulator.config import Table, read_toml
 
-OBJECTIVES = ("throughput", "memory")
+OBJECTIVES = ("throughput", "memory", "tokens_per_s_per_user")
+"""``throughput``: samples/s in training, system tokens/s of the decode step in inference;
+``tokens_per_s_per_user``: inference only (one user's decode rate)."""
+MODES = ("training", "inference")
 SAMPLERS = ("auto", "tpe", "random", "exhaustive", "nsga2")
 NETWORKS = ("sharing", "contention", "analytical", "estimate")
 FIDELITIES = ("auto", "screen", "full")
@@ -55,7 +73,13 @@ SCREENED_TRIALS = 50
 """Simulations after a screen: the estimate ranks the whole space, so a few confirm its top."""
 DEFAULT_SEARCHED = ("degrees", "microbatch_size", "schedule", "recompute", "sequence_parallel",
                     "zero_stage", "groups", "placement")
+SERVING_SEARCHED = ("degrees", "microbatch_size", "groups", "placement")
+"""Inference searches no schedule, recompute, sequence parallelism or ZeRO (no backward, no optimizer)."""
 DEFAULT_MICROBATCH_SIZES = (1, 2, 4, 8, 16)
+DEFAULT_USERS = (1, 2, 4, 8, 16, 32, 64, 128)
+"""Concurrent users (global batch sizes) a serving search tries."""
+SERVING_KEYS = ("mode", "prompt_length", "decode_context_length", "global_batch_size")
+"""Strategy fields a serving study sets itself (from ``[study]`` and ``users``), never ``[fixed]``."""
 DEFAULT_EVAL_TIMEOUT_S = 60.0
 """Wall-clock budget of one simulation in a search (s): a T-145B wafer mapping takes 0.03-5 s, so a
 minute is an input built wrong, and its trial fails instead of holding a worker."""
@@ -88,9 +112,19 @@ class StudySpec:
     fixed: dict = field(default_factory=dict)
     baseline: dict | None = None
     placements: dict = field(default_factory=dict)
+    mode: str = "training"
+    prompt_length: int | None = None
+    """Inference: tokens of each user's prompt; None: the model's sequence length."""
+    decode_context_length: int | None = None
+    """Inference: KV-cache tokens of the decode step; None: ``prompt_length + 1``."""
+    users: tuple[int, ...] = DEFAULT_USERS
+    min_tokens_per_s_per_user: float | None = None
+    max_ttft_s: float | None = None
 
     def __post_init__(self) -> None:
         _check("objectives", self.objectives, OBJECTIVES, many=True)
+        _check("mode", self.mode, MODES)
+        self._check_serving()
         _check("sampler", self.sampler, SAMPLERS)
         _check("network", self.network, NETWORKS)
         _check("fidelity", self.fidelity, FIDELITIES)
@@ -108,23 +142,62 @@ class StudySpec:
         if self.artifacts_top < 0:
             raise InputError(f"study: `artifacts_top` must be >= 0, got {self.artifacts_top}")
         if not self.name:
-            suffix = "" if self.objectives == ("throughput",) else "-" + "-".join(self.objectives)
-            name = f"{Path(self.model).stem}-{Path(self.hardware).stem}{suffix}".lower()
-            object.__setattr__(self, "name", name)
+            object.__setattr__(self, "name", default_name(self.model, self.hardware, self.objectives, self.mode))
+
+    def _check_serving(self) -> None:
+        """Raises: InputError: serving keys in training, or out of range."""
+        serving = self.mode == "inference"
+        if not serving:
+            given = [k for k in ("prompt_length", "decode_context_length", "min_tokens_per_s_per_user", "max_ttft_s")
+                     if getattr(self, k) is not None] + (["tokens_per_s_per_user"] if
+                                                          "tokens_per_s_per_user" in self.objectives else [])
+            if given:
+                raise InputError(f"study: `{given[0]}` is for mode \"inference\" (add --mode inference)")
+            return
+        if self.searched == DEFAULT_SEARCHED:
+            object.__setattr__(self, "searched", SERVING_SEARCHED)
+        clash = [k for k in SERVING_KEYS if k in self.fixed]
+        if clash:
+            raise InputError(f"study: `{clash[0]}` is set by the serving study itself ([study] mode, prompt_length,"
+                             " decode_context_length; [search] users), not in [fixed]")
+        if not self.users or any(not isinstance(u, int) or u < 1 for u in self.users):
+            raise InputError(f"study: `users` must be a list of integers >= 1, got {list(self.users)}")
+        for key in ("prompt_length", "decode_context_length"):
+            value = getattr(self, key)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise InputError(f"study: `{key}` must be an integer >= 1, got {value!r}")
+        for key in ("min_tokens_per_s_per_user", "max_ttft_s"):
+            value = getattr(self, key)
+            if value is not None and not 0 < value < float("inf"):
+                raise InputError(f"study: `{key}` must be a positive finite number, got {value!r}")
+
+    @property
+    def serving(self) -> bool:
+        """Whether the study searches inference serving (``mode = "inference"``)."""
+        return self.mode == "inference"
 
     @property
     def directions(self) -> list[str]:
-        """Optuna directions, one per objective (throughput up, memory down)."""
-        return ["maximize" if o == "throughput" else "minimize" for o in self.objectives]
+        """Optuna directions, one per objective (throughput and tokens/s per user up, memory down)."""
+        return ["minimize" if o == "memory" else "maximize" for o in self.objectives]
 
     def replace(self, **changes) -> StudySpec:
         """A copy with ``changes`` applied (``None`` values are ignored: flags not given); a
-        default name follows a changed model, hardware or objectives."""
+        default name follows a changed model, hardware, objectives or mode."""
         changes = {k: v for k, v in changes.items() if v is not None}
-        renamed = self.name == StudySpec(model=self.model, hardware=self.hardware, objectives=self.objectives).name
-        if renamed and "name" not in changes and {"model", "hardware", "objectives"} & set(changes):
+        renamed = self.name == default_name(self.model, self.hardware, self.objectives, self.mode)
+        if renamed and "name" not in changes and {"model", "hardware", "objectives", "mode"} & set(changes):
             changes["name"] = ""
+        if changes.get("mode") == "inference" and self.mode != "inference" and self.searched == DEFAULT_SEARCHED:
+            changes.setdefault("searched", SERVING_SEARCHED)
         return dataclasses.replace(self, **changes)
+
+
+def default_name(model: str, hardware: str, objectives: tuple[str, ...], mode: str) -> str:
+    """``<model>-<hardware>[-inference][-<objectives>]``, lower case."""
+    suffix = "" if objectives == ("throughput",) else "-" + "-".join(objectives)
+    serving = "-inference" if mode == "inference" else ""
+    return f"{Path(model).stem}-{Path(hardware).stem}{serving}{suffix}".lower()
 
 
 def _check(key: str, value, allowed: tuple[str, ...], many: bool = False) -> None:
@@ -170,9 +243,15 @@ def load_study(path: str | Path) -> StudySpec:
 
 def _study_values(study: Table) -> dict:
     values = {"model": study.take_string("model"), "hardware": study.take_string("hardware")}
-    for key in ("name", "sampler", "network", "fidelity"):
+    for key in ("name", "sampler", "network", "fidelity", "mode"):
         if study.has(key):
             values[key] = study.take_string(key)
+    for key in ("prompt_length", "decode_context_length"):
+        if study.has(key):
+            values[key] = int(study.take_number(key, integer=True, minimum=0))
+    for key in ("min_tokens_per_s_per_user", "max_ttft_s"):
+        if study.has(key):
+            values[key] = float(study.take_number(key, minimum=0))
     if study.has("objectives"):
         values["objectives"] = tuple(study.take_strings("objectives"))
     for key in ("trials", "seed", "batch_size", "top", "artifacts_top"):
@@ -189,7 +268,8 @@ def _search_values(search: Table) -> dict:
     values = {}
     if search.has("dimensions"):
         values["searched"] = tuple(search.take_strings("dimensions"))
-    for key, field_name in (("microbatch_sizes", "microbatch_sizes"), ("devices", "device_counts")):
+    for key, field_name in (("microbatch_sizes", "microbatch_sizes"), ("devices", "device_counts"),
+                            ("users", "users")):
         if search.has(key):
             values[field_name] = positive_integers(search, key)
     search.finish()
@@ -240,6 +320,6 @@ def spec_from_attrs(data: dict) -> StudySpec:
         raise InputError(f"study: stored spec lacks {sorted(missing)} (created by an older palm-search; "
                          "re-create it with palm-search optimize)")
     known = {f.name for f in dataclasses.fields(StudySpec)}
-    tuples = ("objectives", "searched", "microbatch_sizes", "device_counts")
+    tuples = ("objectives", "searched", "microbatch_sizes", "device_counts", "users")
     values = {k: tuple(v) if isinstance(v, list) and k in tuples else v for k, v in data.items() if k in known}
     return StudySpec(**values)

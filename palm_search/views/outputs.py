@@ -21,6 +21,9 @@ COLUMNS = ("trial", *strategy_fields(column=True), "samples_per_s", "model_flops
            "bubble_fraction", "speedup", "feasible", "cached", "baseline")
 """The trials table's columns: the strategy fields a search varies (``column`` in
 :func:`simulator.strategy_fields`), then the metrics."""
+SERVING_COLUMNS = (*COLUMNS[:COLUMNS.index("samples_per_s") + 1], "users", "tokens_per_s", "tokens_per_s_per_user",
+                   "ttft_s", "time_per_output_token_s", "peak_memory_GiB", "speedup", "feasible", "cached", "baseline")
+"""The same for a serving study (decode samples/s are system tokens/s)."""
 
 
 def trials_frame(study: optuna.Study) -> pd.DataFrame:
@@ -41,15 +44,15 @@ def trials_frame(study: optuna.Study) -> pd.DataFrame:
     return frame
 
 
-def top_mappings(frame: pd.DataFrame, k: int) -> pd.DataFrame:
-    """The ``k`` fastest feasible, distinct mappings (plus nothing else; none when no trial
+def top_mappings(frame: pd.DataFrame, k: int, columns: tuple[str, ...] = COLUMNS) -> pd.DataFrame:
+    """The ``k`` fastest feasible, distinct mappings, as ``columns`` (none when no trial
     completed)."""
     if frame.empty or "feasible" not in frame:
         return frame.iloc[0:0]
     feasible = frame[(frame["state"] == "COMPLETE") & (frame["feasible"] == True)]  # noqa: E712
     strategy_cols = [c for c in COLUMNS[1:COLUMNS.index("samples_per_s")] if c in feasible]
     distinct = feasible.sort_values("samples_per_s", ascending=False).drop_duplicates(strategy_cols)
-    return distinct.head(k)[[c for c in COLUMNS if c in distinct]]
+    return distinct.head(k)[[c for c in columns if c in distinct]]
 
 
 def family_bests(frame: pd.DataFrame) -> dict[str, dict]:
@@ -97,7 +100,7 @@ def write_outputs(search: Search, run_dir: Path) -> dict:
     frame = trials_frame(search.study)
     run_dir.mkdir(parents=True, exist_ok=True)
     frame.to_csv(run_dir / "trials.csv", index=False)
-    top = top_mappings(frame, search.spec.top)
+    top = top_mappings(frame, search.spec.top, SERVING_COLUMNS if search.spec.serving else COLUMNS)
     summary = _summary(search, frame, top, run_dir)
     if summary["best"] is not None:
         candidate = candidate_of(search, search.study.trials[summary["best"]["trial"]])
@@ -129,14 +132,17 @@ def _summary(search: Search, frame: pd.DataFrame, top: pd.DataFrame, run_dir: Pa
     return {
         "schema_version": SCHEMA_VERSION, "study": search.spec.name, "model": search.spec.model,
         "hardware": search.spec.hardware,
-        "objectives": list(search.spec.objectives), "sampler": search.study.user_attrs.get("sampler"),
+        "mode": search.spec.mode, "objectives": list(search.spec.objectives),
+        "sampler": search.study.user_attrs.get("sampler"),
         "memory_prescreen": search.study.user_attrs.get("memory_prescreen"),
         "screen": _screen(search.study),
         "trials": len(frame), "failed": failed,
         "feasible": int((frame.get("feasible") == True).sum()) if len(frame) else 0,  # noqa: E712
-        "baseline": baseline_row(frame), "best": best, "families": family_bests(frame),
+        "baseline": baseline_row(frame), "best": best,
+        "families": {} if search.spec.serving else family_bests(frame),
         "top": json.loads(top.to_json(orient="records")) if len(top) else [],
-        "pareto_front": _pareto(search) if len(search.spec.objectives) > 1 else [],
+        "pareto_front": (_pareto(search) if len(search.spec.objectives) > 1 else []) if not search.spec.serving
+        else serving_front(search.study, search.spec.objectives),
         "run_dir": str(run_dir), "dashboard": dashboard_command(run_dir, None),
     }
 
@@ -156,3 +162,34 @@ def _pareto(search: Search) -> list[dict]:
     front = [t for t in search.study.best_trials if t.user_attrs.get("feasible")]
     return [{"trial": t.number, "samples_per_s": t.values[0], "peak_memory_GiB": t.values[1],
              "strategy": t.user_attrs.get("strategy")} for t in sorted(front, key=lambda t: -t.values[0])]
+
+
+def serving_front(study: optuna.Study, objectives: tuple[str, ...]) -> list[dict]:
+    """A serving study's Pareto front of system tokens/s against tokens/s per user among its
+    feasible trials (each: trial, users, the two rates, time to first token, degrees,
+    microbatch, placement, groups), highest tokens/s per user first; empty for one objective
+    other than the two."""
+    if "tokens_per_s_per_user" not in objectives:
+        return []
+    rows = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.user_attrs.get("feasible") and t.user_attrs.get("tokens_per_s")]
+    front, seen = [], set()
+    for t in sorted(rows, key=lambda t: t.number):  # one trial per point (group layouts often tie)
+        point = (t.user_attrs["tokens_per_s"], t.user_attrs["tokens_per_s_per_user"])
+        if point not in seen and not any(_dominates(o, t) for o in rows):
+            front.append(t)
+            seen.add(point)
+    keys = ("tp", "pp", "dp", "microbatch_size", "placement", "group_layout", "group_order")
+    return [{"trial": t.number, "users": t.user_attrs.get("users"), "tokens_per_s": t.user_attrs["tokens_per_s"],
+             "tokens_per_s_per_user": t.user_attrs["tokens_per_s_per_user"], "ttft_s": t.user_attrs.get("ttft_s"),
+             **{k: t.user_attrs["strategy"].get(k) for k in keys}}
+            for t in sorted(front, key=lambda t: (-t.user_attrs["tokens_per_s_per_user"], -t.user_attrs["tokens_per_s"],
+                                                  t.number))]
+
+
+def _dominates(a: optuna.trial.FrozenTrial, b: optuna.trial.FrozenTrial) -> bool:
+    """Whether ``a`` is at least as good as ``b`` in system tokens/s and tokens/s per user, and
+    better in one."""
+    pa = (a.user_attrs["tokens_per_s"], a.user_attrs["tokens_per_s_per_user"])
+    pb = (b.user_attrs["tokens_per_s"], b.user_attrs["tokens_per_s_per_user"])
+    return all(x >= y for x, y in zip(pa, pb, strict=True)) and pa != pb

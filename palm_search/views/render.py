@@ -104,17 +104,27 @@ def print_search_summary(summary: dict, console: Console | None = None) -> None:
                           f" estimate within {screened['largest_gap']:.1%} of its simulation)")
         console.print(f"screen: {screened['points']:,} points estimated in {screened['seconds']:.1f} s, the best"
                       f" {screened['queued']} simulated; estimate vs simulation rank agreement: {agreement}")
+    serving = summary.get("mode") == "inference"
     if base:
-        state = f"{base.get('samples_per_s', 0):.4g} samples/s" if base.get("feasible") else \
-            f"infeasible: {base.get('reason')}"
+        rate = (f"{base.get('tokens_per_s') or 0:.4g} tokens/s, {base.get('tokens_per_s_per_user') or 0:.4g} per user"
+                if serving else f"{base.get('samples_per_s', 0):.4g} samples/s")
+        state = rate if base.get("feasible") else f"infeasible: {base.get('reason')}"
         console.print(f"baseline ({summary.get('baseline_note', '')}): {state}")
     families = summary.get("families") or {}
     if len(families) == 2:
         console.print(_family_line(families))
-    console.print(_top_table(summary["top"], narrow=console.width < WIDE_TABLE_COLUMNS))
-    if console.width < WIDE_TABLE_COLUMNS:
+    if serving:
+        console.print(_serving_table(summary["top"]))
+    else:
+        console.print(_top_table(summary["top"], narrow=console.width < WIDE_TABLE_COLUMNS))
+    if console.width < WIDE_TABLE_COLUMNS and not serving:
         console.print(NARROW_LEGEND)
-    if summary.get("pareto_front"):
+    if summary.get("pareto_front") and serving:
+        console.print("Pareto front (users: tokens/s per user, system tokens/s; mapping): " + "; ".join(
+            f"#{p['trial']} {p['users']}: {p['tokens_per_s_per_user']:.4g}, {p['tokens_per_s']:.4g}"
+            f" (TP {p['tp']} / PP {p['pp']} / DP {p['dp']}, mb {p['microbatch_size']}, {p['placement']})"
+            for p in summary["pareto_front"]))
+    elif summary.get("pareto_front"):
         console.print("Pareto front (samples/s vs peak memory per device): " + "; ".join(
             f"#{p['trial']} {p['samples_per_s']:.4g}/s at {p['peak_memory_GiB']:.3g} GiB"
             for p in summary["pareto_front"]))
@@ -157,6 +167,24 @@ def _top_table(top: list[dict], narrow: bool) -> Table:
                       _zero(row), _cell(row.get("placement")), _cell(row.get("samples_per_s")),
                       f"{mfu:.1%}" if isinstance(mfu, float) else "-",
                       f"{speedup:.3g}x" if isinstance(speedup, float) else "-")
+    return table
+
+
+SERVING = {"users": "users", "tp": "tp", "pp": "pp", "dp": "dp", "microbatch_size": "mb",
+           "placement": "placement", "group_layout": "groups", "tokens_per_s": "tokens/s",
+           "tokens_per_s_per_user": "tokens/s/user", "ttft_s": "TTFT s", "peak_memory_GiB": "GiB/dev",
+           "speedup": "speedup"}
+"""A serving study's top-mappings columns: row key -> header (tokens/s: the decode step's, all users)."""
+
+
+def _serving_table(top: list[dict]) -> Table:
+    """A serving study's top mappings (:data:`SERVING`)."""
+    table = Table(title=f"top {len(top)} mappings (decode at the study's context; TTFT: the batch's prefill)",
+                  box=box.SIMPLE_HEAD)
+    for header in ("#", *SERVING.values()):
+        table.add_column(header, justify="right", overflow="fold")
+    for row in top:
+        table.add_row(str(row["trial"]), *(_cell(row.get(c)) for c in SERVING))
     return table
 
 

@@ -115,12 +115,18 @@ def _plot_sections(study: optuna.Study, spec: dict, on_progress) -> list[str]:
 
     on_progress("report: study plots")
     searched = _searched(study)
-    target = {"target": lambda t: t.values[0], "target_name": "samples/s"}
+    serving = spec.get("mode") == "inference"
+    unit = "system tokens/s" if serving else "samples/s"
+    target = {"target": lambda t: t.values[0], "target_name": unit}
     figures = [("history", "Optimisation history", lambda: vis.plot_optimization_history(study, **target)),
                ("parallel-coordinates", "Parallel coordinates of the searched dimensions",
                 lambda: vis.plot_parallel_coordinate(searched, **target)),
-               ("importance", "Parameter importance (samples/s)", lambda: _importance(searched))]
-    if len(spec["objectives"]) == 2:
+               ("importance", f"Parameter importance ({unit})", lambda: _importance(searched))]
+    if serving and len(spec["objectives"]) == 2:
+        names = study.metric_names or spec["objectives"]
+        figures.append(("pareto", f"Pareto front: {names[0]} against {names[1]} (infeasible trials apart)",
+                        lambda: vis.plot_pareto_front(study, target_names=names)))
+    elif len(spec["objectives"]) == 2:
         figures.append(("pareto", "Pareto front: samples/s against peak memory per device (GiB)",
                         lambda: vis.plot_pareto_front(study, target_names=["samples/s", "peak memory GiB"])))
     sections, first = [], True
