@@ -4,7 +4,7 @@ Time is SimPy's ``env.now`` in **seconds**. Virtual Tile Aggregation (PALM §IV-
 stage is one process standing for all its ``tp * cp * dp`` devices; its tensor-parallel collectives,
 DRAM streams and data-parallel collectives are flows over *all* its groups at once
 (:mod:`simulator.network.collectives`), and every link or DRAM port that flows of different processes
-share is booked through the network backend, so contention between stages is real.
+share is booked or shared by the timing model, so contention between stages is real.
 
 A pass (forward or backward of one microbatch on one virtual stage) is ``segments`` layers; each
 computes while streaming its DRAM share (overlapped, PALM Fig. 5), then runs its TP collectives
