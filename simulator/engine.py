@@ -34,11 +34,11 @@ from typing import Any
 
 import simpy
 
-from simulator.costs import PassCost, StageCost
+from simulator.costs import StageCost
 from simulator.errors import BudgetExceeded
 from simulator.hardware.spec import Hardware
 from simulator.network.topology import Topology
-from simulator.passes import Pass, PassKind
+from simulator.passes import PassKind
 from simulator.placement import StagePlacement
 from simulator.schedules import PipelineSchedule
 from simulator.timing import timing_model
@@ -130,7 +130,7 @@ class Engine:
 
     def _stage(self, i: int, num_microbatches: int) -> Generator[simpy.Event, Any, None]:
         machine = self.machine
-        env = machine.env
+        env, stats, run_pass = machine.env, machine.stats[i], self.timing.run_pass
         order = self.schedule.order(i, num_microbatches) if self.training else \
             self.schedule.forward_order(i, num_microbatches)
         last = len(self.costs) - 1
@@ -140,8 +140,12 @@ class Engine:
             if (forward and j > 0) or (backward and j < last):
                 machine.events += 1
                 yield self._message(("act", j, p.microbatch) if forward else ("grad", j, p.microbatch))
-            cost = self.costs[j].pass_cost(p.kind)
-            yield from self._pass(i, cost, p)
+            cost, start = self.costs[j].pass_cost(p.kind), env.now
+            yield from run_pass(i, cost, p.microbatch)
+            stats.compute_s += cost.compute_s
+            if machine.record:
+                machine.records.append(PassRecord(i, p.kind, p.microbatch, p.chunk, start, env.now, cost.recompute_s,
+                                                  cost.compute_s))
             if machine.events > self.event_limit or time.perf_counter() > self.deadline_s:
                 self._stop()
             sent: float | simpy.Event = env.now
@@ -155,10 +159,10 @@ class Engine:
                     yield sent
                 elif sent > t:
                     yield env.timeout(sent - t)
-                machine.stats[i].communication_s += env.now - t
+                stats.communication_s += env.now - t
         if self.training:
             yield from self._gradient_update(i)
-        machine.stats[i].finish_s = env.now
+        stats.finish_s = env.now
 
     def _stop(self) -> None:
         """Raise :class:`BudgetExceeded` for the budget that ran out."""
@@ -168,15 +172,6 @@ class Engine:
                                  f"{self.event_limit:,} (at {now:.4g} s of simulated time)")
         raise BudgetExceeded(f"simulation stopped at its wall-clock budget after {events:,} events"
                              f" (at {now:.4g} s of simulated time)")
-
-    def _pass(self, i: int, cost: PassCost, p: Pass) -> Generator[simpy.Event, Any, None]:
-        machine = self.machine
-        now = machine.env.now
-        yield from self.timing.run_pass(i, cost, p.microbatch)
-        machine.stats[i].compute_s += cost.compute_s
-        if machine.record:
-            machine.records.append(PassRecord(i, p.kind, p.microbatch, p.chunk, now, machine.env.now,
-                                              cost.recompute_s, cost.compute_s))
 
     def _send(self, i: int, k: int, kind: str, microbatch: int, size_bytes: float) -> float | simpy.Event:
         """Send stage ``i``'s output to virtual stage k, delivered once the receiving group has
