@@ -29,11 +29,11 @@ from simulator.costs import StageCost
 from simulator.engine import Engine, EngineRun, PassRecord, StageStats, traffic_by_kind
 from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
-from simulator.network.backends import BACKENDS, network_backend
 from simulator.network.topology import Topology, topology_of
 from simulator.placement import StagePlacement, place
 from simulator.result import ResourceUsage, SimulationResult, StageReport
 from simulator.strategy import Strategy
+from simulator.timing import TIMINGS
 from simulator.trace import Timeline
 from simulator.workload.operators import tokens_per_sample
 from simulator.workload.spec import ModelSpec
@@ -226,8 +226,8 @@ class _Budget:
 
 def _simulate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str, steady_state: bool,
               record: bool, budget: _Budget) -> _Simulated:
-    if network != ESTIMATE and network not in BACKENDS:
-        raise InputError(f"network must be one of {[*sorted(BACKENDS), ESTIMATE]}, got {network!r}")
+    if network != ESTIMATE and network not in TIMINGS:
+        raise InputError(f"network must be one of {[*sorted(TIMINGS), ESTIMATE]}, got {network!r}")
     deadline = budget.deadline_s()
     prepared = _prepare(model, hardware, strategy, network)
     topology, placements = prepared.topology, prepared.placements
@@ -247,11 +247,11 @@ def _simulate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network:
 
 def _engine(prepared: _Prepared, network: str, record: bool, deadline_s: float,
             event_limit: int | None) -> Engine:
-    """The engine of a prepared simulation (``estimate`` books nothing: the analytical backend)."""
+    """The engine of a prepared simulation (``estimate`` books nothing: the analytical timing model)."""
     strategy = prepared.strategy
     return Engine(hardware=prepared.hardware, topology=prepared.topology, placements=prepared.placements,
                   costs=prepared.costs, schedule=legality.schedule_of(strategy),
-                  network=network_backend("analytical" if network == ESTIMATE else network),
+                  network="analytical" if network == ESTIMATE else network,
                   training=strategy.training, transfer_strategy=strategy.transfer_strategy,
                   p2p_blocking=strategy.p2p_blocking, record=record, deadline_s=deadline_s,
                   event_limit=event_limit)

@@ -1,11 +1,10 @@
 """Network backends: when may a flow start, given what else is on its resources.
 
-One narrow interface, :class:`NetworkBackend`, used by the engine for every transfer; the backends
-register by name in :data:`BACKENDS` (a contract test runs every one):
+One narrow interface, :class:`NetworkBackend`, through which whole-pass booking
+(:mod:`simulator.timing.booking`) books every transfer; the backends register by name in
+:data:`BACKENDS` (a contract test runs every one):
 
 * :class:`AnalyticalNetwork`: PALM Eq. 2 without the contention term; a flow starts when asked.
-* :class:`~simulator.network.sharing.SharingNetwork`: flows share each link's and DRAM port's
-  bandwidth max-min fairly (flow-level, as SimGrid); a flow on a busy link slows down.
 * :class:`ContentionNetwork`: PALM's exclusive-link model (§IV-C: "treating the link as an
   exclusive resource during execution"; DRAM ports likewise, Eq. 5). Each contended resource
   keeps a calendar of busy intervals; a flow starts at the earliest time at which all its booked
@@ -21,7 +20,6 @@ from typing import Protocol
 
 from simulator.errors import InputError
 from simulator.network.collectives import Flow
-from simulator.network.sharing import SharingNetwork
 
 _PRUNE_EVERY = 512
 
@@ -125,14 +123,13 @@ class ContentionNetwork:
             del starts[:k], ends[:k]
 
 
-BACKENDS: dict[str, Callable[[], NetworkBackend | SharingNetwork]] = {
+BACKENDS: dict[str, Callable[[], NetworkBackend]] = {
     AnalyticalNetwork.name: AnalyticalNetwork, ContentionNetwork.name: ContentionNetwork,
-    SharingNetwork.name: SharingNetwork,
 }
 """Backend name -> a factory of fresh backends (a backend keeps state for one engine run)."""
 
 
-def network_backend(name: str) -> NetworkBackend | SharingNetwork:
+def network_backend(name: str) -> NetworkBackend:
     """A fresh backend by name (:data:`BACKENDS`).
 
     Raises:

@@ -156,10 +156,6 @@ class SharingNetwork:
         self._active = []
         self._trains = []
 
-    def uses_contention(self) -> bool:
-        """Flows of one run affect each other (the engine sets up its flows for them)."""
-        return True
-
     def start(self, env: simpy.Environment, flows: Sequence[Flow]) -> None:
         """Begin a run in ``env`` whose transfers use ``flows`` (each flow's constraints are
         computed once here, see :func:`constraints_of`)."""

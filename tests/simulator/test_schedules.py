@@ -13,13 +13,14 @@ from hypothesis import strategies as st
 from simulator.engine import Engine
 from simulator.errors import InputError
 from simulator.legality import check_plan
-from simulator.network.backends import BACKENDS, ContentionNetwork, network_backend
+from simulator.network.backends import ContentionNetwork, network_backend
 from simulator.network.collectives import make_flow
 from simulator.network.topology import topology_of
 from simulator.passes import PassKind
 from simulator.placement import place
 from simulator.schedules import SCHEDULE_CLASSES, make_schedule
 from simulator.strategy import Strategy
+from simulator.timing import TIMINGS
 from simulator.workload.loader import load_model
 
 F, B, U = PassKind.FORWARD, PassKind.BACKWARD, PassKind.OPTIMIZER_UPDATE
@@ -54,14 +55,14 @@ def test_every_pass_runs_once_and_forward_precedes_backward(pipeline):
 
 
 @settings(max_examples=30, deadline=None)
-@given(pipeline=pipelines(), network=st.sampled_from(sorted(BACKENDS)))
+@given(pipeline=pipelines(), network=st.sampled_from(sorted(TIMINGS)))
 def test_simulated_forward_ends_before_its_backward_starts_on_every_stage(pipeline, network):
     name, pp, chunks, m = pipeline
     topo = topology_of(HW)
     strategy = Strategy(pp=pp, schedule=name, num_chunks=chunks)
     costs = tuple(uniform_cost(1.0, 2.0, 1e6) for _ in range(pp * chunks))
     engine = Engine(hardware=HW, topology=topo, placements=place(topo, strategy), costs=costs,
-                    schedule=make_schedule(name, pp, chunks), network=network_backend(network),
+                    schedule=make_schedule(name, pp, chunks), network=network,
                     training=True, record=True)
     records = engine.run(m).records
     span = {(r.stage, r.kind, r.microbatch, r.chunk): (r.start_s, r.end_s) for r in records if r.kind is not U}

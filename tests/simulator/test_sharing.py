@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 from simulator import load_model
 from simulator.api import simulate
-from simulator.network.backends import BACKENDS
 from simulator.network.collectives import Flow, make_flow
 from simulator.network.sharing import SharingNetwork, max_min_rates
 from simulator.network.topology import topology_of
 from simulator.strategy import Strategy
+from simulator.timing import TIMINGS, SharingTiming
 
 HW = mesh_hardware(dies=(2, 2), cores=(2, 2))
 TOPO = topology_of(HW)
@@ -172,7 +172,7 @@ def test_trains_equal_transfers_run_one_by_one(strategy, monkeypatch):
     slow_dram = mesh_hardware(dies=(2, 2), cores=(2, 2), dram=20e9)
     model = load_model("T-18B")
     trains = simulate(model, slow_dram, strategy, network="sharing")
-    monkeypatch.setitem(BACKENDS, "sharing", lambda: SharingNetwork(trains=False))
+    monkeypatch.setitem(TIMINGS, "sharing", lambda machine: SharingTiming(machine, SharingNetwork(trains=False)))
     plain = simulate(model, slow_dram, strategy, network="sharing")
     assert trains.feasible and plain.feasible
     assert trains.iteration_time_s == pytest.approx(plain.iteration_time_s, rel=1e-9)

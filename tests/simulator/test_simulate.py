@@ -153,11 +153,11 @@ def test_a_simulation_over_its_event_or_time_budget_stops_with_the_reason():
 def test_remembered_passes_count_the_same_bytes_and_time_as_computed_ones(network, monkeypatch):
     # The engine remembers each pass's segments and phases with the bytes they count, and counts
     # them again on reuse: the outcome must equal computing every pass afresh.
-    from simulator.engine import Engine
+    from simulator.timing.machine import Machine
 
     model, strategy = load_model("T-18B"), Strategy(tp=4, dp=2, pp=8, recompute="full", zero_stage=3)
     remembered = simulate(model, WAFER, strategy, network=network)
-    monkeypatch.setattr(Engine, "_memo", lambda self, kind, i, cost, compute: compute())
+    monkeypatch.setattr(Machine, "memo", lambda self, kind, i, cost, compute: compute())
     computed = simulate(model, WAFER, strategy, network=network)
     assert remembered.traffic_bytes == pytest.approx(computed.traffic_bytes, rel=1e-12)
     assert remembered.iteration_time_s == pytest.approx(computed.iteration_time_s, rel=1e-12)

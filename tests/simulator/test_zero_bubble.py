@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from simulator.engine import Engine
 from simulator.hardware.loader import load_hardware
-from simulator.network.backends import AnalyticalNetwork
 from simulator.network.topology import topology_of
 from simulator.placement import place
 from simulator.schedules import OneFOneB, PipelineSchedule, ZeroBubbleH1, make_schedule
@@ -29,7 +28,7 @@ def _engine(schedule: PipelineSchedule, forward_s, input_s, weight_s) -> Engine:
     costs = tuple(uniform_cost(f, b + w, weight_gradient_s=w) for f, b, w in zip(forward_s, input_s, weight_s,
                                                                                    strict=True))
     return Engine(hardware=HW, topology=TOPOLOGY, placements=place(TOPOLOGY, Strategy(pp=pp)), costs=costs,
-                  schedule=schedule, network=AnalyticalNetwork(), training=True)
+                  schedule=schedule, network="analytical", training=True)
 
 
 def _makespans(pp, m, forward_s, input_s, weight_s) -> tuple[float, float]:

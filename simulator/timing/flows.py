@@ -1,0 +1,142 @@
+"""The flows of an engine: each pipeline stage's TP, DP, DRAM, context-parallel and replica
+groups, the p2p flows between neighbouring stages, and their index for totals per resource
+(built once per placement, :func:`machine_flows`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from simulator.hardware.spec import Calibration
+from simulator.network.collectives import Flow, all_pairs_edges, make_flow, ring_edges
+from simulator.network.topology import Edge, Topology
+from simulator.placement import StagePlacement
+
+
+@dataclass(slots=True)
+class StageFlows:
+    """The flows of one pipeline stage."""
+
+    tp: Flow
+    dp: Flow
+    dram: Flow | None
+    tp_all_to_all: Flow | None
+    cp: Flow | None = None
+    """Context parallelism's groups (:attr:`StagePlacement.cp_groups`), None for ``cp == 1``."""
+    dp_replica: Flow | None = None
+    """Hybrid sharding's replica groups (:attr:`StagePlacement.replica_groups`), which the
+    iteration's data-parallel collectives use when the stage has them."""
+
+    @property
+    def iteration(self) -> Flow:
+        """The flow of the data-parallel collectives at the end of an iteration."""
+        return self.dp_replica or self.dp
+
+
+
+@dataclass(frozen=True, slots=True)
+class FlowIndex:
+    """Every (flow, resource) pair of an engine's flows as arrays, for totals per resource:
+    ``flow[k]`` (position in :attr:`Engine.flows`) crosses ``resource[k]`` with ``load[k]`` edges
+    and ``occupancy[k]`` (s per byte per edge); ``num_resources`` of the topology."""
+
+    flow: np.ndarray
+    resource: np.ndarray
+    load: np.ndarray
+    occupancy: np.ndarray
+    num_resources: int
+
+    def carried_bytes(self, flow_bytes: Sequence[float]) -> np.ndarray:
+        """Bytes each resource carried, given the bytes per edge each flow moved."""
+        moved = np.asarray(flow_bytes, dtype=float)[self.flow]
+        return np.bincount(self.resource, weights=self.load * moved, minlength=self.num_resources)
+
+    def busy_s(self, flow_bytes: Sequence[float]) -> np.ndarray:
+        """Seconds each resource is busy, given the bytes per edge each flow moved."""
+        moved = np.asarray(flow_bytes, dtype=float)[self.flow]
+        return np.bincount(self.resource, weights=self.occupancy * moved, minlength=self.num_resources)
+
+
+def _flow_index(flows: list[Flow], num_resources: int) -> FlowIndex:
+    pairs = [(k, r, f.loads[r], f.occupancy[r]) for k, f in enumerate(flows) for r in f.loads]
+    flow, resource, load, occupancy = (np.array(column) for column in zip(*pairs, strict=True)) if pairs else \
+        (np.zeros(0, dtype=int), np.zeros(0, dtype=int), np.zeros(0), np.zeros(0))
+    return FlowIndex(flow=flow, resource=resource, load=load, occupancy=occupancy, num_resources=num_resources)
+
+
+def all_flows(stage_flows: list[StageFlows], p2p: dict[tuple[int, int], Flow]) -> list[Flow]:
+    """An engine's flows in their fixed order: each stage's own, then the p2p ones."""
+    return [f for s in stage_flows for f in own_flows(s)] + list(p2p.values())
+
+
+@lru_cache(maxsize=128)
+def machine_flows(topology: Topology, placements: tuple[StagePlacement, ...], calibration: Calibration,
+                   transfer_strategy: int, all_to_all: bool,
+                   ) -> tuple[list[StageFlows], dict[tuple[int, int], Flow], FlowIndex]:
+    """The flows of every stage, the p2p flows between neighbours and their index (built once
+    per placement: a search revisits one placement under many plans; an engine resets the
+    counters it uses)."""
+    stage_flows = [_stage_flows(topology, calibration, i, p, all_to_all) for i, p in enumerate(placements)]
+    pp = len(placements)
+    p2p: dict[tuple[int, int], Flow] = {}
+    for i in range(pp):
+        for j in sorted({(i + 1) % pp, (i - 1) % pp} - {i}):
+            p2p[(i, j)] = _p2p_flow(topology, calibration, placements, transfer_strategy, i, j)
+    return stage_flows, p2p, _flow_index(all_flows(stage_flows, p2p), topology.num_resources)
+
+
+def _stage_flows(topo: Topology, cal: Calibration, i: int, placement: StagePlacement, all_to_all: bool) -> StageFlows:
+    """The flows of stage ``i``; the all-pairs pattern of its TP groups only if some
+    collective is an all-to-all (ResNet's halo exchange)."""
+    tp_size, dp_size = len(placement.tp_groups[0]), len(placement.dp_groups[0])
+    dram = None
+    if topo.dram_route(placement.devices[0])[0]:
+        dram = make_flow(topo, f"stage{i} dram", "dram", [(d, -1) for d in placement.devices],
+                         cal.memory_bound_efficiency)
+    return StageFlows(
+        tp=make_flow(topo, f"stage{i} tp", "tp", _rings(topo, placement.tp_groups),
+                     cal.collective_efficiency, tp_size),
+        dp=make_flow(topo, f"stage{i} dp", "dp", _rings(topo, placement.dp_groups),
+                     cal.collective_efficiency, dp_size),
+        dram=dram,
+        tp_all_to_all=make_flow(topo, f"stage{i} tp a2a", "tp", all_pairs_edges(placement.tp_groups),
+                                cal.collective_efficiency, tp_size) if all_to_all else None,
+        cp=make_flow(topo, f"stage{i} cp", "cp", _rings(topo, placement.cp_groups), cal.collective_efficiency,
+                     len(placement.cp_groups[0])) if placement.cp_groups else None,
+        dp_replica=make_flow(topo, f"stage{i} dp replicas", "dp", _rings(topo, placement.replica_groups),
+                             cal.collective_efficiency, len(placement.replica_groups[0]))
+        if placement.replica_groups else None,
+    )
+
+
+def _p2p_flow(topo: Topology, cal: Calibration, placements: tuple[StagePlacement, ...], transfer_strategy: int,
+              i: int, j: int) -> Flow:
+    """Stage ``i``'s sends to stage ``j``: rank to rank (strategy 1) or adapter to adapter (2)."""
+    src, dst = placements[i], placements[j]
+    if transfer_strategy == 1:
+        edges = list(zip(src.devices, dst.devices, strict=True))
+    else:
+        edges = [(a[0], b[0]) for a, b in zip(src.tp_groups, dst.tp_groups, strict=True)]
+    return make_flow(topo, f"p2p {i}->{j}", "p2p", edges, cal.p2p_efficiency)
+
+
+def _rings(topology: Topology, groups: tuple[tuple[int, ...], ...]) -> list[Edge]:
+    """Ring edges of ``groups``, spread over the NICs of each node on a GPU cluster."""
+    return topology.channel_edges(groups, ring_edges(groups))
+
+
+def own_flows(flows: StageFlows) -> list[Flow]:
+    """The flows a stage's own process runs (not its p2p sends)."""
+    return [f for f in (flows.tp, flows.dp, flows.dram, flows.tp_all_to_all, flows.cp, flows.dp_replica)
+            if f is not None]
+
+
+def traffic_by_kind(flows: list[Flow], flow_bytes: list[float]) -> dict[str, float]:
+    """Total bytes moved per traffic class (bytes per edge x edges), summed over flows."""
+    totals = {"tp": 0.0, "dp": 0.0, "p2p": 0.0, "dram": 0.0}
+    for flow, moved in zip(flows, flow_bytes, strict=True):
+        totals[flow.kind] = totals.get(flow.kind, 0.0) + moved * flow.num_edges
+    return totals
