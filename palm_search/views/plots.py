@@ -9,6 +9,7 @@ for ``simulate --plots``).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from matplotlib import colormaps
@@ -55,7 +56,29 @@ def render_mapping(model: ModelSpec, hardware: Hardware, strategy: Strategy, net
     directory.mkdir(parents=True, exist_ok=True)
     if not timeline.result.feasible:
         return []
+    (directory / WINDOW_FILE).write_text(json.dumps({"window_s": timeline.window_s}))
     return [write_chrome_trace(timeline, directory / "trace.json"), *write_plots(timeline, directory, ("png",))]
+
+
+WINDOW_FILE = "timeline-window.json"
+"""Beside a mapping's pictures: the length (s) of its timeline's recorded window."""
+
+
+def timeline_window_s(directory: Path) -> float | None:
+    """The recorded window (s) of the timeline drawn in ``directory``, None if unknown."""
+    path = directory / WINDOW_FILE
+    return json.loads(path.read_text())["window_s"] if path.is_file() else None
+
+
+def render_timeline(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str, path: Path,
+                    window_s: float) -> Path:
+    """Simulate ``strategy`` with records and draw its timeline alone into ``path`` (PNG) on a
+    time axis of ``window_s`` seconds (a window shared with another mapping's timeline)."""
+    figure = plot_timeline(simulate_timeline(model, hardware, strategy, network=network), window_s)
+    box = figure.get_tightbbox(FigureCanvasAgg(figure).get_renderer()).padded(TIGHT_PAD_IN)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110, bbox_inches=box)
+    return path
 
 
 def write_plots(timeline: Timeline, directory: str | Path, formats: tuple[str, ...] = PAPER_FORMATS) -> list[Path]:
@@ -82,14 +105,15 @@ def _title(timeline: Timeline) -> str:
 # -- timeline ------------------------------------------------------------------------------------
 
 
-def plot_timeline(timeline: Timeline) -> Figure:
+def plot_timeline(timeline: Timeline, window_s: float | None = None) -> Figure:
     """Gantt chart of the recorded window: stages top to bottom, passes coloured by kind, the
-    microbatch number inside slices wide enough to hold it."""
+    microbatch number inside slices wide enough to hold it. With ``window_s`` (s), the time axis
+    runs to it (a window shared with another mapping's timeline, so both read on one scale)."""
     pp = len(timeline.placements)
     width_in = WIDTH_IN
     figure = Figure(figsize=(width_in, 1.5 + 0.24 * max(pp, 3)))
     axes = figure.add_subplot()
-    window = timeline.window_s or 1.0
+    window = max(timeline.window_s or 0.0, window_s or 0.0) or 1.0
     label_s = window * 0.16 / width_in
     bars: dict[tuple[int, PassKind | str], list[tuple[float, float]]] = {}
     for s in stage_slices(timeline):
@@ -108,7 +132,9 @@ def plot_timeline(timeline: Timeline) -> Figure:
     axes.tick_params(axis="x", labelsize=8)
     r = timeline.result
     axes.set_xlabel(f"time (s) in a window of {timeline.window_microbatches} of {r.num_microbatches} microbatches;"
-                    f" iteration {r.iteration_time_s:.4g} s, bubble {r.bubble_fraction:.1%}", fontsize=8)
+                    f" iteration {r.iteration_time_s:.4g} s, bubble {r.bubble_fraction:.1%}"
+                    + (f"\naxis to {window:.4g} s, the window shared with the mapping beside it" if window_s else ""),
+                    fontsize=8)
     axes.set_title(_title(timeline), fontsize=9)
     shown = [k for k in PASS_COLOURS if k in LEGEND or any(kind == k for _, kind in bars)]
     handles = [Rectangle((0, 0), 1, 1, color=PASS_COLOURS[k]) for k in shown]
