@@ -188,8 +188,12 @@ def _stage_colours(pp: int) -> list:
 
 def plot_placement(timeline: Timeline) -> Figure:
     """Dies (or nodes) and cores (or GPUs) as the machine lays them out, each core coloured by
-    its pipeline stage and labelled ``stage.tp-group``; TP groups outlined."""
+    its pipeline stage and labelled ``stage.tp-group``; TP groups outlined. A machine drawn with
+    more than :data:`AGGREGATE_DEVICES` devices in several boxes (a 1,024-GPU cluster) is drawn
+    one cell per box instead (:func:`_placement_by_box`)."""
     grid = _Grid(timeline)
+    if len(grid.boxes) > 1 and len(grid.devices) > AGGREGATE_DEVICES:
+        return _placement_by_box(timeline, grid)
     figure, axes = grid.figure()
     colours = _stage_colours(len(timeline.placements))
     small = grid.width > 12 or grid.height > 12
@@ -207,6 +211,50 @@ def plot_placement(timeline: Timeline) -> Figure:
     grid.draw_boxes(axes)
     axes.set_title(f"{_title(timeline)}\ncell: s<pipeline stage> t<TP group of the stage: the stage's TP groups are"
                    f" its data-parallel replicas>;\ndark outline: one TP group; thick black: {grid.box_name}",
+                   fontsize=8)
+    return figure
+
+
+AGGREGATE_DEVICES = 256
+"""Above this many drawn devices, the placement shows one cell per node (or die), not per device."""
+
+
+def _placement_by_box(timeline: Timeline, grid: _Grid) -> Figure:
+    """The placement one cell per box of the machine (node, die), in rows of up to 16, coloured
+    by the pipeline stage its devices serve and labelled with the stage(s) and devices used."""
+    boxes = list(grid.boxes)
+    box_of = {(x + i, y + j): b for b, (x, y, w, h) in enumerate(boxes) for i in range(w) for j in range(h)}
+    stages: dict[int, set[int]] = {}
+    used: dict[int, int] = {}
+    for stage, placement in enumerate(timeline.placements):
+        for device in placement.devices:
+            box = box_of.get(tuple(grid.position(device)))
+            if box is not None:
+                stages.setdefault(box, set()).add(stage)
+                used[box] = used.get(box, 0) + 1
+    columns = min(16, len(boxes))
+    rows = -(-len(boxes) // columns)
+    figure = Figure(figsize=(WIDTH_IN, max(2.5, rows * WIDTH_IN / columns * 0.75 + 1.3)))
+    axes = figure.add_subplot()
+    colours = _stage_colours(len(timeline.placements))
+    centres = [(b % columns, b // columns) for b in range(len(boxes))]
+    _squares(axes, centres, [colours[min(stages[b])] if b in stages else "#F2F2F2" for b in range(len(boxes))], 0.92)
+    size = boxes[0][2] * boxes[0][3]
+    for b, (x, y) in enumerate(centres):
+        if b in stages:
+            names = sorted(stages[b])
+            label = f"s{names[0]}" if len(names) == 1 else f"s{names[0]}-{names[-1]}"
+            axes.text(x, y, label + ("" if used[b] == size else f"\n{used[b]}/{size}"), ha="center", va="center",
+                      fontsize=7)
+    axes.set_xlim(-0.6, columns - 0.4)
+    axes.set_ylim(rows - 0.4, -0.6)
+    axes.set_aspect("equal")
+    axes.set_xticks([])
+    axes.set_yticks([])
+    for side in axes.spines.values():
+        side.set_visible(False)
+    axes.set_title(f"{_title(timeline)}\none cell per {grid.box_name} ({len(boxes)} of {size} devices each):"
+                   f" s<pipeline stage> it serves, colour by stage;\nn/{size}: devices used when not all; grey: idle",
                    fontsize=8)
     return figure
 

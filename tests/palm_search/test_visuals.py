@@ -136,6 +136,17 @@ def test_a_timeline_drawn_on_a_shared_window_runs_its_axis_to_it():
     assert shared.get_xlim()[1] == pytest.approx(3 * timeline.window_s) and "shared" in shared.get_xlabel()
 
 
+def test_the_placement_of_1024_gpus_is_drawn_one_cell_per_node():
+    from palm_search.views.plots import plot_placement
+    from simulator import Strategy, load_hardware, load_model, simulate_timeline
+
+    timeline = simulate_timeline(load_model("T-1.7B"), load_hardware("h100-cluster"),
+                                 Strategy(tp=8, pp=8, dp=16, global_batch_size=256))
+    axes = plot_placement(timeline).axes[0]
+    assert len(axes.texts) == 128 and {t.get_text() for t in axes.texts} == {f"s{i}" for i in range(8)}
+    assert "one cell per node" in axes.get_title()
+
+
 def test_report_of_a_missing_run_is_an_error(tmp_path):
     result = CliRunner().invoke(app, ["report", str(tmp_path)])
     assert result.exit_code == 2 and "study.journal" in result.output
