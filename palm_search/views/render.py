@@ -156,13 +156,19 @@ def _top_table(top: list[dict], narrow: bool) -> Table:
     """The top mappings: every column of :data:`WIDE`, or (``narrow``) the ones that fit 80
     columns, degrees in one (``tp.pp.dp``) and the legend :data:`NARROW_LEGEND`."""
     if not narrow:
-        table = Table(title=f"top {len(top)} mappings")
+        table = Table(title=f"top {len(top)} mappings", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
+                      collapse_padding=True)  # 150 columns hold a row
         for header in ("#", *WIDE.values()):
             table.add_column(header, justify="right", overflow="fold")
         for row in top:
             dp = f"DP {_cell(row.get('dp'))}{_context(row)}" if _context(row) else _cell(row.get("dp"))
-            shown = {"zero_stage": _zero(row), "group_layout": _groups(row), "dp": dp}
+            mfu, bubble, speedup = (row.get(k) for k in ("model_flops_utilisation", "bubble_fraction", "speedup"))
+            shown = {"zero_stage": _zero(row), "group_layout": _groups(row), "dp": dp,
+                     "model_flops_utilisation": f"{mfu:.1%}" if isinstance(mfu, float) else "-",
+                     "bubble_fraction": f"{bubble:.1%}" if isinstance(bubble, float) else "-",
+                     "speedup": f"{speedup:.3g}x" if isinstance(speedup, float) else "-"}
             table.add_row(str(row["trial"]), *(shown.get(c, _cell(row.get(c))) for c in WIDE))
+        table.caption = "groups: comm-group layout/order (tp: TP ranks vary fastest, dp: DP ranks do)"
         return table
     table = Table(title=f"top {len(top)} mappings", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
     for header in ("#", "tp.pp.dp", "mb", "schedule", "recomp", "z", "placement", "samples/s", "MFU", "x base"):
@@ -209,9 +215,11 @@ def _family_line(families: dict) -> str:
 
 
 def _groups(row: dict) -> str:
-    """The comm-group layout, ``/order`` after it when the row has a group order."""
+    """The comm-group layout, ``/tp`` or ``/dp`` after it for the group order (``tp-major``,
+    ``dp-major``) when the row has one."""
     order = row.get("group_order")
-    return _cell(row.get("group_layout")) + (f"/{order}" if isinstance(order, str) and order else "")
+    return _cell(row.get("group_layout")) + (f"/{order.removesuffix('-major')}" if isinstance(order, str) and order
+                                             else "")
 
 
 def _context(row: dict) -> str:
