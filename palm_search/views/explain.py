@@ -149,8 +149,9 @@ def sentences(explanation: dict, unit: str = "samples/s") -> list[str]:
                         if varying else "the same mapping"))
     if explanation.get("effects"):
         lines.append(f"what matters (spread of the best {unit} over each dimension's values, over the"
-                     f" {explanation['effects_on']} feasible searched trials): " + ", ".join(
-                         f"{LABELS.get(e['field'], e['field'])} {e['spread']:.2%}" for e in explanation["effects"]))
+                     f" {explanation['effects_on']} feasible searched trials; the value whose best is lowest): "
+                     + ", ".join(f"{LABELS.get(e['field'], e['field'])} {e['spread']:.2%} ({list(e['best'])[-1]})"
+                                 for e in explanation["effects"]))
     return lines
 
 

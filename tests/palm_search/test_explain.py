@@ -66,7 +66,9 @@ def test_importance_is_an_effect_size_a_small_effect_cannot_rank_first():
     effects = effect_sizes(frame)
     assert [e["field"] for e in effects] == ["schedule", "placement"]  # the baseline's TP 4 is left out
     assert effects[0]["spread"] == pytest.approx(0.02) and effects[1]["spread"] == pytest.approx(0.0005)
-    assert explain(frame, top_mappings(frame, 3), {})["effects_on"] == 3
+    explained = explain(frame, top_mappings(frame, 3), {})
+    assert explained["effects_on"] == 3
+    assert "schedule 2.00% (1f1b), placement 0.05% (b)" in sentences(explained)[-1]
 
 
 def test_a_context_parallel_row_reads_dp_times_cp():
