@@ -11,10 +11,12 @@ with the best value) name the same trial.
 from __future__ import annotations
 
 import math
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from simulator import strategy_fields
+
+if TYPE_CHECKING:  # the terminal summary imports this module; `simulate` runs without pandas
+    import pandas as pd
 
 TIE_TOLERANCE = 5e-4
 """Relative throughput difference (0.05%) under which two mappings count as tied."""
