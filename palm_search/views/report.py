@@ -19,7 +19,7 @@ import optuna
 import pandas as pd
 
 from palm_search.views.artifacts import mapping_dir
-from palm_search.views.explain import LABELS, effect_sizes, explain, ranked, sentences
+from palm_search.views.explain import LABELS, effect_sizes, explain, fields_of, ranked, sentences
 from palm_search.views.outputs import baseline_row, top_mappings, trials_frame
 from palm_search.views.plots import PICTURES, render_mapping, render_timeline, timeline_window_s, write_plots
 from simulator import InputError, Strategy, load_hardware, load_model
@@ -146,13 +146,13 @@ def _plot_sections(study: optuna.Study, spec: dict, on_progress) -> list[str]:
     from optuna import visualization as vis
 
     on_progress("report: study plots")
-    searched = _searched(study)
     serving = spec.get("mode") == "inference"
     unit = "system tokens/s" if serving else "samples/s"
     target = {"target": lambda t: t.values[0], "target_name": unit}
     figures = [("history", "Optimisation history", lambda: vis.plot_optimization_history(study, **target)),
-               ("parallel-coordinates", "Parallel coordinates of the searched dimensions",
-                lambda: vis.plot_parallel_coordinate(searched, **target)),
+               ("parallel-coordinates", "Parallel coordinates of the searched dimensions (the baseline included)",
+                lambda: _parallel_coordinates(trials_frame(study), "tokens_per_s" if serving else "samples_per_s",
+                                              unit)),
                ("importance", f"What matters: each dimension's effect on the best {unit}",
                 lambda: _effects(trials_frame(study), unit))]
     if serving and len(spec["objectives"]) == 2:
@@ -170,12 +170,28 @@ def _plot_sections(study: optuna.Study, spec: dict, on_progress) -> list[str]:
     return sections
 
 
-def _searched(study: optuna.Study) -> optuna.Study:
-    """An in-memory copy of the study's completed searched trials (the baseline has no parameters)."""
-    copy = optuna.create_study(directions=study.directions)
-    copy.add_trials([t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                     if t.params])
-    return copy
+def _parallel_coordinates(frame: pd.DataFrame, value: str, unit: str):
+    """Parallel coordinates of the feasible trials, the baseline included, by the strategy's
+    readable fields that vary among them (not the sampler's encoded parameters), coloured by
+    ``value``."""
+    import plotly.graph_objects as go
+
+    trials = ranked(frame, value)
+    names = [n for n in fields_of(trials) if trials[n].map(_plain).nunique() > 1]
+    if len(trials) < 2 or not names:
+        raise ValueError("fewer than two feasible trials or no varying dimension")
+    dimensions = []
+    for name in names:
+        text = trials[name].map(_plain)
+        levels = sorted(text.unique(), key=lambda v: (not v.lstrip("-").isdigit(), int(v) if v.lstrip("-").isdigit()
+                                                      else 0, v))
+        dimensions.append({"label": LABELS.get(name, name), "values": text.map(levels.index).tolist(),
+                           "tickvals": list(range(len(levels))), "ticktext": levels})
+    dimensions.append({"label": unit, "values": trials[value].tolist()})
+    figure = go.Figure(go.Parcoords(line={"color": trials[value].tolist(), "colorscale": "Viridis",
+                                          "showscale": True}, dimensions=dimensions))
+    figure.update_layout(height=480, margin={"l": 60, "r": 60})
+    return figure
 
 
 def _effects(frame: pd.DataFrame, unit: str):

@@ -120,6 +120,8 @@ def test_report_explains_the_answer_drops_constant_columns_and_shares_the_timeli
     assert "id='explanation'" in page and "against the baseline" in page
     assert "The same in every row:" in page and "<th>cp</th>" not in page
     assert "feasible searched trials (baseline excluded)" in page and "Optuna default evaluator" not in page
+    # parallel coordinates by readable names (not the sampler's `degrees`, `name|only=...`)
+    assert '"label":"PP"' in page and '"label":"schedule"' in page and "|only=" not in page and "|dp=" not in page
     windows = {timeline_window_s(d) for d in (run_dir / "mappings").iterdir()}
     if len(windows) > 1:  # the shorter timeline is redrawn on the longer one's axis
         assert list((run_dir / "mappings").rglob("timeline-common-*.png"))
