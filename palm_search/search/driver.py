@@ -193,10 +193,11 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
     search = Search(spec=spec, model=model, hardware=hardware, study=study, storage=opened, build=build, jobs=jobs,
                     deterministic=deterministic, evaluator=evaluate_serving if spec.serving else evaluate)
     search.points, search.screened = points, screened
-    if not study.trials:
+    if not study.trials or study.metric_names is None:  # a study begun without them gets them on resuming
         with warnings.catch_warnings():  # experimental since Optuna 3.2, unchanged through 5
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(metric_names(spec))
+    if not study.trials:
         study.set_user_attr("spec", spec_to_attrs(spec))
         sampler = "exhaustive" if points is not None else f"screen ({spec.network})" if screened else spec.sampler
         study.set_user_attr("sampler", sampler)

@@ -118,3 +118,14 @@ def test_every_trial_the_baseline_included_carries_readable_names_and_the_study_
 
     note = get_note(study)
     assert "What the parameters encode" in note and "against the baseline" in note
+
+
+def test_a_study_resumed_without_metric_names_gets_them(tmp_path):
+    from palm_search.search.driver import open_search, storage_for
+    from palm_search.search.study import load_study
+
+    spec = load_study(DATA / "small-study.toml").replace(hardware=str(DATA / "mini-mesh.toml"), trials=4)
+    begun = optuna.create_study(study_name=spec.name, storage=storage_for(tmp_path, None), direction="maximize")
+    begun.add_trial(optuna.trial.create_trial(value=1.0))
+    assert begun.metric_names is None
+    assert open_search(spec, run_dir=tmp_path, jobs=1).study.metric_names == ["samples/s"]
