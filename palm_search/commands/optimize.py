@@ -107,6 +107,7 @@ def optimize_command(
         search = open_search(spec, run_dir=directory, storage=storage, jobs=jobs or os.cpu_count() or 1,
                              deterministic=deterministic)
         search.backend = cluster.backend
+        finished_before = _finished_trials(search.study)
         baseline, note = choose_baseline(spec, search.model, search.hardware)
         search.study.set_user_attr("baseline_note", note)
         with _progress_bar(search.spec.trials) as (progress, task), stop_on_sigint(search):
@@ -124,11 +125,44 @@ def optimize_command(
         raise typer.Exit(code=INTERRUPTED_EXIT_CODE)
     summary["illustrated_trials"] = _attach(search, directory)
     summary["baseline_note"] = note
+    summary["new_trials"] = _finished_trials(search.study) - finished_before
+    summary["devices"] = devices_used(spec, search.hardware)
+    _note_study(search, summary)
     summary["dashboard"] = dashboard_command(directory, storage)
     if json_output:
         typer.echo(strict_json(summary))
     else:
         print_search_summary(summary)
+
+
+def _finished_trials(study) -> int:
+    """Trials the study holds COMPLETE or FAIL."""
+    from optuna.trial import TrialState
+
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)))
+
+
+def devices_used(spec: StudySpec, hardware) -> str:
+    """How many devices the mappings use and where that number comes from (``1,024 GPUs: the
+    h100-cluster preset's size``)."""
+    from simulator import hardware_presets
+
+    noun = {"cluster": "GPUs", "mesh": "cores"}.get(hardware.kind, "devices")
+    if spec.device_counts:
+        counts = ", ".join(f"{n:,}" for n in spec.device_counts)
+        return f"{counts} of the machine's {hardware.num_devices:,} {noun}: the study's [search] devices"
+    source = (f"the {spec.hardware} preset's size" if spec.hardware in hardware_presets()
+              else f"the size of the machine in {spec.hardware}")
+    return f"{hardware.num_devices:,} {noun}: {source} (a study file's [search] devices = [...] allows fewer)"
+
+
+def _note_study(search, summary: dict) -> None:
+    """The study's note in optuna-dashboard: the explanation and what the parameters encode."""
+    from optuna_dashboard import save_note
+
+    from palm_search.views.explain import study_note
+
+    save_note(search.study, study_note(summary))
 
 
 def _check_jobs(jobs: int) -> None:

@@ -67,6 +67,7 @@ from simulator import (
     hardware_tables,
     load_hardware,
     load_model,
+    strategy_fields,
 )
 from spaces import Candidate
 
@@ -192,10 +193,11 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
     search = Search(spec=spec, model=model, hardware=hardware, study=study, storage=opened, build=build, jobs=jobs,
                     deterministic=deterministic, evaluator=evaluate_serving if spec.serving else evaluate)
     search.points, search.screened = points, screened
-    if not study.trials:
+    if not study.trials or study.metric_names is None:  # a study begun without them gets them on resuming
         with warnings.catch_warnings():  # experimental since Optuna 3.2, unchanged through 5
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(metric_names(spec))
+    if not study.trials:
         study.set_user_attr("spec", spec_to_attrs(spec))
         sampler = "exhaustive" if points is not None else f"screen ({spec.network})" if screened else spec.sampler
         study.set_user_attr("sampler", sampler)
@@ -340,6 +342,8 @@ def tell(search: Search, trial: optuna.Trial, candidate: Candidate | None, recor
         record, constraints = judged(search.spec, record)
     if candidate is not None:
         trial.set_user_attr("strategy", candidate.strategy.to_dict())
+        for name, value in readable_params(candidate.strategy).items():
+            trial.set_user_attr(name, value)
         if candidate.hardware != search.hardware:
             trial.set_user_attr("hardware", candidate.hardware.name)
             trial.set_user_attr("machine", hardware_tables(candidate.hardware))
@@ -364,6 +368,14 @@ def tell(search: Search, trial: optuna.Trial, candidate: Candidate | None, recor
     throughput = record["tokens_per_s"] if search.spec.serving else record["samples_per_s"]
     progress.best = max(progress.best, throughput if record["feasible"] else 0.0)
     study.tell(trial, objective_values(search.spec, record))
+
+
+def readable_params(strategy: Strategy) -> dict:
+    """The strategy's searched fields by their own names (``tp``, ``schedule``, ``zero_stage``...),
+    which every trial, the parameterless baseline included, stores as user attributes: what a
+    person reads in optuna-dashboard beside the sampler's encoded parameters."""
+    as_dict = strategy.to_dict()
+    return {name: as_dict.get(name) for name in strategy_fields(column=True)}
 
 
 def counted(trial: optuna.trial.FrozenTrial) -> bool:

@@ -17,8 +17,14 @@ from simulator import __version__ as SIMULATOR_VERSION
 RECORD_KEYS = ("feasible", "reason", "samples_per_s", "tokens_per_s", "iteration_time_s",
                "model_flops_utilisation",
                "bubble_fraction", "peak_memory_bytes", "memory_over_capacity_bytes", "wall_time_s",
-               "events_simulated", "extrapolated", "error")
-"""Keys of an evaluation record (also the trials' user attributes and ``trials.csv`` columns)."""
+               "events_simulated", "extrapolated", "error", "utilisation", "time_shares")
+"""Keys of an evaluation record (also the trials' user attributes and, but for the two tables
+``utilisation`` and ``time_shares``, ``trials.csv`` columns)."""
+TABLE_KEYS = ("utilisation", "time_shares")
+"""Record keys holding a table (what the best mapping is bound by), not a number: each resource
+kind's ``{"max": .., "mean": ..}`` utilisation (0..1) and the iteration's time shares (0..1, mean
+over the pipeline stages) of ``compute``, ``communication``, ``dram_stall``, ``optimizer`` and
+``bubble``."""
 SERVING_KEYS = ("users", "ttft_s", "time_per_output_token_s", "tokens_per_s_per_user")
 """Further keys of a serving record (:func:`evaluate_serving`): concurrent users, the batch's time
 to first token (s), the decode step's time (s) and one user's decode rate (tokens/s)."""
@@ -67,7 +73,20 @@ def record_of(result: SimulationResult, capacity_bytes: float) -> dict:
         "memory_over_capacity_bytes": max(result.peak_memory_bytes - capacity_bytes, 0.0),
         "wall_time_s": result.wall_time_s, "events_simulated": result.events_simulated,
         "extrapolated": result.extrapolated, "error": "",
+        "utilisation": {r.kind: {"max": r.max_utilisation, "mean": r.mean_utilisation} for r in result.resources},
+        "time_shares": time_shares(result),
     }
+
+
+def time_shares(result: SimulationResult) -> dict[str, float]:
+    """Share (0..1) of the iteration each stage spends computing, in exposed communication, in
+    DRAM stalls, updating and idle, averaged over the pipeline stages (empty when infeasible)."""
+    stages, period = result.stages, result.iteration_time_s
+    if not stages or not period or not result.feasible:
+        return {}
+    parts = {"compute": "compute_s", "communication": "communication_s", "dram_stall": "dram_stall_s",
+             "optimizer": "optimizer_s", "bubble": "bubble_s"}
+    return {name: sum(getattr(s, attr) for s in stages) / len(stages) / period for name, attr in parts.items()}
 
 
 _RESIDENT: dict[tuple[str, str], tuple[ModelSpec, Hardware]] = {}

@@ -13,8 +13,10 @@ import pandas as pd
 from optuna.trial import TrialState
 
 from palm_search.search.driver import Search, candidate_of
+from palm_search.search.evaluate import TABLE_KEYS
 from palm_search.search.screen import rank_agreement
 from palm_search.search.storage import ARTIFACTS
+from palm_search.views.explain import explain, ranked
 from simulator import SCHEMA_VERSION, hardware_tables, strategy_fields
 
 COLUMNS = ("trial", *strategy_fields(column=True), "samples_per_s", "model_flops_utilisation", "peak_memory_GiB",
@@ -32,7 +34,7 @@ def trials_frame(study: optuna.Study) -> pd.DataFrame:
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
         attrs = trial.user_attrs
         row = {"trial": trial.number, "state": trial.state.name, **attrs.get("strategy", {})}
-        row.update({k: v for k, v in attrs.items() if k != "strategy"})
+        row.update({k: v for k, v in attrs.items() if k != "strategy" and k not in TABLE_KEYS})
         row["peak_memory_GiB"] = (attrs.get("peak_memory_bytes") or 0.0) / 2**30
         rows.append(row)
     frame = pd.DataFrame(rows)
@@ -46,12 +48,13 @@ def trials_frame(study: optuna.Study) -> pd.DataFrame:
 
 def top_mappings(frame: pd.DataFrame, k: int, columns: tuple[str, ...] = COLUMNS) -> pd.DataFrame:
     """The ``k`` fastest feasible, distinct mappings, as ``columns`` (none when no trial
-    completed)."""
+    completed); ties in samples/s go to the lower trial number (:func:`.explain.ranked`), as
+    optuna-dashboard's best trial does."""
     if frame.empty or "feasible" not in frame:
         return frame.iloc[0:0]
-    feasible = frame[(frame["state"] == "COMPLETE") & (frame["feasible"] == True)]  # noqa: E712
-    strategy_cols = [c for c in COLUMNS[1:COLUMNS.index("samples_per_s")] if c in feasible]
-    distinct = feasible.sort_values("samples_per_s", ascending=False).drop_duplicates(strategy_cols)
+    ordered = ranked(frame)  # throughput descending, then trial number: the tie-break of every view
+    strategy_cols = [c for c in COLUMNS[1:COLUMNS.index("samples_per_s")] if c in ordered]
+    distinct = ordered.drop_duplicates(strategy_cols)
     return distinct.head(k)[[c for c in columns if c in distinct]]
 
 
@@ -140,6 +143,7 @@ def _summary(search: Search, frame: pd.DataFrame, top: pd.DataFrame, run_dir: Pa
         "feasible": int((frame.get("feasible") == True).sum()) if len(frame) else 0,  # noqa: E712
         "baseline": baseline_row(frame), "best": best,
         "families": {} if search.spec.serving else family_bests(frame),
+        "explanation": explain(frame, top, best or {}, "samples_per_s"),
         "top": json.loads(top.to_json(orient="records")) if len(top) else [],
         "pareto_front": (_pareto(search) if len(search.spec.objectives) > 1 else []) if not search.spec.serving
         else serving_front(search.study, search.spec.objectives),

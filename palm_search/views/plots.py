@@ -9,6 +9,7 @@ for ``simulate --plots``).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from matplotlib import colormaps
@@ -55,7 +56,29 @@ def render_mapping(model: ModelSpec, hardware: Hardware, strategy: Strategy, net
     directory.mkdir(parents=True, exist_ok=True)
     if not timeline.result.feasible:
         return []
+    (directory / WINDOW_FILE).write_text(json.dumps({"window_s": timeline.window_s}))
     return [write_chrome_trace(timeline, directory / "trace.json"), *write_plots(timeline, directory, ("png",))]
+
+
+WINDOW_FILE = "timeline-window.json"
+"""Beside a mapping's pictures: the length (s) of its timeline's recorded window."""
+
+
+def timeline_window_s(directory: Path) -> float | None:
+    """The recorded window (s) of the timeline drawn in ``directory``, None if unknown."""
+    path = directory / WINDOW_FILE
+    return json.loads(path.read_text())["window_s"] if path.is_file() else None
+
+
+def render_timeline(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str, path: Path,
+                    window_s: float) -> Path:
+    """Simulate ``strategy`` with records and draw its timeline alone into ``path`` (PNG) on a
+    time axis of ``window_s`` seconds (a window shared with another mapping's timeline)."""
+    figure = plot_timeline(simulate_timeline(model, hardware, strategy, network=network), window_s)
+    box = figure.get_tightbbox(FigureCanvasAgg(figure).get_renderer()).padded(TIGHT_PAD_IN)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110, bbox_inches=box)
+    return path
 
 
 def write_plots(timeline: Timeline, directory: str | Path, formats: tuple[str, ...] = PAPER_FORMATS) -> list[Path]:
@@ -82,14 +105,15 @@ def _title(timeline: Timeline) -> str:
 # -- timeline ------------------------------------------------------------------------------------
 
 
-def plot_timeline(timeline: Timeline) -> Figure:
+def plot_timeline(timeline: Timeline, window_s: float | None = None) -> Figure:
     """Gantt chart of the recorded window: stages top to bottom, passes coloured by kind, the
-    microbatch number inside slices wide enough to hold it."""
+    microbatch number inside slices wide enough to hold it. With ``window_s`` (s), the time axis
+    runs to it (a window shared with another mapping's timeline, so both read on one scale)."""
     pp = len(timeline.placements)
     width_in = WIDTH_IN
     figure = Figure(figsize=(width_in, 1.5 + 0.24 * max(pp, 3)))
     axes = figure.add_subplot()
-    window = timeline.window_s or 1.0
+    window = max(timeline.window_s or 0.0, window_s or 0.0) or 1.0
     label_s = window * 0.16 / width_in
     bars: dict[tuple[int, PassKind | str], list[tuple[float, float]]] = {}
     for s in stage_slices(timeline):
@@ -108,7 +132,9 @@ def plot_timeline(timeline: Timeline) -> Figure:
     axes.tick_params(axis="x", labelsize=8)
     r = timeline.result
     axes.set_xlabel(f"time (s) in a window of {timeline.window_microbatches} of {r.num_microbatches} microbatches;"
-                    f" iteration {r.iteration_time_s:.4g} s, bubble {r.bubble_fraction:.1%}", fontsize=8)
+                    f" iteration {r.iteration_time_s:.4g} s, bubble {r.bubble_fraction:.1%}"
+                    + (f"\naxis to {window:.4g} s, the window shared with the mapping beside it" if window_s else ""),
+                    fontsize=8)
     axes.set_title(_title(timeline), fontsize=9)
     shown = [k for k in PASS_COLOURS if k in LEGEND or any(kind == k for _, kind in bars)]
     handles = [Rectangle((0, 0), 1, 1, color=PASS_COLOURS[k]) for k in shown]
@@ -162,8 +188,12 @@ def _stage_colours(pp: int) -> list:
 
 def plot_placement(timeline: Timeline) -> Figure:
     """Dies (or nodes) and cores (or GPUs) as the machine lays them out, each core coloured by
-    its pipeline stage and labelled ``stage.tp-group``; TP groups outlined."""
+    its pipeline stage and labelled ``stage.tp-group``; TP groups outlined. A machine drawn with
+    more than :data:`AGGREGATE_DEVICES` devices in several boxes (a 1,024-GPU cluster) is drawn
+    one cell per box instead (:func:`_placement_by_box`)."""
     grid = _Grid(timeline)
+    if len(grid.boxes) > 1 and len(grid.devices) > AGGREGATE_DEVICES:
+        return _placement_by_box(timeline, grid)
     figure, axes = grid.figure()
     colours = _stage_colours(len(timeline.placements))
     small = grid.width > 12 or grid.height > 12
@@ -181,6 +211,50 @@ def plot_placement(timeline: Timeline) -> Figure:
     grid.draw_boxes(axes)
     axes.set_title(f"{_title(timeline)}\ncell: s<pipeline stage> t<TP group of the stage: the stage's TP groups are"
                    f" its data-parallel replicas>;\ndark outline: one TP group; thick black: {grid.box_name}",
+                   fontsize=8)
+    return figure
+
+
+AGGREGATE_DEVICES = 256
+"""Above this many drawn devices, the placement shows one cell per node (or die), not per device."""
+
+
+def _placement_by_box(timeline: Timeline, grid: _Grid) -> Figure:
+    """The placement one cell per box of the machine (node, die), in rows of up to 16, coloured
+    by the pipeline stage its devices serve and labelled with the stage(s) and devices used."""
+    boxes = list(grid.boxes)
+    box_of = {(x + i, y + j): b for b, (x, y, w, h) in enumerate(boxes) for i in range(w) for j in range(h)}
+    stages: dict[int, set[int]] = {}
+    used: dict[int, int] = {}
+    for stage, placement in enumerate(timeline.placements):
+        for device in placement.devices:
+            box = box_of.get(tuple(grid.position(device)))
+            if box is not None:
+                stages.setdefault(box, set()).add(stage)
+                used[box] = used.get(box, 0) + 1
+    columns = min(16, len(boxes))
+    rows = -(-len(boxes) // columns)
+    figure = Figure(figsize=(WIDTH_IN, max(2.5, rows * WIDTH_IN / columns * 0.75 + 1.3)))
+    axes = figure.add_subplot()
+    colours = _stage_colours(len(timeline.placements))
+    centres = [(b % columns, b // columns) for b in range(len(boxes))]
+    _squares(axes, centres, [colours[min(stages[b])] if b in stages else "#F2F2F2" for b in range(len(boxes))], 0.92)
+    size = boxes[0][2] * boxes[0][3]
+    for b, (x, y) in enumerate(centres):
+        if b in stages:
+            names = sorted(stages[b])
+            label = f"s{names[0]}" if len(names) == 1 else f"s{names[0]}-{names[-1]}"
+            axes.text(x, y, label + ("" if used[b] == size else f"\n{used[b]}/{size}"), ha="center", va="center",
+                      fontsize=7)
+    axes.set_xlim(-0.6, columns - 0.4)
+    axes.set_ylim(rows - 0.4, -0.6)
+    axes.set_aspect("equal")
+    axes.set_xticks([])
+    axes.set_yticks([])
+    for side in axes.spines.values():
+        side.set_visible(False)
+    axes.set_title(f"{_title(timeline)}\none cell per {grid.box_name} ({len(boxes)} of {size} devices each):"
+                   f" s<pipeline stage> it serves, colour by stage;\nn/{size}: devices used when not all; grey: idle",
                    fontsize=8)
     return figure
 

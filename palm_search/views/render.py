@@ -6,6 +6,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from palm_search.views.explain import sentences
 from simulator import SimulationResult
 
 
@@ -87,8 +88,13 @@ def print_search_summary(summary: dict, console: Console | None = None) -> None:
     """Print the best mappings of a search, the baseline, and where to look further."""
     console = console or _wide_console()
     base = summary.get("baseline") or {}
+    new = summary.get("new_trials")
+    added = "" if new is None else f"; {new:,} new trial{'' if new == 1 else 's'}" + (
+        " (the study had already finished: re-run with a larger --trials to search further)" if new == 0 else "")
     console.print(f"[bold]{summary['study']}[/]: {summary['trials']} trials ({summary['feasible']} feasible, "
-                  f"{summary['failed']} failed), sampler {summary['sampler']}")
+                  f"{summary['failed']} failed), sampler {summary['sampler']}{added}")
+    if summary.get("devices"):
+        console.print(summary["devices"], markup=False, highlight=False)
     screen = summary.get("memory_prescreen")
     if screen:
         console.print(f"memory pre-screen: {screen['fitting']} of {screen['plans']} plans fit the devices"
@@ -119,6 +125,8 @@ def print_search_summary(summary: dict, console: Console | None = None) -> None:
         console.print(_top_table(summary["top"], narrow=console.width < WIDE_TABLE_COLUMNS))
     if console.width < WIDE_TABLE_COLUMNS and not serving:
         console.print(NARROW_LEGEND)
+    for line in sentences(summary.get("explanation") or {}, "tokens/s" if serving else "samples/s"):
+        console.print(line, highlight=False)
     if summary.get("pareto_front") and serving:
         console.print("Pareto front (users: tokens/s per user, system tokens/s; mapping): " + "; ".join(
             f"#{p['trial']} {p['users']}: {p['tokens_per_s_per_user']:.4g}, {p['tokens_per_s']:.4g}"
@@ -134,10 +142,10 @@ def print_search_summary(summary: dict, console: Console | None = None) -> None:
 
 WIDE_TABLE_COLUMNS = 120
 """Terminal width from which the top-mappings table shows every column."""
-NARROW_LEGEND = ("tp.pp.dp[cCP]: parallel degrees, context-parallel CP; mb: microbatch;"
+NARROW_LEGEND = ("tp.pp.dp: parallel degrees (x CP n: context-parallel degree n); mb: microbatch;"
                  " i1f1b: interleaved 1F1B; recomp: sel(ective); z: ZeRO stage (3/8: hybrid, sharded over"
                  " groups of 8 DP ranks); x base: speed-up over the baseline")
-WIDE = {"tp": "tp", "pp": "pp", "dp": "dp[cCP]", "microbatch_size": "mb", "schedule": "schedule",
+WIDE = {"tp": "tp", "pp": "pp", "dp": "dp", "microbatch_size": "mb", "schedule": "schedule",
         "recompute": "recomp", "zero_stage": "zero", "placement": "placement", "group_layout": "groups",
         "samples_per_s": "samples/s", "model_flops_utilisation": "MFU", "peak_memory_GiB": "GiB/dev",
         "bubble_fraction": "bubble", "speedup": "speedup"}
@@ -148,12 +156,19 @@ def _top_table(top: list[dict], narrow: bool) -> Table:
     """The top mappings: every column of :data:`WIDE`, or (``narrow``) the ones that fit 80
     columns, degrees in one (``tp.pp.dp``) and the legend :data:`NARROW_LEGEND`."""
     if not narrow:
-        table = Table(title=f"top {len(top)} mappings")
+        table = Table(title=f"top {len(top)} mappings", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
+                      collapse_padding=True)  # 150 columns hold a row
         for header in ("#", *WIDE.values()):
             table.add_column(header, justify="right", overflow="fold")
         for row in top:
-            shown = {"zero_stage": _zero(row), "dp": _cell(row.get("dp")) + _context(row)}
+            dp = f"DP {_cell(row.get('dp'))}{_context(row)}" if _context(row) else _cell(row.get("dp"))
+            mfu, bubble, speedup = (row.get(k) for k in ("model_flops_utilisation", "bubble_fraction", "speedup"))
+            shown = {"zero_stage": _zero(row), "group_layout": _groups(row), "dp": dp,
+                     "model_flops_utilisation": f"{mfu:.1%}" if isinstance(mfu, float) else "-",
+                     "bubble_fraction": f"{bubble:.1%}" if isinstance(bubble, float) else "-",
+                     "speedup": f"{speedup:.3g}x" if isinstance(speedup, float) else "-"}
             table.add_row(str(row["trial"]), *(shown.get(c, _cell(row.get(c))) for c in WIDE))
+        table.caption = "groups: comm-group layout/order (tp: TP ranks vary fastest, dp: DP ranks do)"
         return table
     table = Table(title=f"top {len(top)} mappings", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
     for header in ("#", "tp.pp.dp", "mb", "schedule", "recomp", "z", "placement", "samples/s", "MFU", "x base"):
@@ -199,10 +214,19 @@ def _family_line(families: dict) -> str:
             f" (#{three_d['trial']}): {faster} among this run's trials")
 
 
+def _groups(row: dict) -> str:
+    """The comm-group layout, ``/tp`` or ``/dp`` after it for the group order (``tp-major``,
+    ``dp-major``) when the row has one."""
+    order = row.get("group_order")
+    return _cell(row.get("group_layout")) + (f"/{order.removesuffix('-major')}" if isinstance(order, str) and order
+                                             else "")
+
+
 def _context(row: dict) -> str:
-    """``cCP`` after the data-parallel degree under context parallelism, else nothing."""
+    """`` x CP n`` after the data-parallel degree under context parallelism (``DP 8 x CP 16``),
+    else nothing."""
     cp = row.get("cp")
-    return f"c{int(cp)}" if isinstance(cp, (int, float)) and cp == cp and cp > 1 else ""
+    return f" x CP {int(cp)}" if isinstance(cp, (int, float)) and cp == cp and cp > 1 else ""
 
 
 def _zero(row: dict) -> str:

@@ -2,16 +2,16 @@
 mapping wins; and the ``--trace`` / ``--plots`` files of ``palm-search simulate``.
 
 The page holds the study summary, the top mappings, the optimisation history, parallel
-coordinates of the searched dimensions, parameter importance (when Optuna can compute it), the
-Pareto front (two objectives), and the best mapping's timeline, placement and heat map beside the
-baseline's. Plotly's JavaScript and the pictures (base64 PNG) are embedded: it opens offline.
+coordinates of the searched dimensions, the answer explained (:mod:`.explain`) with each
+dimension's effect on the best throughput, the Pareto front (two objectives), and the best
+mapping's timeline, placement and heat map beside the baseline's (timelines on one time axis).
+Plotly's JavaScript and the pictures (base64 PNG) are embedded: it opens offline.
 """
 
 from __future__ import annotations
 
 import base64
 import html
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,12 +19,13 @@ import optuna
 import pandas as pd
 
 from palm_search.views.artifacts import mapping_dir
+from palm_search.views.explain import LABELS, effect_sizes, explain, fields_of, ranked, sentences
 from palm_search.views.outputs import baseline_row, top_mappings, trials_frame
-from palm_search.views.plots import PICTURES, render_mapping, write_plots
+from palm_search.views.plots import PICTURES, render_mapping, render_timeline, timeline_window_s, write_plots
 from simulator import InputError, Strategy, load_hardware, load_model
 from simulator.trace import Timeline, write_chrome_trace
 
-STYLE = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1500px;color:#222}
+STYLE = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1380px;color:#222}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
 th{background:#f3f3f3}h2{margin-top:1.6em;border-bottom:1px solid #ddd}.pair{display:flex;gap:12px}
 .pair figure{flex:1;margin:0}.pair img{width:100%;border:1px solid #ddd}figcaption{font-weight:bold}
@@ -69,7 +70,7 @@ def write_report(run_dir: Path, on_progress: Callable[[str], None] = lambda text
     if not spec:
         raise InputError(f"report: the study in {run_dir} was not made by palm-search optimize")
     frame = trials_frame(study)
-    sections = [_summary(study, spec, frame), _top(frame)]
+    sections = [_summary(study, spec, frame), _explanation(study, spec, frame), _top(frame)]
     sections += _plot_sections(study, spec, on_progress)
     sections.append(_comparison(study, spec, frame, run_dir, on_progress))
     name = html.escape(study.study_name)
@@ -101,12 +102,43 @@ def _summary(study: optuna.Study, spec: dict, frame: pd.DataFrame) -> str:
     return _section("summary", "Study summary", f"<table>{body}</table>")
 
 
+def _explanation(study: optuna.Study, spec: dict, frame: pd.DataFrame) -> str:
+    """The answer explained (:func:`.explain.explain`), one paragraph a sentence."""
+    top = top_mappings(frame, 10)
+    if not len(top):
+        return ""
+    best = study.trials[int(top.iloc[0]["trial"])].user_attrs
+    unit = "tokens/s" if spec.get("mode") == "inference" else "samples/s"
+    lines = sentences(explain(frame, top, best), unit)
+    body = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
+    return _section("explanation", "Why this answer", f"<ul>{body}</ul><p class='note'>Ties in {unit} go to the"
+                    " lower trial number everywhere (this page, the terminal, best.json and optuna-dashboard's"
+                    " best trial).</p>")
+
+
 def _top(frame: pd.DataFrame) -> str:
     top = top_mappings(frame, 10)
     if not len(top):
         return _section("top-mappings", "Top mappings", "<p>No feasible mapping.</p>")
-    table = top.to_html(index=False, float_format=lambda x: f"{x:.4g}", border=0)
-    return _section("top-mappings", "Top mappings", table)
+    shown, fixed = varying_columns(top)
+    note = ("<p class='note'>The same in every row: " + html.escape(", ".join(f"{k} {v}" for k, v in fixed.items()))
+            + "</p>") if fixed else ""
+    table = shown.to_html(index=False, float_format=lambda x: f"{x:.4g}", border=0, classes="top")
+    return _section("top-mappings", "Top mappings", note + table)
+
+
+def varying_columns(table: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """``table`` without its constant columns (but ``trial``), and those columns' one value."""
+    fixed = {c: _plain(table[c].iloc[0]) for c in table.columns
+             if c != "trial" and len(table) > 1 and table[c].map(_plain).nunique() == 1}
+    return table.drop(columns=list(fixed)), fixed
+
+
+def _plain(value) -> str:
+    """A cell as text: a missing value (None, NaN) as ``-``."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def _plot_sections(study: optuna.Study, spec: dict, on_progress) -> list[str]:
@@ -114,14 +146,15 @@ def _plot_sections(study: optuna.Study, spec: dict, on_progress) -> list[str]:
     from optuna import visualization as vis
 
     on_progress("report: study plots")
-    searched = _searched(study)
     serving = spec.get("mode") == "inference"
     unit = "system tokens/s" if serving else "samples/s"
     target = {"target": lambda t: t.values[0], "target_name": unit}
     figures = [("history", "Optimisation history", lambda: vis.plot_optimization_history(study, **target)),
-               ("parallel-coordinates", "Parallel coordinates of the searched dimensions",
-                lambda: vis.plot_parallel_coordinate(searched, **target)),
-               ("importance", f"Parameter importance ({unit})", lambda: _importance(searched))]
+               ("parallel-coordinates", "Parallel coordinates of the searched dimensions (the baseline included)",
+                lambda: _parallel_coordinates(trials_frame(study), "tokens_per_s" if serving else "samples_per_s",
+                                              unit)),
+               ("importance", f"What matters: each dimension's effect on the best {unit}",
+                lambda: _effects(trials_frame(study), unit))]
     if serving and len(spec["objectives"]) == 2:
         names = study.metric_names or spec["objectives"]
         figures.append(("pareto", f"Pareto front: {names[0]} against {names[1]} (infeasible trials apart)",
@@ -137,24 +170,49 @@ def _plot_sections(study: optuna.Study, spec: dict, on_progress) -> list[str]:
     return sections
 
 
-def _searched(study: optuna.Study) -> optuna.Study:
-    """An in-memory copy of the study's completed searched trials (the baseline has no parameters)."""
-    copy = optuna.create_study(directions=study.directions)
-    copy.add_trials([t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                     if t.params])
-    return copy
-
-
-def _importance(study: optuna.Study):
+def _parallel_coordinates(frame: pd.DataFrame, value: str, unit: str):
+    """Parallel coordinates of the feasible trials, the baseline included, by the strategy's
+    readable fields that vary among them (not the sampler's encoded parameters), coloured by
+    ``value``."""
     import plotly.graph_objects as go
 
-    with warnings.catch_warnings():  # PED-ANOVA ranks for low targets: samples/s is negated
-        warnings.simplefilter("ignore", UserWarning)
-        importances = optuna.importance.get_param_importances(study, target=lambda t: -t.values[0])
-    names = list(importances)[::-1]
-    figure = go.Figure(go.Bar(x=[importances[n] for n in names], y=names, orientation="h"))
-    figure.update_layout(xaxis_title="importance for high samples/s (Optuna default evaluator, normalised)",
-                         height=200 + 24 * len(names))
+    trials = ranked(frame, value)
+    names = [n for n in fields_of(trials) if trials[n].map(_plain).nunique() > 1]
+    if len(trials) < 2 or not names:
+        raise ValueError("fewer than two feasible trials or no varying dimension")
+    dimensions = []
+    for name in names:
+        text = trials[name].map(_plain)
+        levels = sorted(text.unique(), key=lambda v: (not v.lstrip("-").isdigit(), int(v) if v.lstrip("-").isdigit()
+                                                      else 0, v))
+        dimensions.append({"label": LABELS.get(name, name), "values": text.map(levels.index).tolist(),
+                           "tickvals": list(range(len(levels))), "ticktext": levels})
+    dimensions.append({"label": unit, "values": trials[value].tolist()})
+    figure = go.Figure(go.Parcoords(line={"color": trials[value].tolist(), "colorscale": "Viridis",
+                                          "showscale": True}, dimensions=dimensions))
+    figure.update_layout(height=480, margin={"l": 60, "r": 60})
+    return figure
+
+
+def _effects(frame: pd.DataFrame, unit: str):
+    """Bars of :func:`.explain.effect_sizes`: per dimension, how far apart (%) the best throughput
+    of its values is, over the feasible searched trials (named in the axis title). Optuna's
+    fANOVA importance is not drawn: it apportions the variance among the (screened, near-tied)
+    trials and ranked a dimension that moves throughput by 0.05% first."""
+    import plotly.graph_objects as go
+
+    effects = effect_sizes(frame)
+    if not effects:
+        raise ValueError("no dimension takes two values among the feasible searched trials")
+    trials = len(ranked(frame)) - int((ranked(frame).get("baseline") == True).sum())  # noqa: E712
+    effects = effects[::-1]
+    figure = go.Figure(go.Bar(x=[100 * e["spread"] for e in effects], y=[LABELS.get(e["field"], e["field"])
+                                                                         for e in effects], orientation="h",
+                              text=[f"{100 * e['spread']:.2f}%" for e in effects], textposition="outside",
+                              hovertext=[", ".join(f"{k}: {v:.4g}" for k, v in e["best"].items()) for e in effects]))
+    figure.update_layout(xaxis_title=(f"spread of the best {unit} over the dimension's values (%), 1 - lowest /"
+                                      f" highest, over the {trials} feasible searched trials (baseline excluded)"),
+                         height=200 + 28 * len(effects))
     return figure
 
 
@@ -176,20 +234,45 @@ def _comparison(study: optuna.Study, spec: dict, frame: pd.DataFrame, run_dir: P
     if base is not None and base.get("feasible"):
         columns.append(("baseline", int(base["trial"])))
     folders = {label: _pictures(study, spec, number, run_dir, on_progress) for label, number in columns}
+    files = {(label, p): folders[label] / f"{p}.png" for label, _ in columns for p in PICTURES}
+    files.update(_common_timelines(study, spec, columns, folders, on_progress))
     body = ""
     for picture in PICTURES:
         figures = "".join(
-            f"<figure><figcaption>{label} (trial {number})</figcaption>{_img(folders[label] / f'{picture}.png')}"
+            f"<figure><figcaption>{label} (trial {number})</figcaption>{_img(files[label, picture])}"
             "</figure>" for label, number in columns)
         body += f"<h3>{picture}</h3><div class='pair'>{figures}</div>"
     note = ("<p class='note'>Timeline: the simulated window of microbatches (fill, steady state, drain, gradient"
-            " update); grey is idle (bubble). Heat map: utilisation over the whole iteration.</p>")
+            " update) on one time axis for both mappings; grey is idle (bubble). Heat map: utilisation over the"
+            " whole iteration.</p>")
     return _section("best-vs-baseline", "Best mapping and baseline: timeline, placement, heat map", note + body)
+
+
+def _common_timelines(study: optuna.Study, spec: dict, columns: list[tuple[str, int]], folders: dict[str, Path],
+                      on_progress) -> dict[tuple[str, str], Path]:
+    """The timelines of the mappings whose window is shorter than the longest, redrawn on the
+    longest's time axis (``timeline-common.png``, drawn once)."""
+    windows = {label: timeline_window_s(folders[label]) for label, _ in columns}
+    if len(columns) < 2 or None in windows.values():
+        return {}
+    common = max(w for w in windows.values() if w is not None)
+    redrawn = {}
+    for label, number in columns:
+        if (windows[label] or 0.0) >= common:
+            continue
+        path = folders[label] / f"timeline-common-{common:.6g}.png"
+        if not path.is_file():
+            on_progress(f"report: drawing trial {number}'s timeline on the shared time axis")
+            strategy = Strategy.from_dict(study.trials[number].user_attrs["strategy"])
+            render_timeline(load_model(spec["model"]), load_hardware(spec["hardware"]), strategy, spec["network"],
+                            path, common)
+        redrawn[label, "timeline"] = path
+    return redrawn
 
 
 def _pictures(study: optuna.Study, spec: dict, number: int, run_dir: Path, on_progress) -> Path:
     folder = mapping_dir(run_dir, number)
-    if not all((folder / f"{p}.png").is_file() for p in PICTURES):
+    if not all((folder / f"{p}.png").is_file() for p in PICTURES) or timeline_window_s(folder) is None:
         on_progress(f"report: simulating trial {number} for its pictures")
         strategy = Strategy.from_dict(study.trials[number].user_attrs["strategy"])
         render_mapping(load_model(spec["model"]), load_hardware(spec["hardware"]), strategy, spec["network"], folder)

@@ -55,6 +55,12 @@ def test_dashboard_serves_the_study(tmp_path):
         links = re.findall(r"!\[(\w+)\]\((/artifacts/[0-9a-f/-]+)\)", notes[0]) if notes else []
         assert [name for name, _ in links] == ["timeline", "placement", "heatmap"], notes
         assert _get(f"http://127.0.0.1:{port}{links[0][1]}", deadline_s=10)[:8] == b"\x89PNG\r\n\x1a\n"
+        # the study's note explains the answer and the encodings; the best trial is best.json's
+        assert "What the parameters encode" in detail["note"]["body"]
+        assert detail["best_trials"][0]["number"] == json.loads(result.stdout)["best"]["trial"]
+        # every trial, the parameterless baseline included, shows the mapping by readable names
+        baseline = next(t for t in detail["trials"] if t["number"] == 0)
+        assert {"tp", "pp", "dp", "schedule"} <= {a["key"] for a in baseline["user_attrs"]}
     finally:
         server.terminate()
         server.wait(timeout=10)

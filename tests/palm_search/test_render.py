@@ -46,6 +46,13 @@ def test_a_wide_terminal_shows_every_column():
         assert column in header
 
 
+def test_a_150_column_pipe_holds_each_mapping_on_one_line_context_parallelism_and_group_order_included():
+    top = [_row(n, dp=16, cp=8, group_order="tp-major") for n in range(100, 110)]
+    numbers = {str(n) for n in range(100, 110)}
+    rows = [line for line in _printed(150, top) if line.split() and line.split()[0] in numbers]
+    assert len(rows) == 10 and all("DP 16 x CP 8" in r and "strided/tp" in r and "interleaved-1f1b" in r for r in rows)
+
+
 def test_the_summary_says_whether_data_parallelism_or_3d_parallelism_is_faster():
     import pandas as pd
 

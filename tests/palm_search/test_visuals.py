@@ -111,6 +111,44 @@ def test_report_is_self_contained(run_dir):
     assert page.count("data:image/png;base64,") >= 3
 
 
+def test_report_explains_the_answer_drops_constant_columns_and_shares_the_timelines_time_axis(run_dir):
+    from palm_search.views.plots import timeline_window_s
+
+    result = CliRunner().invoke(app, ["report", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    page = (run_dir / "report.html").read_text()
+    assert "id='explanation'" in page and "against the baseline" in page
+    assert "The same in every row:" in page and "<th>cp</th>" not in page
+    assert "feasible searched trials (baseline excluded)" in page and "Optuna default evaluator" not in page
+    # parallel coordinates by readable names (not the sampler's `degrees`, `name|only=...`)
+    assert '"label":"PP"' in page and '"label":"schedule"' in page and "|only=" not in page and "|dp=" not in page
+    windows = {timeline_window_s(d) for d in (run_dir / "mappings").iterdir()}
+    if len(windows) > 1:  # the shorter timeline is redrawn on the longer one's axis
+        assert list((run_dir / "mappings").rglob("timeline-common-*.png"))
+
+
+def test_a_timeline_drawn_on_a_shared_window_runs_its_axis_to_it():
+    from palm_search.views.plots import plot_timeline
+    from simulator import Strategy, load_hardware, load_model, simulate_timeline
+
+    timeline = simulate_timeline(load_model("T-1.7B"), load_hardware(MINI),
+                                 Strategy(tp=2, pp=4, global_batch_size=16))
+    assert plot_timeline(timeline).axes[0].get_xlim()[1] == pytest.approx(timeline.window_s)
+    shared = plot_timeline(timeline, 3 * timeline.window_s).axes[0]
+    assert shared.get_xlim()[1] == pytest.approx(3 * timeline.window_s) and "shared" in shared.get_xlabel()
+
+
+def test_the_placement_of_1024_gpus_is_drawn_one_cell_per_node():
+    from palm_search.views.plots import plot_placement
+    from simulator import Strategy, load_hardware, load_model, simulate_timeline
+
+    timeline = simulate_timeline(load_model("T-1.7B"), load_hardware("h100-cluster"),
+                                 Strategy(tp=8, pp=8, dp=16, global_batch_size=256))
+    axes = plot_placement(timeline).axes[0]
+    assert len(axes.texts) == 128 and {t.get_text() for t in axes.texts} == {f"s{i}" for i in range(8)}
+    assert "one cell per node" in axes.get_title()
+
+
 def test_report_of_a_missing_run_is_an_error(tmp_path):
     result = CliRunner().invoke(app, ["report", str(tmp_path)])
     assert result.exit_code == 2 and "study.journal" in result.output
