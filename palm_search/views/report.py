@@ -40,6 +40,8 @@ def write_visuals(timeline: Timeline, trace_path: Path | None, plots_dir: Path |
     """
     if not timeline.result.feasible:
         raise InputError(f"strategy is infeasible, nothing to draw: {timeline.result.reason}")
+    if trace_path:
+        trace_path.parent.mkdir(parents=True, exist_ok=True)  # e.g. runs/t.json on a fresh clone
     written = [write_chrome_trace(timeline, trace_path)] if trace_path else []
     return written + (write_plots(timeline, plots_dir) if plots_dir else [])
 

@@ -167,3 +167,11 @@ def test_the_timeline_of_zb_h1_colours_and_names_its_weight_gradient_passes():
     colours = {tuple(c.get_facecolor()[0]) for c in axes.collections}
     from matplotlib.colors import to_rgba
     assert to_rgba(PASS_COLOURS[PassKind.BACKWARD_WEIGHT]) in colours
+
+
+def test_a_trace_into_a_folder_that_does_not_exist_yet_creates_it(tmp_path):
+    # the README writes --trace runs/t.json (under the ignored runs/) on a fresh clone
+    result = CliRunner().invoke(app, ["simulate", "--model", "T-1.7B", "--hw", MINI, "--tp", "2", "--pp", "2",
+                                      "--global-batch-size", "8", "--trace", str(tmp_path / "runs" / "t.json")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "runs" / "t.json").read_text())["traceEvents"]
