@@ -286,6 +286,8 @@ def plot_heatmap(timeline: Timeline) -> Figure:
     segment between device centres (each direction offset to its right), a DRAM port as a square
     on its die's edge, a device's ports as its cell's colour or its dot."""
     grid = _Grid(timeline)
+    if len(grid.boxes) > 1 and len(grid.devices) > AGGREGATE_DEVICES:
+        return _heatmap_by_box(timeline, grid)
     figure, axes = grid.figure(extra_width_in=1.2)
     norm = LogNorm(1e-3, 1.0, clip=True)
     _squares(axes, list(grid.drawing.positions), ["#F0F0F0"] * len(grid.drawing.positions), 0.6, zorder=0)
@@ -296,6 +298,46 @@ def plot_heatmap(timeline: Timeline) -> Figure:
     hot = sorted(timeline.utilisation.items(), key=lambda kv: -kv[1])[:3]
     hottest = ", ".join(f"{name} {u:.0%}" for name, u in hot if u > 0) or "no traffic"
     axes.set_title(f"{_title(timeline)}\n{grid.drawing.legend};\nhottest: {hottest}", fontsize=8)
+    return figure
+
+
+def _box_cells(grid: _Grid) -> tuple[dict[tuple[int, int], int], int, list[tuple[int, int]]]:
+    """Box of each drawn cell, the columns of a grid of boxes (at most 16) and each box's centre."""
+    boxes = list(grid.boxes)
+    box_of = {(x + i, y + j): b for b, (x, y, w, h) in enumerate(boxes) for i in range(w) for j in range(h)}
+    columns = min(16, len(boxes))
+    return box_of, columns, [(b % columns, b // columns) for b in range(len(boxes))]
+
+
+def _heatmap_by_box(timeline: Timeline, grid: _Grid) -> Figure:
+    """The heat map one cell per box of the machine (node, die), coloured and labelled by the
+    busiest resource among its devices' links, ports and NICs (a 1,024-GPU cluster stays legible)."""
+    box_of, columns, centres = _box_cells(grid)
+    util = [timeline.utilisation.get(name, 0.0) for name in timeline.topology.names]
+    busiest = [0.0] * len(centres)
+    for mark in grid.drawing.marks:
+        where = grid.position(mark.devices[0]) if mark.devices else mark.point
+        box = box_of.get((round(where[0]), round(where[1]))) if where is not None else None
+        if box is not None:
+            busiest[box] = max(busiest[box], util[mark.resource])
+    rows = -(-len(centres) // columns)
+    figure = Figure(figsize=(WIDTH_IN, max(2.5, rows * WIDTH_IN / columns * 0.75 + 1.3)))
+    axes = figure.add_subplot()
+    norm = LogNorm(1e-3, 1.0, clip=True)
+    _squares(axes, centres, [HEAT(norm(v)) if v > 0 else "#F2F2F2" for v in busiest], 0.92)
+    for (x, y), value in zip(centres, busiest, strict=True):
+        if value > 0:
+            axes.text(x, y, f"{value:.0%}", ha="center", va="center", fontsize=7)
+    axes.set_xlim(-0.6, columns - 0.4)
+    axes.set_ylim(rows - 0.4, -0.6)
+    axes.set_aspect("equal")
+    axes.set_xticks([])
+    axes.set_yticks([])
+    for side in axes.spines.values():
+        side.set_visible(False)
+    figure.colorbar(_mappable(norm), ax=axes, fraction=0.03, pad=0.02, label="busiest resource (log scale)")
+    axes.set_title(f"{_title(timeline)}\none cell per {grid.box_name} ({len(centres)}): utilisation of its busiest"
+                   " link, port or NIC; grey: no traffic", fontsize=8)
     return figure
 
 

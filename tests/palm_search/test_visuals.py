@@ -138,8 +138,8 @@ def test_a_timeline_drawn_on_a_shared_window_runs_its_axis_to_it():
     assert shared.get_xlim()[1] == pytest.approx(3 * timeline.window_s) and "shared" in shared.get_xlabel()
 
 
-def test_the_placement_of_1024_gpus_is_drawn_one_cell_per_node():
-    from palm_search.views.plots import plot_placement
+def test_the_placement_and_heat_map_of_1024_gpus_are_drawn_one_cell_per_node():
+    from palm_search.views.plots import plot_heatmap, plot_placement
     from simulator import Strategy, load_hardware, load_model, simulate_timeline
 
     timeline = simulate_timeline(load_model("T-1.7B"), load_hardware("h100-cluster"),
@@ -147,6 +147,9 @@ def test_the_placement_of_1024_gpus_is_drawn_one_cell_per_node():
     axes = plot_placement(timeline).axes[0]
     assert len(axes.texts) == 128 and {t.get_text() for t in axes.texts} == {f"s{i}" for i in range(8)}
     assert "one cell per node" in axes.get_title()
+    heat = plot_heatmap(timeline).axes[0]  # the heat map too: each node's busiest link, port or NIC
+    assert "one cell per node (128)" in heat.get_title()
+    assert 0 < len(heat.texts) <= 128 and all(t.get_text().endswith("%") for t in heat.texts)
 
 
 def test_report_of_a_missing_run_is_an_error(tmp_path):
