@@ -105,9 +105,14 @@ def test_unknown_suite_is_exit_code_2():
 LLM_GUARDS = [("decode", 0.33, 0.53), ("prefill", 0.45, 0.59)]
 
 
+@pytest.fixture(scope="module")
+def llm_rows():
+    return run_suites(["tenstorrent-llm"], jobs=2)
+
+
 @pytest.mark.parametrize("group, mean, worst", LLM_GUARDS, ids=[g[0] for g in LLM_GUARDS])
-def test_tenstorrent_llm_groups_within_their_guard(group, mean, worst):
-    results = run_suites(["tenstorrent-llm"], jobs=1)
+def test_tenstorrent_llm_groups_within_their_guard(group, mean, worst, llm_rows):
+    results = llm_rows
     stats = summary(results)["tenstorrent-llm"]
     assert stats["rows"] == 8 and all(r.predicted > 0 for r in results)
     assert stats["groups"][group]["mean_abs_error"] <= mean
