@@ -42,7 +42,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy simulator
+	$(BIN)/mypy simulator spaces
 
 clean:
 	rm -rf $(VENV) build *.egg-info
