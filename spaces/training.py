@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, cast
 
 import optuna
 
-from simulator import TRANSFER_STRATEGIES, Hardware, InputError, ModelSpec, Strategy, check_memory
+from simulator import TRANSFER_STRATEGIES, ZERO_STAGES, Hardware, InputError, ModelSpec, Strategy, check_memory
 from spaces import groups, parallelism, partition, placement
 from spaces.candidate import Candidate
 from spaces.feasible import FeasiblePlans, plan_of
@@ -114,7 +114,8 @@ def candidate_degrees(model: ModelSpec, hardware: Hardware, fixed: Mapping[str, 
     Raises:
         InputError: a device count outside 1..the machine's devices.
     """
-    batch = fixed.get("global_batch_size")
+    # the ``Strategy`` field ``global_batch_size`` (int | None); ``fixed`` maps fields to objects
+    batch = cast("int | None", fixed.get("global_batch_size"))
     found = [d for n in sorted(set(device_counts or [hardware.num_devices]))
              for d in parallelism.enumerate_degrees(model, hardware, devices=n, max_tp=max_tp, global_batch_size=batch)]
     return [d for d in found
@@ -163,7 +164,7 @@ class _Draft:
 
 
 def _degrees_of(draft: _Draft) -> ParallelDegrees:
-    return ParallelDegrees(draft.tp, draft.pp, draft.dp, draft.cp)  # type: ignore[arg-type]
+    return ParallelDegrees(draft.tp, draft.pp, draft.dp, draft.cp)
 
 
 def _allowed(space: SearchedSpace, draft: _Draft, count: int) -> tuple[object, ...] | None:
@@ -182,11 +183,11 @@ def _suggest_degrees(trial: optuna.trial.Trial, space: SearchedSpace, draft: _Dr
     degrees = _degrees_of(draft)
     if "microbatch_size" in space.searched:
         draft.set(microbatch_size=parallelism.suggest_microbatch_size(
-            trial, model, degrees, global_batch_size=batch, choices=space.microbatch_choices,  # type: ignore[arg-type]
+            trial, model, degrees, global_batch_size=batch, choices=space.microbatch_choices,
             allowed=_allowed(space, draft, 1)))
     if "schedule" in space.searched:
-        choice = parallelism.suggest_schedule(trial, model, degrees, draft.microbatch_size,  # type: ignore[arg-type]
-                                              global_batch_size=batch,  # type: ignore[arg-type]
+        choice = parallelism.suggest_schedule(trial, model, degrees, draft.microbatch_size,
+                                              global_batch_size=batch,
                                               allowed=_allowed(space, draft, 2))
         draft.set(schedule=choice.schedule, num_chunks=choice.num_chunks)
 
@@ -201,7 +202,7 @@ def _suggest_memory(trial: optuna.trial.Trial, space: SearchedSpace, draft: _Dra
             trial, space.model, degrees, _allowed(space, draft, 4)))
     if "zero_stage" in searched:
         draft.set(zero_stage=parallelism.suggest_zero_stage(trial, degrees, _allowed(space, draft, 5)))
-        if draft.zero_stage == parallelism.ZERO_STAGES[-1]:  # weights sharded: hybrid sharding applies
+        if draft.zero_stage == ZERO_STAGES[-1]:  # weights sharded: hybrid sharding applies
             _suggest_shard_group(trial, space, draft, degrees)
 
 
