@@ -33,7 +33,7 @@ class GroupChoice(NamedTuple):
         layout, _, order = label.partition("/")
         return cls(layout, order)
 
-    def fields(self) -> dict:
+    def fields(self) -> dict[str, str]:
         """``Strategy`` fields of this choice."""
         return {"group_layout": self.group_layout, "group_order": self.group_order}
 

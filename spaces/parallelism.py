@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from functools import lru_cache
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar, cast
 
 import optuna
 
@@ -32,7 +32,7 @@ from simulator.legality import (
     sequence_parallel_legal,
     tp_divides,
 )
-from spaces._choices import conditional_name, suggest_among
+from spaces._choices import Choice, conditional_name, suggest_among
 
 CHUNK_CHOICES: tuple[int, ...] = (2, 4)
 """Model chunks per device tried with the interleaved schedule (Narayanan et al. SC'21 Fig. 12)."""
@@ -253,12 +253,16 @@ def suggest_schedule(trial: optuna.trial.Trial, model: ModelSpec, degrees: Paral
     return ScheduleChoice.parse(str(suggest_among(trial, "schedule", universe, valid)))
 
 
-def _suggest_some(trial: optuna.trial.Trial, name: str, options: Sequence[object],
-                  allowed: Collection[object] | None) -> object:
+_C = TypeVar("_C", bound=Choice)
+
+
+def _suggest_some(trial: optuna.trial.Trial, name: str, options: Sequence[_C],
+                  allowed: Collection[object] | None) -> _C:
     """One of ``options`` (those ``allowed``, if given) under :func:`spaces._choices.subset_name`;
     a single option is returned without suggesting."""
     valid = [o for o in options if allowed is None or o in allowed]
-    return valid[0] if len(valid) == 1 else suggest_among(trial, name, options, valid)  # type: ignore[arg-type]
+    # suggest_among returns one of ``valid``, so a value of the options' type
+    return valid[0] if len(valid) == 1 else cast(_C, suggest_among(trial, name, options, valid))
 
 
 def suggest_recompute(trial: optuna.trial.Trial, allowed: Collection[object] | None = None) -> str:
@@ -277,7 +281,7 @@ def suggest_zero_stage(trial: optuna.trial.Trial, degrees: ParallelDegrees,
                        allowed: Collection[object] | None = None) -> int:
     """Categorical ``zero_stage`` (0-3) when ``dp > 1`` and not decided by ``allowed``; the one
     option without suggesting otherwise."""
-    return int(_suggest_some(trial, "zero_stage", enumerate_zero_stages(degrees), allowed))  # type: ignore[call-overload]
+    return int(_suggest_some(trial, "zero_stage", enumerate_zero_stages(degrees), allowed))
 
 
 def suggest_shard_group(trial: optuna.trial.Trial, node_size: int | None, node_fits: bool) -> int | None:
