@@ -22,6 +22,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import replace
 from itertools import accumulate
+from typing import cast
 
 import optuna
 
@@ -32,15 +33,21 @@ from simulator.workload import build_stage_costs
 PARTITION_CHOICES: tuple[str, ...] = ("balanced", "uniform", "min-max")
 TOLERANCE = 1e-9
 """Relative slack when comparing float sums (a stage of time exactly T must pass a test at T)."""
+LayerMemory = Sequence[float] | Sequence[Sequence[float]]
+"""Bytes of each layer, the same on every stage, or one row of them per stage."""
 
 
 def _prefix(values: Sequence[float]) -> list[float]:
     return [0.0, *accumulate(float(v) for v in values)]
 
 
-def _memory_rows(layer_memory: Sequence, num_stages: int, num_layers: int) -> list[list[float]]:
+def _memory_rows(layer_memory: LayerMemory, num_stages: int, num_layers: int) -> list[list[float]]:
     """``layer_memory`` as one row per stage (a flat sequence applies to every stage)."""
-    rows = layer_memory if layer_memory and isinstance(layer_memory[0], Sequence) else [layer_memory] * num_stages
+    rows: Sequence[Sequence[float]]
+    if layer_memory and isinstance(layer_memory[0], Sequence):
+        rows = cast("Sequence[Sequence[float]]", layer_memory)  # a first row: rows (lengths checked below)
+    else:
+        rows = [cast("Sequence[float]", layer_memory)] * num_stages
     if len(rows) != num_stages or any(len(r) != num_layers for r in rows):
         raise InputError(f"partition: `layer_memory` needs {num_layers} layers (or {num_stages} rows of them)")
     return [_prefix(r) for r in rows]
@@ -84,7 +91,7 @@ def _trace(prefix_time: list[float], memory: list[list[float]], reach: list[list
     return tuple(reversed(counts))
 
 
-def min_max_partition(layer_times: Sequence[float], layer_memory: Sequence, num_stages: int,
+def min_max_partition(layer_times: Sequence[float], layer_memory: LayerMemory, num_stages: int,
                       memory_limit: float) -> tuple[int, ...]:
     """Contiguous split of layers into ``num_stages`` non-empty stages minimising the largest
     stage time, each stage's memory within ``memory_limit``.
@@ -160,9 +167,11 @@ def min_max_stage_layers(model: ModelSpec, hardware: Hardware, strategy: Strateg
     return min_max_partition(times, rows, virtual, limit)
 
 
-def enumerate_partitions(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> dict[str, dict]:
+def enumerate_partitions(model: ModelSpec, hardware: Hardware,
+                         strategy: Strategy) -> dict[str, dict[str, object]]:
     """``Strategy`` fields of each partition: balanced, uniform, and min-max when one fits memory."""
-    options = {name: {"partition": name, "stage_layers": None} for name in ("balanced", "uniform")}
+    options: dict[str, dict[str, object]] = {name: {"partition": name, "stage_layers": None}
+                                             for name in ("balanced", "uniform")}
     try:
         options["min-max"] = {"partition": "explicit",
                               "stage_layers": min_max_stage_layers(model, hardware, strategy)}
@@ -172,7 +181,7 @@ def enumerate_partitions(model: ModelSpec, hardware: Hardware, strategy: Strateg
 
 
 def suggest_partition(trial: optuna.trial.Trial, model: ModelSpec, hardware: Hardware,
-                      strategy: Strategy) -> dict:
+                      strategy: Strategy) -> dict[str, object]:
     """Categorical ``partition`` over the fixed :data:`PARTITION_CHOICES`, as ``Strategy`` fields.
 
     When ``min-max`` is drawn but no partition fits memory, ``balanced`` is returned: the

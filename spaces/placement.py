@@ -97,7 +97,7 @@ def fits(stage_devices: StageDevices, degrees: ParallelDegrees) -> bool:
 
 
 def suggest_placement(trial: optuna.trial.Trial, hardware: Hardware, degrees: ParallelDegrees,
-                      custom: Mapping[str, StageDevices] | None = None) -> dict:
+                      custom: Mapping[str, StageDevices] | None = None) -> dict[str, object]:
     """A placement as ``Strategy`` fields (``placement``, ``stage_devices``).
 
     The categorical ``placement`` has the machine's fixed names (:func:`placement_names`) then the
