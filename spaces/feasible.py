@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product
+from typing import cast
 
 from simulator import RECOMPUTES, Hardware, InputError, ModelSpec, Strategy, check_memory
 from spaces import parallelism
@@ -143,7 +144,8 @@ def degree_plans(model: ModelSpec, hardware: Hardware, degrees: ParallelDegrees,
             fields = {**fixed, **degrees._asdict(), "microbatch_size": size, "schedule": schedule.schedule,
                       "num_chunks": schedule.num_chunks}
             fits, tried, least_fits = _fitting_memory_choices(model, hardware, fields, memory, prune)
-            fitting += [(degrees.label, size, schedule.label, *choice) for choice in fits]
+            # each choice is (recompute, sequence parallel, ZeRO stage): :meth:`_Choices.memory_choices`
+            fitting += [cast(Plan, (degrees.label, size, schedule.label, *choice)) for choice in fits]
             checked += tried
             if prune and not least_fits:
                 break  # the most saving choice does not fit: no larger microbatch will
