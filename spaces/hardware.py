@@ -33,12 +33,15 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import cast
 
 import optuna
 
 from simulator import Hardware, InputError
 from simulator.config import plausible_range, split_unit
+from simulator.network import mesh as mesh_network
 
 _GRIDS = {"dies": ("dies_x", "dies_y"), "cores": ("cores_x", "cores_y")}
 _MESH_QUANTITIES = {
@@ -49,6 +52,8 @@ _MESH_QUANTITIES = {
 }
 HARDWARE_DIMENSIONS = ("dies", "cores", "sram_MB_per_core", "TFLOP_per_s_per_core", *_MESH_QUANTITIES)
 """The dimensions a hardware space may search (module docstring)."""
+HardwareValue = str | int | float
+"""A dimension's choice: a grid ``"AxB"`` or a number in the key's unit."""
 PARAM_PREFIX = "hw."
 """Prefix of the hardware parameters' names in an Optuna trial (``hw.sram_MB_per_core``)."""
 PROPOSED = "proposed by palm-search codesign"
@@ -72,7 +77,7 @@ class HardwareSpace:
     """
 
     base: Hardware
-    choices: dict[str, tuple]
+    choices: dict[str, tuple[HardwareValue, ...]]
 
     def __post_init__(self) -> None:
         if self.base.kind != "mesh":
@@ -92,7 +97,7 @@ _SI = {"sram_MB_per_core": ("sram_bytes", 1e6), "TFLOP_per_s_per_core": ("peak_f
 """Each numeric dimension's SI quantity and factor, for the plausible ranges hardware files obey."""
 
 
-def _check_dimension(name: str, values: tuple) -> None:
+def _check_dimension(name: str, values: tuple[object, ...]) -> None:
     if name not in HARDWARE_DIMENSIONS:
         raise InputError(f"hardware space: unknown dimension {name!r} (known: {list(HARDWARE_DIMENSIONS)})")
     if not values:
@@ -127,7 +132,7 @@ def grid_of(what: str, label: object) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
-def enumerate_hardware(space: HardwareSpace) -> list[dict]:
+def enumerate_hardware(space: HardwareSpace) -> list[dict[str, HardwareValue]]:
     """Every hardware point of ``space`` as its parameters (:data:`PARAM_PREFIX` names), in the
     order of the study file's lists (the last dimension fastest)."""
     names = list(space.choices)
@@ -135,17 +140,19 @@ def enumerate_hardware(space: HardwareSpace) -> list[dict]:
             for values in itertools.product(*(space.choices[n] for n in names))]
 
 
-def suggest_hardware(trial: optuna.Trial, space: HardwareSpace) -> dict:
+def suggest_hardware(trial: optuna.Trial, space: HardwareSpace) -> dict[str, HardwareValue]:
     """A hardware point drawn from ``trial`` (one categorical per searched dimension)."""
-    return {PARAM_PREFIX + n: trial.suggest_categorical(PARAM_PREFIX + n, list(v)) for n, v in space.choices.items()}
+    # suggest_categorical returns one of the choices given, so a HardwareValue
+    return {PARAM_PREFIX + n: cast(HardwareValue, trial.suggest_categorical(PARAM_PREFIX + n, list(v)))
+            for n, v in space.choices.items()}
 
 
-def hardware_label(params: dict) -> str:
+def hardware_label(params: Mapping[str, object]) -> str:
     """A short name of a hardware point, e.g. ``sram_MB_per_core=3.75,TFLOP_per_s_per_core=16``."""
     return ",".join(f"{k.removeprefix(PARAM_PREFIX)}={v}" for k, v in params.items())
 
 
-def build_hardware(space: HardwareSpace, params: dict) -> Hardware:
+def build_hardware(space: HardwareSpace, params: Mapping[str, HardwareValue]) -> Hardware:
     """The machine of a hardware point: ``space.base`` with the point's values.
 
     Raises:
@@ -156,7 +163,9 @@ def build_hardware(space: HardwareSpace, params: dict) -> Hardware:
     if unknown:
         raise InputError(f"hardware space: {unknown[0]!r} is not a searched dimension")
     base = space.base
-    network: dict[str, float | int] = {}
+    mesh = base.network
+    assert isinstance(mesh, mesh_network.Mesh)  # HardwareSpace checks its base is a mesh
+    network: dict[str, float | int | tuple[tuple[int, int], ...]] = {}
     for name, value in values.items():
         if name in _GRIDS:
             network.update(zip(_GRIDS[name], grid_of(f"hardware space: `{name}`", value), strict=True))
@@ -170,14 +179,18 @@ def build_hardware(space: HardwareSpace, params: dict) -> Hardware:
         ratio = float(values["TFLOP_per_s_per_core"]) * 1e12 / _matrix_peak(base)
         device["peak_flop_per_s"] = {p: v * ratio for p, v in base.peak_flop_per_s.items()}
         device["sram_bandwidth_bytes_per_s"] = base.sram_bandwidth_bytes_per_s * math.sqrt(ratio)
-    if network.get("dram_ports_per_die", base.network.dram_ports_per_die) != base.network.dram_ports_per_die:  # type: ignore[attr-defined]
+    if network.get("dram_ports_per_die", mesh.dram_ports_per_die) != mesh.dram_ports_per_die:
         network["dram_port_cores"] = ()  # the base's named port cores are for its own port count
     changed = {f"mesh.{k}" for k in network} | {f"device.{k}" for k in device if k != "peak_flop_per_s"}
     if "peak_flop_per_s" in device:
         changed |= {f"device.peak.{p}_flop_per_s" for p in base.peak_flop_per_s}
     kept = {k: v for k, v in base.sources.items() if _si_key(k) not in changed}
     name = f"{base.name}[{hardware_label(params)}]" if params else base.name
-    return dataclasses.replace(base, name=name, network=dataclasses.replace(base.network, **network),
+    # mypy checks a **dict's value type against every field of the dataclass; the keys here are
+    # fields named at run time (from _GRIDS, _MESH_QUANTITIES and the device values above), each
+    # given its field's type, which a dict keyed by str cannot express
+    proposed = dataclasses.replace(mesh, **network)  # type: ignore[arg-type]
+    return dataclasses.replace(base, name=name, network=proposed,
                                sources={**kept, **dict.fromkeys(sorted(changed), PROPOSED)},
                                **device)  # type: ignore[arg-type]
 
