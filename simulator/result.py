@@ -71,12 +71,15 @@ class SimulationResult:
         network: ``analytical`` or ``contention``.
         feasible: False when the strategy exceeds memory; then times are 0 and ``reason`` says why.
         reason: why infeasible ("" when feasible).
-        iteration_time_s: one training iteration (or, for inference, one batch) in s.
-        samples_per_s, tokens_per_s: throughput (inference: steady-state, no fill or drain,
-            as PALM §V-A3).
+        iteration_time_s: one training iteration, or for inference one batch, fill and drain
+            included: its latency (a prefill's time to first token, a decode step's time per
+            output token) in s.
+        samples_per_s, tokens_per_s: the batch over ``iteration_time_s`` (a decode step makes
+            one token per sample).
+        hardware_flops_utilisation: model flop plus the recomputed forward's per s / peak
+            (Korthikanti et al. MLSys'23 §6), so never below the MFU.
         model_flops_utilisation: model flop per s / peak of the devices used (no recompute), at
             the strategy's precision (``fp8``: the FP8 peak, twice the bf16 one on an H100).
-        hardware_flops_utilisation: executed flop per s / peak (recompute included).
         num_microbatches: microbatches per replica per iteration.
         simulated_microbatches: microbatches actually simulated (every run of the steady-state
             extrapolation, short runs whose period was not yet the steady one included, or the
