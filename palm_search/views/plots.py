@@ -232,12 +232,8 @@ def _placement_by_box(timeline: Timeline, grid: _Grid) -> Figure:
             if box is not None:
                 stages.setdefault(box, set()).add(stage)
                 used[box] = used.get(box, 0) + 1
-    columns = min(16, len(boxes))
-    rows = -(-len(boxes) // columns)
-    figure = Figure(figsize=(WIDTH_IN, max(2.5, rows * WIDTH_IN / columns * 0.75 + 1.3)))
-    axes = figure.add_subplot()
+    figure, axes, centres = _box_figure(len(boxes))
     colours = _stage_colours(len(timeline.placements))
-    centres = [(b % columns, b // columns) for b in range(len(boxes))]
     _squares(axes, centres, [colours[min(stages[b])] if b in stages else "#F2F2F2" for b in range(len(boxes))], 0.92)
     size = boxes[0][2] * boxes[0][3]
     for b, (x, y) in enumerate(centres):
@@ -246,6 +242,18 @@ def _placement_by_box(timeline: Timeline, grid: _Grid) -> Figure:
             label = f"s{names[0]}" if len(names) == 1 else f"s{names[0]}-{names[-1]}"
             axes.text(x, y, label + ("" if used[b] == size else f"\n{used[b]}/{size}"), ha="center", va="center",
                       fontsize=7)
+    axes.set_title(f"{_title(timeline)}\none cell per {grid.box_name} ({len(boxes)} of {size} devices each):"
+                   f" s<pipeline stage> it serves, colour by stage;\nn/{size}: devices used when not all; grey: idle",
+                   fontsize=8)
+    return figure
+
+
+def _box_figure(boxes: int) -> tuple[Figure, object, list[tuple[int, int]]]:
+    """A figure of one cell per box (node, die), in rows of up to 16, and each box's centre."""
+    columns = min(16, boxes)
+    rows = -(-boxes // columns)
+    figure = Figure(figsize=(WIDTH_IN, max(2.5, rows * WIDTH_IN / columns * 0.75 + 1.3)))
+    axes = figure.add_subplot()
     axes.set_xlim(-0.6, columns - 0.4)
     axes.set_ylim(rows - 0.4, -0.6)
     axes.set_aspect("equal")
@@ -253,10 +261,7 @@ def _placement_by_box(timeline: Timeline, grid: _Grid) -> Figure:
     axes.set_yticks([])
     for side in axes.spines.values():
         side.set_visible(False)
-    axes.set_title(f"{_title(timeline)}\none cell per {grid.box_name} ({len(boxes)} of {size} devices each):"
-                   f" s<pipeline stage> it serves, colour by stage;\nn/{size}: devices used when not all; grey: idle",
-                   fontsize=8)
-    return figure
+    return figure, axes, [(b % columns, b // columns) for b in range(boxes)]
 
 
 def _squares(axes, centres: list[tuple[int, int]], colours: list, size: float, zorder: float = 1.0) -> None:
@@ -301,40 +306,24 @@ def plot_heatmap(timeline: Timeline) -> Figure:
     return figure
 
 
-def _box_cells(grid: _Grid) -> tuple[dict[tuple[int, int], int], int, list[tuple[int, int]]]:
-    """Box of each drawn cell, the columns of a grid of boxes (at most 16) and each box's centre."""
-    boxes = list(grid.boxes)
-    box_of = {(x + i, y + j): b for b, (x, y, w, h) in enumerate(boxes) for i in range(w) for j in range(h)}
-    columns = min(16, len(boxes))
-    return box_of, columns, [(b % columns, b // columns) for b in range(len(boxes))]
-
-
 def _heatmap_by_box(timeline: Timeline, grid: _Grid) -> Figure:
     """The heat map one cell per box of the machine (node, die), coloured and labelled by the
     busiest resource among its devices' links, ports and NICs (a 1,024-GPU cluster stays legible)."""
-    box_of, columns, centres = _box_cells(grid)
+    boxes = list(grid.boxes)
+    box_of = {(x + i, y + j): b for b, (x, y, w, h) in enumerate(boxes) for i in range(w) for j in range(h)}
     util = [timeline.utilisation.get(name, 0.0) for name in timeline.topology.names]
-    busiest = [0.0] * len(centres)
+    busiest = [0.0] * len(boxes)
     for mark in grid.drawing.marks:
         where = grid.position(mark.devices[0]) if mark.devices else mark.point
         box = box_of.get((round(where[0]), round(where[1]))) if where is not None else None
         if box is not None:
             busiest[box] = max(busiest[box], util[mark.resource])
-    rows = -(-len(centres) // columns)
-    figure = Figure(figsize=(WIDTH_IN, max(2.5, rows * WIDTH_IN / columns * 0.75 + 1.3)))
-    axes = figure.add_subplot()
+    figure, axes, centres = _box_figure(len(boxes))
     norm = LogNorm(1e-3, 1.0, clip=True)
     _squares(axes, centres, [HEAT(norm(v)) if v > 0 else "#F2F2F2" for v in busiest], 0.92)
     for (x, y), value in zip(centres, busiest, strict=True):
         if value > 0:
             axes.text(x, y, f"{value:.0%}", ha="center", va="center", fontsize=7)
-    axes.set_xlim(-0.6, columns - 0.4)
-    axes.set_ylim(rows - 0.4, -0.6)
-    axes.set_aspect("equal")
-    axes.set_xticks([])
-    axes.set_yticks([])
-    for side in axes.spines.values():
-        side.set_visible(False)
     figure.colorbar(_mappable(norm), ax=axes, fraction=0.03, pad=0.02, label="busiest resource (log scale)")
     axes.set_title(f"{_title(timeline)}\none cell per {grid.box_name} ({len(centres)}): utilisation of its busiest"
                    " link, port or NIC; grey: no traffic", fontsize=8)
