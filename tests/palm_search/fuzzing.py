@@ -41,6 +41,14 @@ BASES = {
     "study": {**tomllib.loads((DATA / "small-study.toml").read_text())},
 }
 BASES["study"]["study"] = {**BASES["study"]["study"], "hardware": str(DATA / "mini-mesh.toml"), "trials": 4}
+BASES["decode strategy"] = {"strategy": {"tp": 2, "pp": 2, "microbatch_size": 4, "global_batch_size": 8,
+                                         "mode": "inference", "prompt_length": 64, "decode_context_length": 65}}
+BASES["serving study"] = {"study": {"name": "serving-small", "model": "T-1.7B", "mode": "inference",
+                                    "hardware": str(DATA / "mini-mesh.toml"), "prompt_length": 64,
+                                    "min_tokens_per_s_per_user": 1, "trials": 4},
+                          "search": {"users": [1, 2]}}
+"""Valid documents the schema cases damage: a model, a machine, a training and a decode strategy
+(LLM inference: prompt and KV-cache context), a training and a serving study."""
 BAD_VALUES = ["text", "", -1, 0, -0.5, math.nan, math.inf, -math.inf, 1e308, 1e300, 1e-300, 10**18, 2**63 - 1,
               True, 2.5, [], [1, "x"], {"nested": 1}]
 PRESET_FILES = [ROOT / "simulator/hardware/presets/wafer.toml", ROOT / "simulator/hardware/presets/h100-cluster.toml",
@@ -148,11 +156,12 @@ def optimize_case(study: bytes | str, source: str) -> Case:
 
 @st.composite
 def schema_cases(draw) -> Case:
-    kind = draw(st.sampled_from(["model", "hardware", "strategy", "study"]), label="kind")
+    kind = draw(st.sampled_from(["model", "hardware", "strategy", "decode strategy", "study", "serving study"]),
+                label="kind")
     text = to_toml(draw(mutated(kind))).encode()
-    if kind == "study":
-        return optimize_case(text, "schema study")
-    return simulate_case({kind: text}, f"schema {kind}")
+    if kind.endswith("study"):
+        return optimize_case(text, f"schema {kind}")
+    return simulate_case({kind.removeprefix("decode "): text}, f"schema {kind}")
 
 
 @st.composite
