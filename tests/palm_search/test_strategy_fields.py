@@ -11,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from palm_search.commands.cli import STRATEGY_FLAGS, app
-from palm_search.views.outputs import COLUMNS
-from simulator import Strategy, load_hardware, strategy_fields
+from simulator import Strategy, load_hardware, load_model, strategy_fields
 from simulator.api import PLACEMENT_FIELDS
 from simulator.network.topology import topology_of
 from simulator.placement import place
@@ -32,10 +31,17 @@ def test_simulate_has_a_flag_for_every_strategy_field():
     assert set(strategy_fields()) - set(STRATEGY_FLAGS) == {"stage_layers", "stage_devices"} <= options
 
 
-def test_the_trials_table_and_the_cost_key_come_from_the_strategy_fields():
-    assert COLUMNS[1:COLUMNS.index("samples_per_s")] == strategy_fields(column=True)
-    defaults = {f.name: f.default for f in dataclasses.fields(Strategy)}
-    assert PLACEMENT_FIELDS == {name: defaults[name] for name in strategy_fields(where=True)}
+def test_the_cost_key_ignores_exactly_the_fields_no_stage_cost_reads():
+    # the fields marked `where` (placement, groups, transfers) must not change a stage's costs; a
+    # field wrongly marked would make two different plans share one cost entry
+    from simulator.workload import build_stage_costs
+
+    model, wafer = load_model("T-1.7B"), load_hardware("wafer")
+    base = Strategy(tp=2, pp=2, dp=2, global_batch_size=16)
+    changed = dataclasses.replace(base, **{name: value for name, value in (
+        ("placement", "line"), ("group_layout", "strided"), ("group_order", "dp-major"),
+        ("transfer_strategy", 2), ("p2p_blocking", True)) if name in PLACEMENT_FIELDS})
+    assert build_stage_costs(model, wafer, base) == build_stage_costs(model, wafer, changed)
 
 
 WAFER = load_hardware("wafer")
