@@ -37,7 +37,7 @@ from simulator.hardware.spec import Hardware
 from simulator.hardware.writer import hardware_tables, hardware_to_toml
 from simulator.legality import num_microbatches
 from simulator.passes import PassKind
-from simulator.result import SCHEMA_VERSION, SimulationResult, StageReport
+from simulator.result import SCHEMA_VERSION, ResourceUsage, SimulationResult, StageReport
 from simulator.strategy import (
     GROUP_LAYOUTS,
     GROUP_ORDERS,
@@ -80,7 +80,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "BudgetExceeded", "Hardware", "InputError", "ModelSpec", "PalmError", "SimulationError", "SimulationResult",
+    "BudgetExceeded", "Hardware", "InputError", "ModelSpec", "PalmError", "SimulationError", "ResourceUsage",
+    "SimulationResult",
     "check_memory", "estimate_samples_per_s", "grid_gemm",
     "StageReport", "Strategy", "hardware_from_tables", "hardware_presets", "hardware_tables",
     "hardware_to_toml", "load_hardware", "load_model", "load_strategy",

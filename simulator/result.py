@@ -49,7 +49,9 @@ class ResourceUsage:
     Attributes:
         kind: ``link``, ``nic`` or ``dram``.
         count: resources of this kind in the machine.
-        max_utilisation: the busiest one's utilisation (0..1).
+        max_utilisation: the busiest one's utilisation: 0..1 under the networks that make
+            transfers share or wait for a resource (``sharing``, ``contention``); under
+            ``analytical``, which lets them overlap freely, demand over capacity (may exceed 1).
         mean_utilisation: mean over the resources that carried traffic.
         busiest: names of the (up to five) busiest, with their utilisation.
     """

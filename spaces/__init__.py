@@ -53,6 +53,7 @@ from spaces.partition import (
     suggest_partition,
 )
 from spaces.placement import (
+    canonical_placement,
     custom_placements,
     enumerate_placements,
     placement_names,
@@ -64,7 +65,8 @@ __all__ = [
     "DIMENSIONS", "Candidate", "DegreePlans", "FeasiblePlans", "GroupChoice", "degree_plans", "feasible_plans",
     "plan_of", "plans_tree",
     "ParallelDegrees", "ScheduleChoice", "candidate_degrees",
-    "custom_placements", "enumerate_degrees", "enumerate_group_layouts", "enumerate_microbatch_sizes",
+    "canonical_placement", "custom_placements", "enumerate_degrees",
+    "enumerate_group_layouts", "enumerate_microbatch_sizes",
     "enumerate_partitions", "enumerate_placements", "enumerate_recompute", "enumerate_schedules",
     "enumerate_sequence_parallel", "enumerate_zero_stages", "node_shard_group_size", "min_max_partition",
     "min_max_stage_layers",

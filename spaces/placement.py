@@ -31,6 +31,16 @@ def placement_names(hardware: Hardware) -> tuple[str, ...]:
     return tuple(orders)
 
 
+def canonical_placement(hardware: Hardware, name: str) -> str:
+    """The name :func:`placement_names` offers for placement ``name``'s device order (e.g. ``line``
+    for ``s-shape`` on a GPU cluster, whose orders coincide); ``name`` itself when it is not a
+    named order of the machine (``explicit``)."""
+    orders = topology_of(hardware).device_orders()
+    if name not in orders:
+        return name
+    return next(n for n in placement_names(hardware) if orders[n] == orders[name])
+
+
 def enumerate_placements(hardware: Hardware, degrees: ParallelDegrees) -> tuple[str, ...]:
     """The placement names for these degrees (:func:`placement_names`).
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from palm_search.search.space import serving_fixed
 from palm_search.search.study import StudySpec
 from simulator import ZERO_STAGES, Hardware, InputError, ModelSpec, Strategy, check_memory, simulate
-from spaces import enumerate_degrees
+from spaces import canonical_placement, enumerate_degrees
 
 PAPER_BASELINES = {
     ("T-18B", "wafer"): {"tp": 8, "dp": 2, "pp": 20, "schedule": "1f1b", "recompute": "full"},
@@ -24,7 +24,13 @@ PAPER_BASELINES = {
 
 
 def choose_baseline(spec: StudySpec, model: ModelSpec, hardware: Hardware) -> tuple[Strategy, str]:
-    """The baseline strategy and a sentence saying where it comes from."""
+    """The baseline strategy and a sentence saying where it comes from, its placement named as
+    the search names it (:func:`spaces.canonical_placement`)."""
+    strategy, note = _chosen(spec, model, hardware)
+    return strategy.with_fields(placement=canonical_placement(hardware, strategy.placement)), note
+
+
+def _chosen(spec: StudySpec, model: ModelSpec, hardware: Hardware) -> tuple[Strategy, str]:
     fixed = {k: v for k, v in spec.fixed.items() if k not in ("stage_devices", "stage_layers")}
     if spec.serving:
         return _serving_baseline(spec, model, hardware, fixed)

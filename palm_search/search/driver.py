@@ -46,7 +46,7 @@ from palm_search.search.screen import (
     serving_front_first,
     start_screen,
 )
-from palm_search.search.space import DegreeWalk, ServingWalk, SpaceBuilder, UsersBuilder
+from palm_search.search.space import DegreeWalk, ServingWalk, SpaceBuilder, UsersBuilder, point_of
 from palm_search.search.storage import (
     JOURNAL,
     Heartbeat,
@@ -372,7 +372,7 @@ def tell(search: Search, trial: optuna.Trial, candidate: Candidate | None, recor
 
 def readable_params(strategy: Strategy) -> dict:
     """The strategy's searched fields by their own names (``tp``, ``schedule``, ``zero_stage``...),
-    which every trial, the parameterless baseline included, stores as user attributes: what a
+    which every trial, the baseline included, stores as user attributes: what a
     person reads in optuna-dashboard beside the sampler's encoded parameters."""
     as_dict = strategy.to_dict()
     return {name: as_dict.get(name) for name in strategy_fields(column=True)}
@@ -396,7 +396,13 @@ def run_baseline(search: Search, baseline: Strategy) -> None:
         return
     candidate = Candidate(hardware=search.hardware, strategy=baseline)
     record = search.evaluator(search.model, search.hardware, baseline, search.spec.network, search.spec.eval_timeout_s)
-    trial = search.study.ask(fixed_distributions={})
+    params = point_of(search.build, baseline)
+    if params is None:  # outside the space: a trial without parameters (absent from the dashboard's plots)
+        trial = search.study.ask(fixed_distributions={})
+    else:  # its point of the space, so the dashboard's plots show it beside the others
+        search.study.enqueue_trial(params)
+        trial = search.study.ask()
+        search.build(trial)
     search.cache[key_of(search, candidate)] = record
     tell(search, trial, candidate, record, cached=False, baseline=True)
     enqueue_points(search)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from itertools import islice
 
 from palm_search.search.study import DEFAULT_MICROBATCH_SIZES, DEFAULT_USERS, StudySpec
 from simulator import Hardware, InputError, ModelSpec, Strategy
@@ -40,6 +41,14 @@ class SpaceBuilder:
 
     def __call__(self, trial: object) -> Candidate:
         return suggest_candidate(trial, self.space, self.hardware, fixed=self.fixed)  # type: ignore[arg-type]
+
+    def around(self, strategy: Strategy) -> SpaceBuilder:
+        """The builder restricted to ``strategy``'s parallel degrees (when they are searched):
+        the part of the space a walk for that strategy needs."""
+        if "degrees" not in self.space.searched:
+            return self
+        degrees = ParallelDegrees(strategy.tp, strategy.pp, strategy.dp, strategy.cp)
+        return replace(self, space=replace(self.space, degree_choices=(degrees,)))
 
     @property
     def prescreen(self) -> dict | None:
@@ -165,6 +174,39 @@ def enumerate_candidates(build: Builder, limit: int) -> list[tuple[dict, Candida
     return points
 
 
+@dataclass
+class ReplayTrial:
+    """A stand-in for an Optuna trial answering each parameter from ``params``.
+
+    Raises (from ``suggest_categorical``):
+        InputError: a parameter ``params`` lacks, or a value not among the choices offered.
+    """
+
+    params: dict
+
+    def suggest_categorical(self, name: str, choices):
+        if name not in self.params or self.params[name] not in choices:
+            raise InputError(f"parameter {name!r}: {self.params.get(name)!r} is not among {list(choices)}")
+        return self.params[name]
+
+
+def point_of(build: SpaceBuilder | UsersBuilder, strategy: Strategy) -> dict | None:
+    """The parameters under which ``build`` proposes ``strategy`` (the point of the space that is
+    that strategy), or None when the space does not hold it. Walks only the part of the space with
+    ``strategy``'s degrees (and users), at most :data:`POINT_SEARCH_LIMIT` points."""
+    for params, candidate in islice(walk_space(build.around(strategy)), POINT_SEARCH_LIMIT):
+        if candidate.strategy == strategy:
+            try:
+                return params if build(ReplayTrial(params)).strategy == strategy else None
+            except InputError:
+                return None
+    return None
+
+
+POINT_SEARCH_LIMIT = 20_000
+"""Most points :func:`point_of` walks (a few seconds at worst)."""
+
+
 def walk_space(build: Builder) -> Iterator[tuple[dict, Candidate]]:
     """Every parameter assignment of the space with the candidate it builds, in the odometer's
     order (the first choice, the degrees, changes slowest)."""
@@ -223,6 +265,11 @@ class UsersBuilder:
     def __call__(self, trial) -> Candidate:
         users = trial.suggest_categorical("users", list(self.builders))
         return self.builders[users](_PerUsers(trial, users))
+
+    def around(self, strategy: Strategy) -> UsersBuilder:
+        """The builder restricted to ``strategy``'s users and parallel degrees."""
+        users = strategy.global_batch_size
+        return UsersBuilder({users: self.builders[users].around(strategy)} if users in self.builders else {})
 
     @property
     def prescreen(self) -> dict | None:

@@ -23,7 +23,7 @@ from optuna.artifacts import FileSystemArtifactStore, get_all_artifact_meta, upl
 
 from palm_search.search.storage import ARTIFACTS, trial_id
 from palm_search.views.outputs import baseline_row, top_mappings, trials_frame
-from palm_search.views.plots import PICTURES, render_mapping
+from palm_search.views.plots import PICTURES, render_mapping, render_timeline, shared_timelines
 from simulator import Hardware, ModelSpec, Strategy
 
 MAPPINGS = "mappings"
@@ -70,8 +70,8 @@ def attach_artifacts(study: optuna.Study, storage: optuna.storages.BaseStorage, 
     store = artifact_store(run_dir)
     index = dict(study.user_attrs.get("artifacts", {}))
     numbers = [n for n in chosen if not ARTIFACT_FILES <= set(index.get(str(n), {}))]  # drawn once, not per run
-    tasks = (delayed(render_mapping)(model, hardware, Strategy.from_dict(study.trials[n].user_attrs["strategy"]),
-                                     network, mapping_dir(run_dir, n)) for n in numbers)
+    tasks = (delayed(render_mapping)(model, hardware, _strategy(study, n), network, mapping_dir(run_dir, n))
+             for n in numbers)
     on_progress(0, len(numbers))
     rendered = Parallel(n_jobs=min(jobs, max(len(numbers), 1)), return_as="generator")(tasks)
     for done, (number, files) in enumerate(zip(numbers, rendered, strict=True), start=1):
@@ -80,15 +80,38 @@ def attach_artifacts(study: optuna.Study, storage: optuna.storages.BaseStorage, 
         for path in files:
             if path.name not in held:
                 held[path.name] = _upload(study, store, path, f"trial-{number}-{path.name}")
-        if held:
-            _show_on_trial_page(study, storage, number, held)
+    common = _share_time_axis(study, store, index, chosen, run_dir,
+                              lambda n, path, window_s: render_timeline(model, hardware, _strategy(study, n),
+                                                                        network, path, window_s))
+    for number in chosen:
+        if index.get(str(number)):
+            _show_on_trial_page(study, storage, number, index[str(number)], common.get(number))
     study.set_user_attr("artifacts", index)
     on_progress(len(numbers), len(numbers))
     return chosen
 
 
+def _strategy(study: optuna.Study, number: int) -> Strategy:
+    return Strategy.from_dict(study.trials[number].user_attrs["strategy"])
+
+
+def _share_time_axis(study: optuna.Study, store: FileSystemArtifactStore, index: dict, chosen: list[int],
+                     run_dir: Path, draw: Callable[[int, Path, float], object]) -> dict[int, str]:
+    """Redraw the illustrated trials' timelines on the longest one's time axis
+    (:func:`~palm_search.views.plots.shared_timelines`), upload each once
+    (``timeline-common-<window>.png``) and return its file name by trial number: the trial page
+    shows it instead of the trial's own window."""
+    folders = {n: mapping_dir(run_dir, n) for n in chosen if index.get(str(n))}
+    redrawn = shared_timelines(folders, draw)
+    for number, path in redrawn.items():
+        held = index[str(number)]
+        if path.name not in held:
+            held[path.name] = _upload(study, store, path, f"trial-{number}-{path.name}")
+    return {number: path.name for number, path in redrawn.items()}
+
+
 def _show_on_trial_page(study: optuna.Study, storage: optuna.storages.BaseStorage, number: int,
-                        held: dict[str, str]) -> None:
+                        held: dict[str, str], common: str | None = None) -> None:
     """Put trial ``number``'s pictures and trace on its own dashboard page, as the trial's note
     (Markdown linking the study artifacts). Optuna 5 refuses artifacts on a finished trial
     (``UpdateFinishedTrialError``); optuna-dashboard keeps a trial's note among the study's
@@ -96,7 +119,11 @@ def _show_on_trial_page(study: optuna.Study, storage: optuna.storages.BaseStorag
     from optuna_dashboard import save_note
 
     served = f"/artifacts/{storage.get_study_id_from_name(study.study_name)}"
-    pictures = "\n\n".join(f"![{p}]({served}/{held[f'{p}.png']})" for p in PICTURES if f"{p}.png" in held)
+    files = {f"{p}.png": f"{p}.png" for p in PICTURES} | ({"timeline.png": common} if common else {})
+    pictures = "\n\n".join(f"![{p}]({served}/{held[files[f'{p}.png']]})" for p in PICTURES
+                           if files[f"{p}.png"] in held)
+    if common:
+        pictures += "\n\nThe timeline is drawn on the time axis shared by the illustrated trials (the longest window)."
     trace = f"\n\n[Chrome trace]({served}/{held['trace.json']}) (open in https://ui.perfetto.dev)" \
         if "trace.json" in held else ""
     save_note(optuna.Trial(study, trial_id(storage, study, number)), f"## Trial {number}\n\n{pictures}{trace}")

@@ -71,7 +71,8 @@ def bottleneck(utilisation: dict | None, shares: dict | None) -> str:
     resources = ""
     if busy:
         (kind, top), rest = busy[0], busy[1:]
-        resources = f"; {KINDS.get(kind, kind)} {top['max']:.0%} busy at the busiest" + "".join(
+        load = "demand (over capacity: transfers not made to share it)" if top["max"] > 1 else "busy"
+        resources = f"; {KINDS.get(kind, kind)} {top['max']:.0%} {load} at the busiest" + "".join(
             f", {KINDS.get(k, k)} <= {u['max']:.0%}" for k, u in rest)
     return f"{SHARES[largest][1]}: its stages spend the iteration {parts}{resources}"
 

@@ -10,7 +10,9 @@ for ``simulate --plots``).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -21,6 +23,8 @@ from matplotlib.patches import Rectangle
 
 from simulator import Hardware, ModelSpec, PassKind, Strategy, simulate_timeline
 from simulator.trace import Timeline, stage_slices, write_chrome_trace
+
+K = TypeVar("K")
 
 PASS_COLOURS: dict[PassKind | str, str] = {
     PassKind.FORWARD: "#4C72B0", PassKind.BACKWARD: "#DD8452", PassKind.BACKWARD_INPUT: "#E5AE38",
@@ -68,6 +72,25 @@ def timeline_window_s(directory: Path) -> float | None:
     """The recorded window (s) of the timeline drawn in ``directory``, None if unknown."""
     path = directory / WINDOW_FILE
     return json.loads(path.read_text())["window_s"] if path.is_file() else None
+
+
+def shared_timelines(folders: Mapping[K, Path], draw: Callable[[K, Path, float], object]) -> dict[K, Path]:
+    """The timelines of the ``folders`` (each one mapping's, :func:`render_mapping`) whose window
+    is shorter than the longest, redrawn on the longest's time axis: ``draw(key, path, window_s)``
+    writes ``timeline-common-<window>.png`` once (:func:`render_timeline`). Returns the redrawn
+    paths by key; empty when fewer than two folders or a window is unknown."""
+    windows = {key: timeline_window_s(folder) for key, folder in folders.items()}
+    known = [w for w in windows.values() if w is not None]
+    if len(folders) < 2 or len(known) < len(folders):
+        return {}
+    common, redrawn = max(known), {}
+    for key, folder in folders.items():
+        if (windows[key] or 0.0) < common:
+            path = folder / f"timeline-common-{common:.6g}.png"
+            if not path.is_file():
+                draw(key, path, common)
+            redrawn[key] = path
+    return redrawn
 
 
 def render_timeline(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str, path: Path,

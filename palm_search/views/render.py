@@ -9,6 +9,9 @@ from rich.table import Table
 from palm_search.views.explain import sentences
 from simulator import SimulationResult
 
+OVER_CAPACITY = ("util above 100%: demand over capacity (the analytical network lets transfers overlap on a"
+                 " resource; --network sharing makes them share it)")
+
 
 def _gib(x: float) -> str:
     return f"{x / 2**30:.2f} GiB"
@@ -81,6 +84,8 @@ def _resource_table(result: SimulationResult) -> Table:
         table.add_row(r.kind, str(r.count), f"{r.max_utilisation:.1%}", f"{r.mean_utilisation:.1%}", busiest)
     traffic = "  ".join(f"{k} {v / 1e9:.1f} GB" for k, v in result.traffic_bytes.items())
     table.caption = f"traffic per iteration: {traffic}"
+    if any(r.max_utilisation > 1 for r in result.resources):
+        table.caption += f"\n{OVER_CAPACITY}"
     return table
 
 

@@ -21,7 +21,14 @@ import pandas as pd
 from palm_search.views.artifacts import mapping_dir
 from palm_search.views.explain import LABELS, effect_sizes, explain, fields_of, ranked, sentences
 from palm_search.views.outputs import baseline_row, top_mappings, trials_frame
-from palm_search.views.plots import PICTURES, render_mapping, render_timeline, timeline_window_s, write_plots
+from palm_search.views.plots import (
+    PICTURES,
+    render_mapping,
+    render_timeline,
+    shared_timelines,
+    timeline_window_s,
+    write_plots,
+)
 from simulator import InputError, Strategy, load_hardware, load_model
 from simulator.trace import Timeline, write_chrome_trace
 
@@ -253,23 +260,17 @@ def _comparison(study: optuna.Study, spec: dict, frame: pd.DataFrame, run_dir: P
 def _common_timelines(study: optuna.Study, spec: dict, columns: list[tuple[str, int]], folders: dict[str, Path],
                       on_progress) -> dict[tuple[str, str], Path]:
     """The timelines of the mappings whose window is shorter than the longest, redrawn on the
-    longest's time axis (``timeline-common.png``, drawn once)."""
-    windows = {label: timeline_window_s(folders[label]) for label, _ in columns}
-    if len(columns) < 2 or None in windows.values():
-        return {}
-    common = max(w for w in windows.values() if w is not None)
-    redrawn = {}
-    for label, number in columns:
-        if (windows[label] or 0.0) >= common:
-            continue
-        path = folders[label] / f"timeline-common-{common:.6g}.png"
-        if not path.is_file():
-            on_progress(f"report: drawing trial {number}'s timeline on the shared time axis")
-            strategy = Strategy.from_dict(study.trials[number].user_attrs["strategy"])
-            render_timeline(load_model(spec["model"]), load_hardware(spec["hardware"]), strategy, spec["network"],
-                            path, common)
-        redrawn[label, "timeline"] = path
-    return redrawn
+    longest's time axis (:func:`~palm_search.views.plots.shared_timelines`)."""
+    numbers = dict(columns)
+
+    def draw(label: str, path: Path, window_s: float) -> None:
+        on_progress(f"report: drawing trial {numbers[label]}'s timeline on the shared time axis")
+        strategy = Strategy.from_dict(study.trials[numbers[label]].user_attrs["strategy"])
+        render_timeline(load_model(spec["model"]), load_hardware(spec["hardware"]), strategy, spec["network"],
+                        path, window_s)
+
+    redrawn = shared_timelines({label: folders[label] for label, _ in columns}, draw)
+    return {(label, "timeline"): path for label, path in redrawn.items()}
 
 
 def _pictures(study: optuna.Study, spec: dict, number: int, run_dir: Path, on_progress) -> Path:

@@ -58,7 +58,7 @@ def test_dashboard_serves_the_study(tmp_path):
         # the study's note explains the answer and the encodings; the best trial is best.json's
         assert "What the parameters encode" in detail["note"]["body"]
         assert detail["best_trials"][0]["number"] == json.loads(result.stdout)["best"]["trial"]
-        # every trial, the parameterless baseline included, shows the mapping by readable names
+        # every trial, the baseline included, shows the mapping by readable names
         baseline = next(t for t in detail["trials"] if t["number"] == 0)
         assert {"tp", "pp", "dp", "schedule"} <= {a["key"] for a in baseline["user_attrs"]}
     finally:

@@ -48,6 +48,28 @@ def test_the_bottleneck_is_one_sentence_from_time_shares_and_utilisation():
     assert sentence.startswith("DRAM-bound") and "DRAM ports 84% busy" in sentence and "links <= 8%" in sentence
 
 
+def test_a_utilisation_above_1_reads_as_demand_over_capacity_not_busy():
+    sentence = bottleneck({"dram": {"max": 1.4, "mean": 0.5}}, {"dram_stall": 0.8, "compute": 0.2})
+    assert "DRAM ports 140% demand (over capacity" in sentence and "busy" not in sentence
+
+
+def test_the_resource_table_says_what_a_utilisation_above_100_percent_means():
+    import dataclasses
+
+    from rich.console import Console
+
+    from palm_search.views.render import OVER_CAPACITY, print_result
+    from simulator import ResourceUsage, Strategy, load_hardware, load_model, simulate
+
+    result = simulate(load_model("T-1.7B"), load_hardware("wafer"), Strategy(tp=8, pp=4, dp=2, global_batch_size=64),
+                      network="analytical")
+    for over, said in ((0.9, False), (1.4, True)):
+        usage = ResourceUsage(kind="dram", count=4, max_utilisation=over, mean_utilisation=0.5, busiest=())
+        console = Console(width=400, record=True)
+        print_result(dataclasses.replace(result, resources=(usage,)), console=console)
+        assert (OVER_CAPACITY.split(" (")[0] in console.export_text()) is said
+
+
 def test_near_ties_are_grouped_with_the_dimensions_that_do_not_matter():
     top = _frame([{"trial": 1, "samples_per_s": 1.0, "zero_stage": 1, "placement": "a"},
                   {"trial": 2, "samples_per_s": 0.9999, "zero_stage": 2, "placement": "b"},
@@ -118,6 +140,32 @@ def test_every_trial_the_baseline_included_carries_readable_names_and_the_study_
 
     note = get_note(study)
     assert "What the parameters encode" in note and "against the baseline" in note
+
+
+def test_the_baseline_trial_is_its_point_of_the_space_so_the_dashboard_plots_it(runs):
+    from palm_search.search.space import ReplayTrial, candidate_builder
+    from palm_search.search.study import load_study
+    from palm_search.views.report import load_run
+    from simulator import Strategy, load_hardware, load_model
+
+    study = load_run(runs[0])
+    baseline = next(t for t in study.trials if t.user_attrs["baseline"])
+    assert baseline.params and baseline.distributions.keys() == baseline.params.keys()
+    spec = load_study(DATA / "small-study.toml").replace(hardware=str(DATA / "mini-mesh.toml"))
+    build = candidate_builder(spec, load_model(spec.model), load_hardware(spec.hardware))
+    assert build(ReplayTrial(baseline.params)).strategy == Strategy.from_dict(baseline.user_attrs["strategy"])
+
+
+def test_a_strategy_outside_the_space_has_no_point():
+    from palm_search.search.space import ScriptedTrial, candidate_builder, point_of
+    from palm_search.search.study import load_study
+    from simulator import load_hardware, load_model
+
+    spec = load_study(DATA / "small-study.toml").replace(hardware=str(DATA / "mini-mesh.toml"))
+    build = candidate_builder(spec, load_model(spec.model), load_hardware(spec.hardware))
+    inside = build(ScriptedTrial([]))  # the space's first point
+    assert point_of(build, inside.strategy) is not None
+    assert point_of(build, inside.strategy.with_fields(microbatch_size=10**6)) is None
 
 
 def test_a_study_resumed_without_metric_names_gets_them(tmp_path):

@@ -82,12 +82,21 @@ def test_top_trials_get_artifacts(run_dir):
     from palm_search.views.outputs import top_mappings, trials_frame
     from palm_search.views.report import load_run
 
+    from palm_search.views.plots import timeline_window_s
+
     study = load_run(run_dir)
     attached = trial_artifacts(study)
     for number in top_mappings(trials_frame(study), 2)["trial"]:
-        assert sorted(attached[int(number)]) == ["heatmap.png", "placement.png", "timeline.png", "trace.json"]
+        own = [name for name in attached[int(number)] if not name.startswith("timeline-common-")]
+        assert sorted(own) == ["heatmap.png", "placement.png", "timeline.png", "trace.json"]
         _check_pictures(run_dir / "mappings" / f"trial-{int(number)}", paper=False)
     assert set(study.user_attrs["artifacts"]) == {str(n) for n in attached}
+    # the dashboard's timelines share one time axis: the shorter ones are redrawn on the longest's
+    windows = {n: timeline_window_s(run_dir / "mappings" / f"trial-{n}") for n in attached}
+    longest = max(windows.values())
+    for number, names in attached.items():
+        common = [name for name in names if name.startswith("timeline-common-")]
+        assert common == ([f"timeline-common-{longest:.6g}.png"] if windows[number] < longest else [])
 
 
 def test_running_a_finished_study_again_draws_nothing_again(run_dir):

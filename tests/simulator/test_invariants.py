@@ -4,6 +4,7 @@ machine and under every network model: no impossible number is ever reported.
 - every time is >= 0, and a feasible run takes time;
 - the bubble fraction is in [0, 1];
 - HFU >= MFU (hardware flops are the model's plus the recomputed forward's);
+- under the networks that share resources, no resource carries more than its bandwidth allows;
 - an extrapolation simulates fewer microbatches than the batch has (else the batch runs in full);
 - throughput is the stated batch over its time, and that time is at least what the batch's own
   work allows: every stage does all of its compute, and the first microbatch passes through the
@@ -25,6 +26,9 @@ MACHINES = {name: load_hardware(name) for name in ("wafer", "wormhole-n150", "a1
 MODELS = {name: load_model(name) for name in ("T-1.7B", "BERT-base", "LLaMA2-7B")}
 NETWORKS = ("sharing", "contention", "analytical", "estimate")
 RELATIVE = 1e-9
+SHARED = ("sharing", "contention")
+"""The networks that make transfers share or wait for a resource (``analytical`` lets them
+overlap freely, so its utilisation is demand over capacity and may exceed 1)."""
 
 
 @st.composite
@@ -51,7 +55,7 @@ def cases(draw):
     return model, hardware, strategy
 
 
-def _check(result, batch: int) -> None:
+def _check(result, batch: int, network: str) -> None:
     assert result.iteration_time_s > 0 and result.samples_per_s > 0
     times = [getattr(s, f.name) for s in result.stages for f in dataclasses.fields(s) if f.name.endswith("_s")]
     assert all(t >= 0 for t in times), times
@@ -65,6 +69,8 @@ def _check(result, batch: int) -> None:
     busiest = max(s.compute_s for s in result.stages)
     assert result.iteration_time_s >= max(first_microbatch, busiest) * (1 - RELATIVE)
     assert all(u.max_utilisation >= 0 for u in result.resources)
+    if network in SHARED:  # a resource never carries more than its bandwidth over the run
+        assert all(u.max_utilisation <= 1 + 1e-6 for u in result.resources), result.resources
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -78,7 +84,7 @@ def test_every_result_holds_the_invariants(case, network):
         return
     event("feasible" if result.feasible else "over memory")
     if result.feasible:
-        _check(result, strategy.global_batch_size)
+        _check(result, strategy.global_batch_size, network)
 
 
 @pytest.mark.parametrize("pp", [1, 2, 4, 8])
