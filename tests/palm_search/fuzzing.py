@@ -49,6 +49,8 @@ BASES["serving study"] = {"study": {"name": "serving-small", "model": "T-1.7B", 
                           "search": {"users": [1, 2]}}
 """Valid documents the schema cases damage: a model, a machine, a training and a decode strategy
 (LLM inference: prompt and KV-cache context), a training and a serving study."""
+BASES["multi-chip hardware"] = tomllib.loads((ROOT / "simulator/hardware/presets/wormhole-n300.toml").read_text())
+"""A machine of two chips: its inter-chip hop latency and interleaved DRAM are keys the mini mesh lacks."""
 BAD_VALUES = ["text", "", -1, 0, -0.5, math.nan, math.inf, -math.inf, 1e308, 1e300, 1e-300, 10**18, 2**63 - 1,
               True, 2.5, [], [1, "x"], {"nested": 1}]
 PRESET_FILES = [ROOT / "simulator/hardware/presets/wafer.toml", ROOT / "simulator/hardware/presets/h100-cluster.toml",
@@ -156,12 +158,12 @@ def optimize_case(study: bytes | str, source: str) -> Case:
 
 @st.composite
 def schema_cases(draw) -> Case:
-    kind = draw(st.sampled_from(["model", "hardware", "strategy", "decode strategy", "study", "serving study"]),
-                label="kind")
+    kind = draw(st.sampled_from(["model", "hardware", "multi-chip hardware", "strategy", "decode strategy", "study",
+                                 "serving study"]), label="kind")
     text = to_toml(draw(mutated(kind))).encode()
     if kind.endswith("study"):
         return optimize_case(text, f"schema {kind}")
-    return simulate_case({kind.removeprefix("decode "): text}, f"schema {kind}")
+    return simulate_case({kind.split()[-1]: text}, f"schema {kind}")
 
 
 @st.composite
