@@ -443,3 +443,17 @@ def test_every_problem_of_a_hardware_file_comes_in_one_message_with_the_near_mis
                               "key 'hop_latency_ns_source' cites 'hop_latency_ns', which the table does not give",
                               "unknown key 'gemm_efficency' (did you mean 'gemm_efficiency'?)")
     assert message.count("[mesh]") == 3 and message.count("[calibration]") == 2
+
+
+def test_wormhole_presets_carry_the_unpacker_table_and_blackhole_none():
+    for name in ("wormhole-n150", "wormhole-n300", "wormhole-quietbox", "wormhole-galaxy"):
+        unpacker = load_hardware(name).unpacker
+        assert unpacker is not None and unpacker.read_bandwidth_bytes_per_s == 64e9, name
+    assert load_hardware("blackhole-p150").unpacker is None and load_hardware("grayskull").unpacker is None
+
+
+def test_unpacker_missing_key_or_bad_value_is_named(tmp_path):
+    missing = write(tmp_path, replace_line(preset_text("wormhole-n150"), "subblock_tiles", None))
+    raises_one_line(lambda: load_hardware(missing), str(missing), "[device.unpacker]", "subblock_tiles")
+    zero = write(tmp_path, replace_line(preset_text("wormhole-n150"), "subblock_tiles", "subblock_tiles = 0"), "z.toml")
+    raises_one_line(lambda: load_hardware(zero), str(zero), "unpacker")
