@@ -117,6 +117,8 @@ def test_grayskull_has_120_cores_and_the_e150_specification_peaks():
     assert grayskull.num_devices == 120
     assert math.isclose(grayskull.peak_flop_per_s["fp16"] * 120, 83e12, rel_tol=1e-9)
     assert math.isclose(grayskull.peak_flop_per_s["int8"] * 120, 368e12, rel_tol=1e-9)
+    assert math.isclose(grayskull.peak_flop_per_s["bfloat8_b"] * 120, 83e12, rel_tol=1e-9)
+    assert "bfloat4_b" not in grayskull.peak_flop_per_s
 
 
 def test_hardware_from_path_equals_preset(tmp_path):
