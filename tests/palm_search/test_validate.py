@@ -9,6 +9,7 @@ code's 8.0% mean error, as a regression guard.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -17,6 +18,7 @@ from palm_search.commands.cli import app
 from palm_search.commands.validate import run_suites, summary
 
 runner = CliRunner()
+REPOSITORY_DATA = Path(__file__).resolve().parents[2] / "studies" / "validation"
 
 
 # suite, rows, largest mean and largest single absolute error allowed: the issue's targets for
@@ -50,9 +52,10 @@ def test_korthikanti_layer_times_follow_the_settings():
 
 
 def test_palm_table5_resnet50_on_grayskull_within_15_percent():
-    rows = {r.case: r for r in run_suites(["palm-table5"], jobs=2)}
+    # the repository's data (the installed package's may be an older checkout's)
+    rows = {r.case: r for r in run_suites(["palm-table5"], data_dir=REPOSITORY_DATA, jobs=2)}
     assert abs(rows["ResNet-50"].error) <= 0.15
-    assert rows["BERT-base"].predicted > 0
+    assert rows["BERT-base-SST-2"].predicted > 0 and "b=128" in rows["BERT-base-SST-2"].chosen
 
 
 # The tenstorrent-gemm targets of the tiled-dataflow issue (n150 BF16 DRAM rows: mean <= 10%, max

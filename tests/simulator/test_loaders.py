@@ -459,3 +459,21 @@ def test_unpacker_missing_key_or_bad_value_is_named(tmp_path):
     raises_one_line(lambda: load_hardware(missing), str(missing), "[device.unpacker]", "subblock_tiles")
     zero = write(tmp_path, replace_line(preset_text("wormhole-n150"), "subblock_tiles", "subblock_tiles = 0"), "z.toml")
     raises_one_line(lambda: load_hardware(zero), str(zero), "unpacker")
+
+
+def test_num_classes_is_a_transformer_head_only(tmp_path):
+    assert load_model("BERT-base-SST-2").num_classes == 2 and load_model("BERT-base").num_classes == 0
+    path = write(tmp_path, """[model]
+source = "test"
+architecture = "resnet50"
+num_layers = 50
+hidden_size = 0
+num_heads = 0
+ffn_hidden_size = 0
+sequence_length = 1
+vocab_size = 1000
+global_batch_size = 256
+image_size = 224
+num_classes = 10
+""")
+    raises_one_line(lambda: load_model(path), str(path), "num_classes")
