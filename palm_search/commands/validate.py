@@ -214,9 +214,10 @@ STREAM_MICROBATCHES_PER_STAGE = 1000
 ignored, and ``simulate`` reports a batch's own throughput (extrapolated at the steady state)."""
 
 
-def _inference_candidates(model: ModelSpec, hardware: Hardware, precision: str) -> Iterator[Strategy]:
+def _inference_candidates(model: ModelSpec, hardware: Hardware, precision: str,
+                          sizes: tuple[int, ...] = INFERENCE_MICROBATCH_SIZES) -> Iterator[Strategy]:
     for d in enumerate_degrees(model, hardware, global_batch_size=HIGHLY_DIVISIBLE_BATCH):
-        for b in INFERENCE_MICROBATCH_SIZES:
+        for b in sizes:
             batch = b * d.dp * STREAM_MICROBATCHES_PER_STAGE * d.pp
             yield Strategy(tp=d.tp, pp=d.pp, dp=d.dp, microbatch_size=b, global_batch_size=batch,
                            schedule="gpipe", mode="inference", precision=precision)
@@ -232,9 +233,13 @@ def _under(hardware: Hardware, dataflow: str | None) -> Hardware:
 
 def palm_table5_row(record: dict, dataflow: str | None = None) -> ValidationRow:
     """PALM Table V: Grayskull inference samples/s, fastest legal mapping (under ``dataflow``
-    instead of the preset's, if given)."""
+    instead of the preset's, if given) at the row's stated microbatch, else the fastest of
+    :data:`INFERENCE_MICROBATCH_SIZES`."""
     model, hardware = load_model(record["model"]), _under(load_hardware("grayskull"), dataflow)
-    samples_per_s, chosen = _best(model, hardware, _inference_candidates(model, hardware, record["precision"]))
+    stated = record.get("microbatch_size")
+    sizes = (int(stated),) if pd.notna(stated) else INFERENCE_MICROBATCH_SIZES
+    samples_per_s, chosen = _best(model, hardware,
+                                  _inference_candidates(model, hardware, record["precision"], sizes))
     return _row(record["suite"], record["model"], "samples/s", record["published_samples_per_s"], samples_per_s,
                 _describe(chosen), note=f"PALM predicted {record['palm_samples_per_s']}")
 
@@ -266,7 +271,7 @@ def tenstorrent_gemm_row(record: dict) -> ValidationRow:
     lives, where = "/".join(storage), "L1" if "L1" in storage else "DRAM"
     return _row("tenstorrent-gemm", f"{record['card']} {record['grid_x']}x{record['grid_y']} {m}x{k}x{n} "
                 f"{record['dtype']} {record['math_fidelity']} {lives}", "s", record["time_ns"] * 1e-9, gemm.time_s,
-                f"compute {gemm.compute_s * 1e6:.0f} us, DRAM {gemm.dram_s * 1e6:.0f} us",
+                f"{gemm.bound} {gemm.compute_s * 1e6:.0f} us, DRAM {gemm.dram_s * 1e6:.0f} us",
                 group=f"{record['card']} {record['grid_x']}x{record['grid_y']} {where}")
 
 

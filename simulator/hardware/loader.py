@@ -18,6 +18,10 @@ File layout (every number has a sibling ``<key>_source`` string citing where it 
     HiFi4 = 4                          # (any of LoFi, HiFi2, HiFi3, HiFi4)
     HiFi4_source = "..."
 
+    [device.unpacker]                  # optional: the fields of Unpacker (SRAM -> matrix engine)
+    read_bandwidth_GB_per_s = 64
+    read_bandwidth_GB_per_s_source = "..."
+
     [mesh]                             # the fields of Mesh, or [cluster] those of Cluster,
     hop_latency_ns = 1                 # each with a unit suffix from simulator.config.UNITS
     hop_latency_ns_source = "..."
@@ -47,7 +51,7 @@ from typing import Any, TypeVar
 import simulator.network  # noqa: F401 - registers every network kind in NETWORK_KINDS
 from simulator.config import SOURCE_SUFFIX, UNITS, Table, parse_toml, read_toml, split_unit
 from simulator.errors import InputError
-from simulator.hardware.spec import DATAFLOWS, DRAM_ACCESSES, NETWORK_KINDS, Calibration, Hardware
+from simulator.hardware.spec import DATAFLOWS, DRAM_ACCESSES, NETWORK_KINDS, Calibration, Hardware, Unpacker
 from simulator.strategy import MATH_FIDELITIES, PRECISIONS
 
 D = TypeVar("D")
@@ -140,8 +144,11 @@ def _build(root: Table, name: str) -> Hardware:
         problems.append(device.error("table 'peak' needs one of fp32/fp16/bf16_TFLOP_per_s, int8_TOP_per_s"))
     fidelity = (_read_quantities(device.take_table("math_fidelity"), dict.fromkeys(MATH_FIDELITIES, "int"),
                                  sources, problems, required=False) if device.has("math_fidelity") else {})
+    unpacker = (_read_dataclass(device.take_table("unpacker"), Unpacker, sources, problems)
+                if device.has("unpacker") else None)
     device_fields = _field_types(Hardware, {"sram_bytes", "sram_bandwidth_bytes_per_s"})
-    device_values = _read_quantities(device, device_fields, sources, problems, subtables=("peak", "math_fidelity"))
+    device_values = _read_quantities(device, device_fields, sources, problems,
+                                     subtables=("peak", "math_fidelity", "unpacker"))
     network_table = root.take_table(kind)
     network = _read_dataclass(network_table, NETWORK_KINDS[kind], sources, problems)
     calibration = _read_dataclass(root.take_table("calibration"), Calibration, sources, problems)
@@ -159,7 +166,8 @@ def _build(root: Table, name: str) -> Hardware:
         for key, text in sources.items() if key.startswith("calibration.")})
     return Hardware(name=name, network=network, calibration=calibration, sources=sources,
                     peak_flop_per_s={key.removesuffix("_flop_per_s"): v for key, v in peak.items()},
-                    math_fidelity_phases={key: int(v) for key, v in fidelity.items()}, **device_values)
+                    math_fidelity_phases={key: int(v) for key, v in fidelity.items()}, unpacker=unpacker,
+                    **device_values)
 
 
 def _field_types(cls: type, names: set[str] | None = None) -> dict[str, str]:

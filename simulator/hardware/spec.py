@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, TypeVar
 
+from simulator.errors import InputError
+
 Dataflow = Literal["palm-algorithm-1", "tiled"]
 """How a mesh's operators move operands between DRAM and SRAM (:class:`simulator.network.mesh.Mesh`)."""
 
@@ -53,6 +55,34 @@ class Calibration:
     fused_attention_efficiency: float | None = None
     fp8_gemm_efficiency: float | None = None
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Unpacker:
+    """How fast one core feeds its matrix engine from SRAM and drains it back (a Tenstorrent Tensix
+    core: unpackers move operand tiles from L1 into the ``SrcA``/``SrcB`` registers, packers move
+    result tiles from ``Dst`` back to L1). Used by :mod:`simulator.workload.matrix_feed`.
+
+    Attributes:
+        read_bandwidth_bytes_per_s: bytes the unpackers read from L1 per second (block-float
+            exponents ride on an extra port and are not counted).
+        instruction_setup_s: address setup of each unpack instruction (one tile), before its
+            bytes stream (s).
+        pack_bandwidth_bytes_per_s: bytes the packers write back to L1 per second.
+        subblock_tiles: most output tiles one subblock of a matmul holds in ``Dst``; the operand
+            tile reused across a subblock's row or column is unpacked once per subblock.
+    """
+
+    read_bandwidth_bytes_per_s: float
+    instruction_setup_s: float
+    pack_bandwidth_bytes_per_s: float
+    subblock_tiles: int
+
+    def __post_init__(self) -> None:
+        if min(self.read_bandwidth_bytes_per_s, self.pack_bandwidth_bytes_per_s, self.subblock_tiles) <= 0:
+            raise InputError(f"unpacker: bandwidths and subblock_tiles must be positive, got {self}")
+        if self.instruction_setup_s < 0:
+            raise InputError(f"unpacker: instruction_setup_s must be >= 0, got {self.instruction_setup_s}")
 
 
 class Network:
@@ -139,6 +169,8 @@ class Hardware:
             offers (Tenstorrent: ``LoFi`` 1, ``HiFi2`` 2, ``HiFi3`` 3, ``HiFi4`` 4; tt-metal
             ``tech_reports/matrix_engine``); empty where the device has no such setting. The
             peak is the one-pass rate.
+        unpacker: how fast the device's SRAM feeds its matrix engine, or None where no figure
+            is stated (the engine is then taken as fed at its peak).
         sources: the ``source`` string of each quantity, by key path.
     """
 
@@ -149,6 +181,7 @@ class Hardware:
     network: Network
     calibration: Calibration
     math_fidelity_phases: dict[str, int] = field(default_factory=dict)
+    unpacker: Unpacker | None = None
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property

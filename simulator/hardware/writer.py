@@ -49,12 +49,15 @@ def hardware_tables(hardware: Hardware) -> dict[str, Any]:
     calibration_sources = {f"calibration.{k}": v for k, v in hardware.calibration.sources.items()}
     device = {"sram_bytes": hardware.sram_bytes, "sram_bandwidth_bytes_per_s": hardware.sram_bandwidth_bytes_per_s}
     peak = {f"{p}_flop_per_s": v for p, v in hardware.peak_flop_per_s.items()}
-    fidelity = ({"math_fidelity": _quantities(hardware.math_fidelity_phases, "device.math_fidelity", hardware.sources)}
-                if hardware.math_fidelity_phases else {})
+    subtables: dict[str, Any] = (
+        {"math_fidelity": _quantities(hardware.math_fidelity_phases, "device.math_fidelity", hardware.sources)}
+        if hardware.math_fidelity_phases else {})
+    if hardware.unpacker is not None:
+        subtables["unpacker"] = _quantities(_fields(hardware.unpacker), "device.unpacker", hardware.sources)
     return {
         "kind": hardware.kind,
         "device": {**_quantities(device, "device", hardware.sources),
-                   "peak": _quantities(peak, "device.peak", hardware.sources), **fidelity},
+                   "peak": _quantities(peak, "device.peak", hardware.sources), **subtables},
         hardware.kind: _quantities(_fields(hardware.network), hardware.kind, hardware.sources),
         "calibration": _quantities(_fields(hardware.calibration), "calibration", calibration_sources),
     }

@@ -6,11 +6,13 @@ owning a ``ceil(Mt / gy) x ceil(Nt / gx)`` block of output tiles (``Mt = ceil(M 
 grid row, a block column of ``B`` along its grid column). Three times, each a roofline term
 (Williams et al., CACM 2009):
 
-* **compute**: the busiest core's tile products, ``2 x 32^3`` flop each, at one core's peak for
-  the format over the math fidelity's passes (the hardware's ``math_fidelity_phases``: 1, 2, 3
-  or 4 at LoFi, HiFi2, HiFi3, HiFi4; tt-metal ``tech_reports/GEMM_FLOPS``: "TFLOPS are
-  calculated by dividing by the MATH_FIDELITY value"), times the hardware's ``gemm_efficiency``;
-  a preset's peak is the LoFi one.
+* **compute**: the busiest core's tile products, ``2 x 32^3`` flop each, each taking the larger
+  of its matrix-engine time at one core's peak for the format over the math fidelity's passes
+  (the hardware's ``math_fidelity_phases``: 1, 2, 3 or 4 at LoFi, HiFi2, HiFi3, HiFi4; tt-metal
+  ``tech_reports/GEMM_FLOPS``: "TFLOPS are calculated by dividing by the MATH_FIDELITY value";
+  a preset's peak is the LoFi one) and its operands' unpack time from L1 with tt-llk's reuse
+  over tt-metal's output subblock (:mod:`simulator.workload.matrix_feed`), or the packers'
+  time for the block's output tiles if longer; over the hardware's ``gemm_efficiency``.
 * **DRAM**: the bytes of the grid's best blocking (:func:`~simulator.workload.tiled.gemm_blocking`
   over the pooled grid, one core's SRAM per block) of the operands that live in DRAM, at the
   chip's DRAM bandwidth times ``memory_bound_efficiency``;
@@ -26,18 +28,21 @@ from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
 from simulator.network.mesh import Mesh
 from simulator.strategy import BYTES_PER_ELEMENT
+from simulator.workload.matrix_feed import TILE_PRODUCT_FLOP, pack_s, subblock, unpack_s
 from simulator.workload.tiled import GemmShape, gemm_blocking
 from simulator.workload.tiled_stage import TILE_SIDE
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GridGemm:
-    """The time of one GEMM on a core grid (s) and its DRAM traffic (bytes)."""
+    """The time of one GEMM on a core grid (s), its DRAM traffic (bytes) and what bounds its
+    compute (``compute``: the matrix engine, ``unpack``: feeding it from L1, ``pack``)."""
 
     compute_s: float
     dram_s: float
     dram_bytes: float
     overhead_s: float
+    bound: str = "compute"
 
     @property
     def time_s(self) -> float:
@@ -67,14 +72,19 @@ def grid_gemm(hardware: Hardware, m: int, k: int, n: int, *, precision: str, fid
     if precision not in hardware.peak_flop_per_s or fidelity not in hardware.math_fidelity_phases:
         raise InputError(f"grid_gemm: no peak for {precision!r} at fidelity {fidelity!r} on {hardware.name!r}")
     cal = hardware.calibration
-    rows, columns = math.ceil(m / TILE_SIDE), math.ceil(n / TILE_SIDE)
-    tiles = math.ceil(rows / gy) * math.ceil(columns / gx) * math.ceil(k / TILE_SIDE)
-    core_peak = hardware.peak_flop_per_s[precision] / hardware.math_fidelity_phases[fidelity]
-    compute_s = tiles * 2.0 * TILE_SIDE**3 / (core_peak * cal.gemm_efficiency)
+    block_rows, block_columns = math.ceil(math.ceil(m / TILE_SIDE) / gy), math.ceil(math.ceil(n / TILE_SIDE) / gx)
+    products = block_rows * block_columns * math.ceil(k / TILE_SIDE)
+    passes = hardware.math_fidelity_phases[fidelity]
+    h, w = subblock(block_rows, block_columns, hardware.unpacker.subblock_tiles if hardware.unpacker else 1)
+    times = {"compute": products * TILE_PRODUCT_FLOP * passes / hardware.peak_flop_per_s[precision],
+             "unpack": products * unpack_s(hardware, precision, max(h, w)),
+             "pack": pack_s(hardware, precision, block_rows * block_columns)}
+    bound = max(times, key=lambda part: times[part])
+    compute_s = times[bound] / cal.gemm_efficiency
     shape = GemmShape(m=m, k=k, n=n, bytes_per_element=BYTES_PER_ELEMENT[precision])
     blocking = gemm_blocking(shape, hardware.sram_bytes, tile=TILE_SIDE, grid=(gy, gx))
     moved = sum(part for part, lives in zip((blocking.a_bytes, blocking.b_bytes, blocking.c_bytes), in_dram,
                                             strict=True) if lives)
     bandwidth = network.dram_bandwidth_bytes_per_s * network.dies_x * network.dies_y
     return GridGemm(compute_s=compute_s, dram_s=moved / (bandwidth * cal.memory_bound_efficiency),
-                    dram_bytes=moved, overhead_s=cal.kernel_overhead_s)
+                    dram_bytes=moved, overhead_s=cal.kernel_overhead_s, bound=bound)

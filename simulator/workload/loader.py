@@ -15,6 +15,7 @@ Presets live in ``simulator/workload/presets/models.toml``, one table per model:
     global_batch_size = 1024
     image_size = 224                 # resnet50 only
     num_kv_heads = 8                 # optional: grouped-query attention (default: num_heads)
+    num_classes = 2                  # optional: a classification head instead of the LM head
 
 A user file holds one table ``[model]`` with the same keys; the model is named after the file.
 """
@@ -45,6 +46,7 @@ MAX_COUNTS = {
     "global_batch_size": 2**24,    # ~100x the largest published batches (in samples)
     "image_size": 2**16,           # a 65,536-pixel side, ~300x ImageNet's 224
     "num_kv_heads": 2**16,         # as num_heads
+    "num_classes": 2**25,          # as vocab_size
 }
 """Largest value a model file may give each count: about 100x what any published model has (in
 the comments), so a typo or a wrong unit is refused instead of simulated for hours."""
@@ -122,6 +124,11 @@ def _build(table: Table, name: str) -> tuple[ModelSpec, list[str]]:
     if kv_heads and (not transformer or counts["num_heads"] % kv_heads):
         raise table.error(f"key 'num_kv_heads' must divide num_heads {counts['num_heads']} of a transformer,"
                           f" got {kv_heads}")
+    classes = int(table.take_number("num_classes", integer=True, maximum=MAX_COUNTS["num_classes"])) \
+        if table.has("num_classes") else 0
+    if classes and not transformer:
+        raise table.error(f"key 'num_classes' is for a transformer's classification head, got {classes} for resnet50"
+                          " (its classes are vocab_size)")
     table.finish()
     return ModelSpec(name=name, architecture=architecture, image_size=image_size, num_kv_heads=kv_heads,
-                     **counts), aliases
+                     num_classes=classes, **counts), aliases

@@ -186,10 +186,14 @@ def logits_activation_bytes(model: ModelSpec, strategy: Strategy) -> float:
     """Final norm input, logits input and fp32 logits: ``4 s b h / t (1 + V/h)`` (Korthikanti §4.3).
 
     Their expression assumes sequence parallelism; without it the two ``2 s b h`` inputs are not
-    divided by ``t``. 16-bit terms scale with ``bytes_per_element / 2``. 0 for inference.
+    divided by ``t``. 16-bit terms scale with ``bytes_per_element / 2``. 0 for inference. A
+    classification head (:attr:`ModelSpec.num_classes`, first token only) stashes its pooler's
+    input and output and the fp32 class scores, ``2 b h`` elements and ``b C`` scores.
     """
     if not strategy.training:
         return 0.0
     s, b, h, t = rank_sequence(model, strategy), strategy.microbatch_size, model.hidden_size, strategy.tp
+    if model.num_classes:
+        return 2.0 * b * h * strategy.bytes_per_element + CROSS_ENTROPY_BYTES * b * model.num_classes
     inputs = 4.0 * s * b * h * strategy.bytes_per_element / 2.0 / (t if strategy.sequence_parallel else 1)
     return inputs + CROSS_ENTROPY_BYTES * s * b * model.vocab_size / t

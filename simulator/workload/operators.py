@@ -288,8 +288,11 @@ def logits(model: ModelSpec, strategy: Strategy, *, shard_elementwise: bool = Fa
     """Final norm, logits GEMM ``(b s, h) x (h, V/t)`` (``2 b s h V / t`` flop), softmax/cross-entropy.
 
     The logits weights are the embedding table (tied) for GPT and BERT, a separate table for
-    LLaMA; either way ``V h / t`` of them are read on the last stage.
+    LLaMA; either way ``V h / t`` of them are read on the last stage. A classification head
+    (:attr:`ModelSpec.num_classes`) replaces it: :func:`classification_head`.
     """
+    if model.num_classes:
+        return classification_head(model, strategy)
     bpe, h = strategy.bytes_per_element, model.hidden_size
     tokens, elementwise_tokens = _tokens(model, strategy, shard_elementwise)
     vocab = model.vocab_size / strategy.tp
@@ -298,6 +301,22 @@ def logits(model: ModelSpec, strategy: Strategy, *, shard_elementwise: bool = Fa
         _elementwise("final_norm", elementwise_tokens * h, 5.0, bpe, weight=norm_weight),
         _gemm("logits", tokens, vocab, h, vocab * h, tokens * h, bpe, shared=True),
         _elementwise("cross_entropy", tokens * vocab, 5.0, bpe),
+    )
+
+
+def classification_head(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
+    """BERT's sequence-classification head on the first token of each of the ``b`` samples
+    (Devlin et al. 2019, §4.1; Hugging Face ``BertPooler`` and ``BertForSequenceClassification``):
+    pooler GEMM ``(b, h) x (h, h)`` with bias, tanh, classifier GEMM ``(b, h) x (h, C)`` with
+    bias, softmax/cross-entropy over ``C`` classes. Replicated on the tensor-parallel group (its
+    ``h^2 + h C`` weights are under 1% of BERT-base's), so it needs no collective."""
+    b, h, classes = strategy.microbatch_size, model.hidden_size, model.num_classes
+    bpe = strategy.bytes_per_element
+    return (
+        _gemm("pooler", b, h, h, h * h + h, b * h, bpe),
+        _elementwise("pooler_tanh", b * h, 5.0, bpe),
+        _gemm("classifier", b, classes, h, h * classes + classes, b * h, bpe),
+        _elementwise("cross_entropy", b * classes, 5.0, bpe),
     )
 
 
@@ -351,9 +370,9 @@ def logits_collectives(model: ModelSpec, strategy: Strategy) -> tuple[Collective
 
     Three all-reduces of ``b s`` fp32 values (max logit, sum of exponentials, target logit);
     with sequence parallelism also one all-gather of the ``b s h`` input of the logits GEMM.
-    Empty when ``t == 1``.
+    Empty when ``t == 1`` or under a classification head (replicated, :func:`classification_head`).
     """
-    if strategy.tp == 1:
+    if strategy.tp == 1 or model.num_classes:
         return ()
     tokens = strategy.microbatch_size * rank_sequence(model, strategy)
     reductions = (Collective(kind="all_reduce", size_bytes=tokens * 4.0, count=3),)

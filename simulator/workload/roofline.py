@@ -21,6 +21,7 @@ from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
 from simulator.strategy import WORKING_PRECISION, Strategy
 from simulator.workload import memory
+from simulator.workload.matrix_feed import fed_flop_per_s
 from simulator.workload.operators import Operator
 
 ADAM_FLOP_PER_PARAMETER = 10.0
@@ -83,7 +84,9 @@ def peak_flop_per_s(hardware: Hardware, strategy: Strategy) -> float:
     """The device's peak at the strategy's working precision (bfloat16 under ``fp8``, whose FP8
     GEMMs take :func:`operator_s`'s own peak) over the passes of its math fidelity
     (flop/s; Tenstorrent's matrix engine: "TFLOPS are calculated by dividing by the
-    MATH_FIDELITY value", tt-metal ``tech_reports/matrix_engine``).
+    MATH_FIDELITY value", tt-metal ``tech_reports/matrix_engine``), or the lower rate at which the
+    device's SRAM feeds its matrix engine where the hardware states one
+    (:func:`~simulator.workload.matrix_feed.fed_flop_per_s`).
 
     Raises:
         InputError: the hardware states no peak for that precision.
@@ -91,7 +94,7 @@ def peak_flop_per_s(hardware: Hardware, strategy: Strategy) -> float:
     passes = hardware.math_fidelity_phases[strategy.math_fidelity] if strategy.math_fidelity else 1
     precision = WORKING_PRECISION.get(strategy.precision, strategy.precision)
     try:
-        return hardware.peak_flop_per_s[precision] / passes
+        return fed_flop_per_s(hardware, precision, passes)
     except KeyError:
         raise InputError(
             f"hardware {hardware.name!r} has no peak for precision {precision!r}"

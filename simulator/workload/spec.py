@@ -33,6 +33,10 @@ class ModelSpec:
         image_size: input height = width in pixels (ResNet-50 only, else 0).
         num_kv_heads: key/value heads (grouped-query attention, Ainslie et al., EMNLP'23: each
             group of ``a / num_kv_heads`` query heads shares one); 0 means ``a`` (multi-head).
+        num_classes: classes of a sequence-classification head in place of the language-model
+            head (Devlin et al. 2019, §4.1: the first token's final hidden state, through BERT's
+            ``h x h`` tanh pooler, times an ``h x num_classes`` layer; Hugging Face
+            ``BertForSequenceClassification``); 0 means the language-model head over every token.
     """
 
     name: str
@@ -46,6 +50,7 @@ class ModelSpec:
     global_batch_size: int
     image_size: int = 0
     num_kv_heads: int = 0
+    num_classes: int = 0
 
     @property
     def is_transformer(self) -> bool:

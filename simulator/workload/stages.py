@@ -117,7 +117,7 @@ def _units_per_item(model: ModelSpec, hardware: Hardware, strategy: Strategy) ->
     """(partitionable items, unit prepended to the first stage, unit appended to the last)."""
     if not model.is_transformer:
         return _resnet_units(model, hardware, strategy), None, None
-    tied = model.architecture != "llama" and strategy.pp * strategy.num_chunks == 1
+    tied = model.architecture != "llama" and not model.num_classes and strategy.pp * strategy.num_chunks == 1
     embed, layer, logits = _transformer_units(model, hardware, strategy, tied)
     return [(f"layer{index}", layer) for index in range(model.num_layers)], embed, logits
 
@@ -424,7 +424,7 @@ def model_flops_per_iteration(model: ModelSpec, global_batch_size: int, *, recom
         units = operators.resnet50_units(model, one)
         return 3.0 * global_batch_size * sum(op.flops for _, ops in units for op in ops if op.kind == "gemm")
     batch, s, layers, h = global_batch_size, model.sequence_length, model.num_layers, model.hidden_size
-    vocab = model.vocab_size
+    vocab = 0 if model.num_classes else model.vocab_size  # a classification head: 2 b h (h + C), under 0.1%
     if recompute:
         return 96.0 * batch * s * layers * h * h * (1.0 + s / (6.0 * h) + vocab / (16.0 * layers * h))
     return 72.0 * batch * s * layers * h * h * (1.0 + s / (6.0 * h) + vocab / (12.0 * layers * h))

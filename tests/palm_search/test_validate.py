@@ -9,6 +9,7 @@ code's 8.0% mean error, as a regression guard.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -17,6 +18,7 @@ from palm_search.commands.cli import app
 from palm_search.commands.validate import run_suites, summary
 
 runner = CliRunner()
+REPOSITORY_DATA = Path(__file__).resolve().parents[2] / "studies" / "validation"
 
 
 # suite, rows, largest mean and largest single absolute error allowed: the issue's targets for
@@ -50,23 +52,40 @@ def test_korthikanti_layer_times_follow_the_settings():
 
 
 def test_palm_table5_resnet50_on_grayskull_within_15_percent():
-    rows = {r.case: r for r in run_suites(["palm-table5"], jobs=2)}
+    # the repository's data (the installed package's may be an older checkout's)
+    rows = {r.case: r for r in run_suites(["palm-table5"], data_dir=REPOSITORY_DATA, jobs=2)}
     assert abs(rows["ResNet-50"].error) <= 0.15
-    assert rows["BERT-base"].predicted > 0
+    assert rows["BERT-base-SST-2"].predicted > 0 and "b=128" in rows["BERT-base-SST-2"].chosen
 
 
 # The tenstorrent-gemm targets of the tiled-dataflow issue (n150 BF16 DRAM rows: mean <= 10%, max
-# <= 25%) are not met yet: the model has no L1/unpacker bandwidth term, so HiFi2 and LoFi rows run
-# slower on silicon than the matrix engine's rate says. Held near what the model gives instead.
-GEMM_GUARDS = [("n150 8x8 DRAM", 0.30, 0.55), ("p150 13x10 DRAM", 0.17, 0.33), ("p150 11x10 DRAM", 0.15, 0.27)]
+# <= 25%) are not met yet. With the unpackers' L1 read rate (HiFi2 bf16 and LoFi bfloat8_b rows
+# unpack-bound) and the op-to-op latency per operation, those rows are at 23.0% mean and 37.0% max
+# (from 29.2% / 50.8%); every row is still faster than silicon (the measured times are host
+# times of traced runs, ~10% over the device time at the largest sizes, against a peak device
+# utilisation of 93%). Held near what the model gives.
+GEMM_GUARDS = [("n150 8x8 DRAM", 0.24, 0.38), ("p150 13x10 DRAM", 0.17, 0.33), ("p150 11x10 DRAM", 0.15, 0.26),
+               ("n150 8x8 L1", 0.32, 0.69), ("p150 13x10 L1", 0.23, 0.72), ("p150 11x10 L1", 0.23, 0.72)]
+
+
+@pytest.fixture(scope="module")
+def gemm_rows():
+    return run_suites(["tenstorrent-gemm"], jobs=1)
 
 
 @pytest.mark.parametrize("group, mean, worst", GEMM_GUARDS, ids=[g[0] for g in GEMM_GUARDS])
-def test_tenstorrent_gemm_groups_within_their_guard(group, mean, worst):
-    stats = summary(run_suites(["tenstorrent-gemm"], jobs=1))["tenstorrent-gemm"]
+def test_tenstorrent_gemm_groups_within_their_guard(group, mean, worst, gemm_rows):
+    stats = summary(gemm_rows)["tenstorrent-gemm"]
     assert stats["rows"] == 234
     assert stats["groups"][group]["mean_abs_error"] <= mean
     assert stats["groups"][group]["max_abs_error"] <= worst
+
+
+def test_tenstorrent_gemm_n150_bf16_dram_rows_within_their_guard(gemm_rows):
+    errors = [abs(r.error) for r in gemm_rows if r.case.startswith("n150") and " BFLOAT16 " in r.case
+              and r.case.endswith("DRAM/DRAM/DRAM")]
+    assert len(errors) == 12
+    assert sum(errors) / len(errors) <= 0.24 and max(errors) <= 0.38
 
 
 def test_cross_checks_do_not_count_as_error():
@@ -101,8 +120,10 @@ def test_unknown_suite_is_exit_code_2():
 # (one weight format and one math fidelity per run, where the demo mixes bfp4/bfp8 and
 # LoFi/HiFi2/HiFi4 per operator; on the p150 the fastest split is tp 16-32 with replicated KV
 # heads, faster than the silicon); held near what the model gives (decode 32.0% mean, 51.7% max;
-# prefill 44.1%, 57.4%) as a regression guard.
-LLM_GUARDS = [("decode", 0.33, 0.53), ("prefill", 0.45, 0.59)]
+# prefill 39.2%, 57.4%, from 44.1% before the Wormhole unpackers bounded bfloat8_b at LoFi) as a
+# regression guard. The op-to-op latency (2 us per operator) runs under the DRAM-bound decode's
+# weight streaming in the stage model, and is ~1.5% of a decode step even when exposed.
+LLM_GUARDS = [("decode", 0.33, 0.53), ("prefill", 0.40, 0.58)]
 
 
 @pytest.fixture(scope="module")

@@ -117,6 +117,8 @@ def test_grayskull_has_120_cores_and_the_e150_specification_peaks():
     assert grayskull.num_devices == 120
     assert math.isclose(grayskull.peak_flop_per_s["fp16"] * 120, 83e12, rel_tol=1e-9)
     assert math.isclose(grayskull.peak_flop_per_s["int8"] * 120, 368e12, rel_tol=1e-9)
+    assert math.isclose(grayskull.peak_flop_per_s["bfloat8_b"] * 120, 83e12, rel_tol=1e-9)
+    assert "bfloat4_b" not in grayskull.peak_flop_per_s
 
 
 def test_hardware_from_path_equals_preset(tmp_path):
@@ -443,3 +445,35 @@ def test_every_problem_of_a_hardware_file_comes_in_one_message_with_the_near_mis
                               "key 'hop_latency_ns_source' cites 'hop_latency_ns', which the table does not give",
                               "unknown key 'gemm_efficency' (did you mean 'gemm_efficiency'?)")
     assert message.count("[mesh]") == 3 and message.count("[calibration]") == 2
+
+
+def test_wormhole_presets_carry_the_unpacker_table_and_blackhole_none():
+    for name in ("wormhole-n150", "wormhole-n300", "wormhole-quietbox", "wormhole-galaxy"):
+        unpacker = load_hardware(name).unpacker
+        assert unpacker is not None and unpacker.read_bandwidth_bytes_per_s == 64e9, name
+    assert load_hardware("blackhole-p150").unpacker is None and load_hardware("grayskull").unpacker is None
+
+
+def test_unpacker_missing_key_or_bad_value_is_named(tmp_path):
+    missing = write(tmp_path, replace_line(preset_text("wormhole-n150"), "subblock_tiles", None))
+    raises_one_line(lambda: load_hardware(missing), str(missing), "[device.unpacker]", "subblock_tiles")
+    zero = write(tmp_path, replace_line(preset_text("wormhole-n150"), "subblock_tiles", "subblock_tiles = 0"), "z.toml")
+    raises_one_line(lambda: load_hardware(zero), str(zero), "unpacker")
+
+
+def test_num_classes_is_a_transformer_head_only(tmp_path):
+    assert load_model("BERT-base-SST-2").num_classes == 2 and load_model("BERT-base").num_classes == 0
+    path = write(tmp_path, """[model]
+source = "test"
+architecture = "resnet50"
+num_layers = 50
+hidden_size = 0
+num_heads = 0
+ffn_hidden_size = 0
+sequence_length = 1
+vocab_size = 1000
+global_batch_size = 256
+image_size = 224
+num_classes = 10
+""")
+    raises_one_line(lambda: load_model(path), str(path), "num_classes")

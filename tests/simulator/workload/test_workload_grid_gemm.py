@@ -2,24 +2,53 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from simulator import InputError, load_hardware
 from simulator.workload.grid_gemm import grid_gemm
 
 N150 = load_hardware("wormhole-n150")
+UNFED = dataclasses.replace(N150, unpacker=None)
 
 
-def test_operands_in_sram_take_the_compute_closed_form():
+def test_hifi4_bf16_is_compute_bound_and_takes_the_compute_closed_form():
     gemm = grid_gemm(N150, 2048, 2048, 2048, precision="bf16", fidelity="HiFi4", grid=(8, 8),
                      in_dram=(False, False, False))
     tiles = (2048 // 32 // 8) ** 2 * (2048 // 32)
     expected = tiles * 2 * 32**3 / (4.096e12 / 4 * N150.calibration.gemm_efficiency)
-    assert gemm.dram_bytes == 0 and gemm.time_s == pytest.approx(expected, rel=1e-12)
+    assert gemm.bound == "compute" and gemm.dram_bytes == 0
+    assert gemm.time_s == pytest.approx(expected + N150.calibration.kernel_overhead_s, rel=1e-12)
 
 
-def test_fidelity_divides_the_matrix_engine_rate():
-    times = {f: grid_gemm(N150, 4096, 4096, 4096, precision="bf16", fidelity=f, grid=(8, 8),
+def test_lofi_bf16_is_unpack_bound_at_the_documented_rate():
+    # 8 x 8 tiles per core: subblock 1 x 8, so 1 + 1/8 tiles unpacked per product, each 2 cycles of
+    # setup and 2048 B at 64 B/cycle (1 GHz): 1.125 x 34 ns, against 16 ns of compute
+    gemm = grid_gemm(N150, 2048, 2048, 2048, precision="bf16", fidelity="LoFi", grid=(8, 8),
+                     in_dram=(False, False, False))
+    products = (2048 // 32 // 8) ** 2 * (2048 // 32)
+    expected = products * 1.125 * (2e-9 + 2048 / 64e9) / N150.calibration.gemm_efficiency
+    assert gemm.bound == "unpack" and gemm.compute_s == pytest.approx(expected, rel=1e-12)
+
+
+def test_block_float_unpacks_its_mantissas_only():
+    gemm = grid_gemm(N150, 2048, 2048, 2048, precision="bfloat8_b", fidelity="LoFi", grid=(8, 8),
+                     in_dram=(False, False, False))
+    products = (2048 // 32 // 8) ** 2 * (2048 // 32)
+    expected = products * 1.125 * (2e-9 + 1024 / 64e9) / N150.calibration.gemm_efficiency
+    assert gemm.bound == "unpack" and gemm.compute_s == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_faster_feed_is_never_slower_and_an_unstated_one_leaves_the_peak():
+    fast = dataclasses.replace(N150, unpacker=dataclasses.replace(N150.unpacker, read_bandwidth_bytes_per_s=1e12))
+    times = [grid_gemm(h, 1024, 1024, 1024, precision="bf16", fidelity="LoFi", grid=(8, 8),
+                       in_dram=(False, False, False)).compute_s for h in (N150, fast, UNFED)]
+    assert times[0] > times[1] >= times[2]
+
+
+def test_fidelity_divides_the_matrix_engine_rate_when_the_feed_keeps_up():
+    times = {f: grid_gemm(UNFED, 4096, 4096, 4096, precision="bf16", fidelity=f, grid=(8, 8),
                           in_dram=(False, False, False)).compute_s for f in ("LoFi", "HiFi2", "HiFi3", "HiFi4")}
     assert [times[f] / times["LoFi"] for f in times] == pytest.approx([1, 2, 3, 4])
 

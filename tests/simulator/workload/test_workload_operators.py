@@ -114,3 +114,17 @@ def test_resnet50_collectives_follow_the_split():
     late_forward, _ = operators.convolution_collectives(units[16][1], Strategy(tp=4))
     assert {c.kind for c in late_forward} == {"all_gather"}  # block15: channel split
     assert operators.convolution_collectives(units[1][1], Strategy(tp=1)) == ((), ())
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_a_classification_head_runs_on_the_first_token_only_and_needs_no_collective(tp):
+    from simulator import load_model
+
+    model, b, h = load_model("BERT-base-SST-2"), 8, 768
+    strategy = Strategy(tp=tp, microbatch_size=b)
+    head = operators.logits(model, strategy)
+    assert gemm_flops(head) == pytest.approx(2 * b * h * h + 2 * b * h * 2, rel=1e-12)
+    assert sum(op.weight_bytes for op in head) == pytest.approx(2 * (h * h + h + h * 2 + 2))
+    assert operators.logits_collectives(model, strategy) == ()
+    language_model = operators.logits(load_model("BERT-base"), strategy)
+    assert gemm_flops(language_model) == pytest.approx(2 * b * 128 * h * 30522 / tp, rel=1e-12)
