@@ -34,7 +34,6 @@ from simulator.replicas import simulated_replicas
 from simulator.result import ResourceUsage, SimulationResult, StageReport
 from simulator.strategy import Strategy
 from simulator.timing import TIMINGS
-from simulator.timing.flows import uses_all_to_all
 from simulator.trace import Timeline
 from simulator.workload.operators import tokens_per_sample
 from simulator.workload.spec import ModelSpec
@@ -218,8 +217,7 @@ def _prepare(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: 
     started = time.perf_counter()
     m, costs, memory_bytes, in_flight = _memory(model, hardware, strategy)
     topology = topology_of(hardware)
-    replicas = strategy.dp if every_replica else \
-        simulated_replicas(topology, strategy, hardware.calibration, uses_all_to_all(costs))
+    replicas = strategy.dp if every_replica else simulated_replicas(topology, strategy)
     return _Prepared(model=model, hardware=hardware, strategy=strategy, network=network, num_microbatches=m,
                      topology=topology, placements=place(topology, strategy, replicas), replicas=replicas,
                      costs=costs, memory_bytes=memory_bytes, in_flight=in_flight, started=started)

@@ -12,15 +12,16 @@ they share as every replica's would.
 Such a window times every pass, send and update exactly as all replicas do when the two sets of
 flows have the same :func:`~simulator.timing.flows.flow_signature` (the window's counted
 ``dp / w`` times): each flow's latency and seconds per byte, and every distinct column of
-loads a resource carries, with how many resources carry it. Two ways to know it:
-
-* a machine that knows its own symmetry (:meth:`~simulator.network.topology.Topology.aligned_replicas`,
-  a GPU cluster) says after how many replicas ``P`` it repeats; a window of ``w = P c`` replicas
-  (``c`` the least divisor above 1 of ``dp / P``) then holds every kind of ring edge, the one
-  closing it included, without building the rest of the machine;
-* any other machine compares the signature of a window of ``w = c`` replicas with that of all
-  ``dp`` and simulates all of them where they differ (a mesh, whose rings between replicas run
-  over different links; the result's ``replicas_simulated`` says which).
+loads a resource carries, with how many resources carry it. A machine that knows its own
+symmetry (:meth:`~simulator.network.topology.Topology.aligned_replicas`, a GPU cluster) says
+after how many replicas ``P`` it repeats; a window of ``w = P c`` replicas (``c`` the least
+divisor above 1 of ``dp / P``) then holds every kind of ring edge, the one closing it included,
+without building the rest of the machine (``tests/simulator/test_replicas.py`` compares the
+signatures, and the results with every replica's, on small clusters). Any other machine, or a
+mapping the rule does not cover (a strided layout, explicit stage devices, stages or replicas
+straddling nodes unevenly), is simulated whole, and the result's ``replicas_simulated`` says so:
+on a mesh the rings joining the replicas run over different links than a window's would, and
+comparing the two costs what simulating them all does.
 
 Hybrid sharding (shard groups smaller than the data-parallel group) is always simulated whole.
 """
@@ -29,37 +30,27 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from simulator.hardware.spec import Calibration
 from simulator.network.topology import Topology
-from simulator.placement import place
 from simulator.strategy import Strategy, projection
-from simulator.timing.flows import all_flows, flow_signature, machine_flows
 
 
-def simulated_replicas(topology: Topology, strategy: Strategy, calibration: Calibration, all_to_all: bool) -> int:
+def simulated_replicas(topology: Topology, strategy: Strategy) -> int:
     """How many of ``strategy``'s ``dp`` data-parallel replicas the simulation builds flows for
-    (a divisor of ``dp``; ``dp`` when they are not known identical). ``all_to_all``: the TP
-    groups carry an all-to-all (:func:`~simulator.timing.flows.uses_all_to_all`)."""
-    return _replicas(topology, projection(strategy, placed=True), calibration, strategy.transfer_strategy, all_to_all)
+    (a divisor of ``dp``; ``dp`` when they are not known identical)."""
+    return _replicas(topology, projection(strategy, placed=True))
 
 
 @lru_cache(maxsize=4096)
-def _replicas(topology: Topology, strategy: Strategy, calibration: Calibration, transfer_strategy: int,
-              all_to_all: bool) -> int:
+def _replicas(topology: Topology, strategy: Strategy) -> int:
     dp = strategy.dp
     if strategy.zero_shards < strategy.weight_replicas:
         return dp
     period = None
     if strategy.stage_devices is None and strategy.group_layout == "compact":
         period = topology.aligned_replicas(strategy.placement, strategy.tp * strategy.cp, strategy.devices_per_stage)
-    if period is not None:
-        return period * _least_divisor(dp // period) if dp % period == 0 else dp
-    window = _least_divisor(dp)
-    if window == dp:
+    if period is None or dp % period:
         return dp
-    whole, part = (all_flows(*machine_flows(topology, place(topology, strategy, n), calibration, transfer_strategy,
-                                            all_to_all)[:2]) for n in (dp, window))
-    return window if flow_signature(topology, whole) == flow_signature(topology, part, dp // window) else dp
+    return period * _least_divisor(dp // period)
 
 
 def _least_divisor(n: int) -> int:

@@ -120,7 +120,7 @@ class Topology:
         of ``P`` consecutive replicas loads the machine as any other (its rings and p2p edges
         included) and the simulator need build the flows of a few blocks only
         (:mod:`simulator.replicas`). Returns that ``P``; None by default (the simulator then
-        compares the flows of a few replicas with those of all of them).
+        builds every replica's flows).
         """
         return None
 

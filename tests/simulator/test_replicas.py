@@ -1,7 +1,7 @@
 """Identical data-parallel replicas simulated once (simulator/replicas.py): on small machines the
 result equals the simulation of every replica to 1e-9 relative, under every network and schedule;
-a machine's own symmetry rule agrees with the comparison of flows; a mesh whose replicas differ
-says so and simulates them all."""
+the cluster's symmetry rule agrees with the comparison of flow signatures; a mesh, whose replicas
+differ, says so and simulates them all."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_cluster_rule_agrees_with_the_comparison_of_flows(tp, dp, pp, cp):
     strategy = Strategy(tp=tp, dp=dp, pp=pp, cp=cp, global_batch_size=dp * 8, zero_stage=1)
     if strategy.num_devices > topology.num_devices:
         return
-    window = simulated_replicas(topology, strategy, hardware.calibration, False)
+    window = simulated_replicas(topology, strategy)
     assert dp % window == 0
     signatures = [flow_signature(topology, all_flows(*machine_flows(
         topology, place(topology, strategy, n), hardware.calibration, 1, False)[:2]), dp // n) for n in (dp, window)]
@@ -90,10 +90,14 @@ def test_cluster_rule_agrees_with_the_comparison_of_flows(tp, dp, pp, cp):
 
 
 def test_a_mesh_whose_replicas_differ_says_so_and_simulates_them_all():
-    """On a mesh the ring joining the replicas runs over different links than a ring of two would:
-    every replica is simulated, and the result says so."""
+    """On a mesh the ring joining four replicas runs over other links than a ring of two would
+    (their flow signatures differ): every replica is simulated, and the result says so."""
     hardware = mesh_hardware(dies=(2, 2), cores=(2, 2))
+    topology = topology_of(hardware)
     strategy = Strategy(tp=2, dp=4, pp=2, recompute="full", global_batch_size=64)
+    signatures = [flow_signature(topology, all_flows(*machine_flows(
+        topology, place(topology, strategy, n), hardware.calibration, 1, False)[:2]), 4 // n) for n in (4, 2)]
+    assert signatures[0] != signatures[1]
     result = simulate(MODEL, hardware, strategy)
     assert result.replicas_simulated == strategy.dp
     assert math.isclose(result.samples_per_s, simulate(MODEL, hardware, strategy, every_replica=True).samples_per_s,
