@@ -71,6 +71,12 @@ def stage_devices(topology: Topology, strategy: Strategy) -> tuple[tuple[int, ..
     Raises:
         InputError: the machine has no order of that name.
     """
+    return _stage_devices(topology, projection(strategy, placed=True))
+
+
+@lru_cache(maxsize=256)
+def _stage_devices(topology: Topology, strategy: Strategy) -> tuple[tuple[int, ...], ...]:
+    """:func:`stage_devices` of the fields it reads (a large machine's stages are long tuples)."""
     if strategy.stage_devices is not None:
         return strategy.stage_devices
     order, size = topology.device_order(strategy.placement), strategy.devices_per_stage
@@ -95,7 +101,7 @@ def place(topology: Topology, strategy: Strategy, replicas: int | None = None) -
 def _placed(topology: Topology, strategy: Strategy, replicas: int) -> tuple[StagePlacement, ...]:
     """:func:`place` of the strategy's fields it reads (``placed`` in :func:`strategy_fields`: a
     search revisits one placement with many plans)."""
-    return tuple(_stage(topology, d, strategy, replicas) for d in stage_devices(topology, strategy))
+    return tuple(_stage(topology, d, strategy, replicas) for d in _stage_devices(topology, strategy))
 
 
 def _stage(topology: Topology, devices: tuple[int, ...], strategy: Strategy, replicas: int) -> StagePlacement:

@@ -70,6 +70,25 @@ def test_replicas_simulated_once_equal_every_replica(network, schedule, fields, 
     _assert_same(reduced, full)
 
 
+@pytest.mark.parametrize("network", NETWORKS)
+@pytest.mark.parametrize("decode_context_length", [0, 129], ids=["prefill", "decode"])
+def test_inference_replicas_simulated_once_equal_every_replica(network, decode_context_length):
+    strategy = Strategy(tp=8, pp=2, dp=4, mode="inference", prompt_length=128, microbatch_size=1,
+                        global_batch_size=8, decode_context_length=decode_context_length)
+    reduced = simulate(MODEL, CLUSTER, strategy, network=network)
+    full = simulate(MODEL, CLUSTER, strategy, network=network, every_replica=True)
+    assert (reduced.replicas_simulated, full.replicas_simulated) == (2, 4)
+    _assert_same(reduced, full)
+
+
+def test_strided_layouts_and_explicit_stages_are_simulated_whole():
+    """The cluster's rule covers compact replicas of its id order only."""
+    explicit = dict(placement="explicit", stage_devices=(tuple(range(32)), tuple(range(32, 64))))
+    for fields in (dict(group_layout="strided"), explicit):
+        strategy = Strategy(tp=8, pp=2, dp=4, recompute="full", global_batch_size=64, **fields)
+        assert simulate(MODEL, CLUSTER, strategy, network=ESTIMATE).replicas_simulated == 4
+
+
 @pytest.mark.parametrize("tp", [1, 2, 4, 8, 16])
 @pytest.mark.parametrize("dp", [2, 3, 4, 6, 8, 12, 16])
 @pytest.mark.parametrize("pp", [1, 2])
