@@ -89,14 +89,16 @@ def test_strided_layouts_and_explicit_stages_are_simulated_whole():
         assert simulate(MODEL, CLUSTER, strategy, network=ESTIMATE).replicas_simulated == 4
 
 
-@pytest.mark.parametrize("tp", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("gpus", [6, 8])
+@pytest.mark.parametrize("tp", [1, 2, 3, 4, 8, 16])
 @pytest.mark.parametrize("dp", [2, 3, 4, 6, 8, 12, 16])
 @pytest.mark.parametrize("pp", [1, 2])
 @pytest.mark.parametrize("cp", [1, 2])
-def test_cluster_rule_agrees_with_the_comparison_of_flows(tp, dp, pp, cp):
+def test_cluster_rule_agrees_with_the_comparison_of_flows(gpus, tp, dp, pp, cp):
     """Where the cluster's rule picks a window, that window's flows, counted dp / window times,
-    have the signature of all replicas' (every distinct column of loads, as often)."""
-    hardware = cluster_hardware(nodes=32, gpus=8)
+    have the signature of all replicas' (every distinct column of loads, as often), on nodes of
+    8 GPUs and of 6 (replicas of 3 or 6 GPUs tile them, of 4 do not)."""
+    hardware = cluster_hardware(nodes=32, gpus=gpus)
     topology = topology_of(hardware)
     strategy = Strategy(tp=tp, dp=dp, pp=pp, cp=cp, global_batch_size=dp * 8, zero_stage=1)
     if strategy.num_devices > topology.num_devices:
