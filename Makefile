@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BYTECODE)
 	$(BIN)/python benchmarks/start_up.py
 	$(BIN)/python benchmarks/simulator_speed.py
+	$(BIN)/python benchmarks/datacenter_scale.py
 	$(BIN)/python benchmarks/simulator_instructions.py
 	$(BIN)/python benchmarks/steady_state.py
 	$(BIN)/python benchmarks/search_speed.py

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from dataclasses import dataclass, fields, replace
-from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -30,7 +29,8 @@ from simulator.engine import Engine, EngineRun, PassRecord, StageStats, traffic_
 from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
 from simulator.network.topology import Topology, topology_of
-from simulator.placement import StagePlacement, place
+from simulator.placement import StagePlacement, place, stage_devices
+from simulator.replicas import simulated_replicas
 from simulator.result import ResourceUsage, SimulationResult, StageReport
 from simulator.strategy import Strategy
 from simulator.timing import TIMINGS
@@ -50,7 +50,7 @@ ESTIMATE = "estimate"
 def simulate(
     model: ModelSpec, hardware: Hardware, strategy: Strategy, *, network: str = DEFAULT_NETWORK,
     steady_state: bool = True, record: bool = False, time_limit_s: float | None = None,
-    event_limit: int | None = None,
+    event_limit: int | None = None, every_replica: bool = False,
 ) -> SimulationResult:
     """Simulate one iteration of ``strategy`` for ``model`` on ``hardware``.
 
@@ -66,6 +66,8 @@ def simulate(
         record: keep per-pass records (see :func:`simulate_with_records`).
         time_limit_s: wall-clock budget of the whole call (s); None: unbounded.
         event_limit: most events one engine run may take; None: unbounded.
+        every_replica: build the flows of every data-parallel replica, even those known to be
+            exact copies of the first few (:mod:`simulator.replicas`; the same result, slower).
 
     Returns:
         The result; ``feasible`` is False (and nothing is simulated) when memory is exceeded.
@@ -75,16 +77,18 @@ def simulate(
         BudgetExceeded: the simulation ran past ``time_limit_s`` or ``event_limit``.
     """
     return simulate_with_records(model, hardware, strategy, network=network, steady_state=steady_state,
-                                 record=record, time_limit_s=time_limit_s, event_limit=event_limit)[0]
+                                 record=record, time_limit_s=time_limit_s, event_limit=event_limit,
+                                 every_replica=every_replica)[0]
 
 
 def simulate_with_records(
     model: ModelSpec, hardware: Hardware, strategy: Strategy, *, network: str = DEFAULT_NETWORK,
     steady_state: bool = True, record: bool = True, time_limit_s: float | None = None,
-    event_limit: int | None = None,
+    event_limit: int | None = None, every_replica: bool = False,
 ) -> tuple[SimulationResult, list[PassRecord]]:
     """Like :func:`simulate`, also returning the pass records of the (last) engine run."""
-    done = _simulate(model, hardware, strategy, network, steady_state, record, _Budget(time_limit_s, event_limit))
+    done = _simulate(model, hardware, strategy, network, steady_state, record, _Budget(time_limit_s, event_limit),
+                     every_replica)
     return done.result, done.run.records if done.run else []
 
 
@@ -106,7 +110,8 @@ def simulate_timeline(
     """
     if window_microbatches is not None and window_microbatches < 1:
         raise InputError(f"window_microbatches must be >= 1, got {window_microbatches}")
-    done = _simulate(model, hardware, strategy, network, steady_state, False, _Budget(time_limit_s))
+    done = _simulate(model, hardware, strategy, network, steady_state, False, _Budget(time_limit_s),
+                     every_replica=True)
     if done.run is None or done.engine is None:
         return Timeline(result=done.result, passes=(), bookings=(), window_microbatches=0, window_s=0.0,
                         topology=done.topology, placements=done.placements, utilisation={})
@@ -130,6 +135,8 @@ class _Prepared:
     num_microbatches: int
     topology: Topology
     placements: tuple[StagePlacement, ...]
+    """The placements simulated: of the first ``replicas`` data-parallel replicas."""
+    replicas: int
     costs: tuple[StageCost, ...]
     memory_bytes: list[float]
     in_flight: list[list[int]]
@@ -138,7 +145,7 @@ class _Prepared:
     def header(self) -> dict[str, Any]:
         """The result fields that name the run."""
         return dict(model=self.model.name, hardware=self.hardware.name, strategy=self.strategy.to_dict(),
-                    network=self.network, num_microbatches=self.num_microbatches)
+                    network=self.network, num_microbatches=self.num_microbatches, replicas_simulated=self.replicas)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -203,13 +210,17 @@ def _stage_costs(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> tu
     return kept[2]
 
 
-def _prepare(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str) -> _Prepared:
+def _prepare(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str,
+             every_replica: bool = False) -> _Prepared:
+    """Check and cost the plan and place it: of the data-parallel replicas known identical, the
+    few :func:`simulated_replicas` says (all of them with ``every_replica``)."""
     started = time.perf_counter()
     m, costs, memory_bytes, in_flight = _memory(model, hardware, strategy)
     topology = topology_of(hardware)
+    replicas = strategy.dp if every_replica else simulated_replicas(topology, strategy)
     return _Prepared(model=model, hardware=hardware, strategy=strategy, network=network, num_microbatches=m,
-                     topology=topology, placements=place(topology, strategy), costs=costs,
-                     memory_bytes=memory_bytes, in_flight=in_flight, started=started)
+                     topology=topology, placements=place(topology, strategy, replicas), replicas=replicas,
+                     costs=costs, memory_bytes=memory_bytes, in_flight=in_flight, started=started)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,11 +236,11 @@ class _Budget:
 
 
 def _simulate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str, steady_state: bool,
-              record: bool, budget: _Budget) -> _Simulated:
+              record: bool, budget: _Budget, every_replica: bool = False) -> _Simulated:
     if network != ESTIMATE and network not in TIMINGS:
         raise InputError(f"network must be one of {[*sorted(TIMINGS), ESTIMATE]}, got {network!r}")
     deadline = budget.deadline_s()
-    prepared = _prepare(model, hardware, strategy, network)
+    prepared = _prepare(model, hardware, strategy, network, every_replica)
     topology, placements = prepared.topology, prepared.placements
     reason = legality.memory_shortfall(hardware, prepared.memory_bytes, prepared.in_flight, strategy.devices_per_stage)
     if reason:
@@ -369,10 +380,10 @@ def _extrapolate(a: EngineRun, b: EngineRun, m_a: int, m_b: int, m: int) -> Engi
 
 def _infeasible(prepared: _Prepared, reason: str) -> SimulationResult:
     stages = tuple(
-        StageReport(stage=i, devices=p.devices, compute_s=0.0, communication_s=0.0, dram_stall_s=0.0,
+        StageReport(stage=i, devices=devices, compute_s=0.0, communication_s=0.0, dram_stall_s=0.0,
                     optimizer_s=0.0, bubble_s=0.0, memory_bytes=prepared.memory_bytes[i],
                     microbatches_in_flight=sum(prepared.in_flight[i]), sram_resident_bytes=0.0)
-        for i, p in enumerate(prepared.placements)
+        for i, devices in enumerate(stage_devices(prepared.topology, prepared.strategy))
     )
     return SimulationResult(
         **prepared.header(), feasible=False, reason=reason, iteration_time_s=0.0, samples_per_s=0.0,
@@ -398,7 +409,8 @@ def _assemble(prepared: _Prepared, outcome: _Outcome) -> SimulationResult:
     executed = replicas * sum(c.hardware_flops_per_microbatch for c in costs)
     peak = prepared.hardware.peak_flop_per_s[strategy.precision] * strategy.num_devices * iteration
     samples_per_s = batch / iteration
-    stages = tuple(_stage_report(i, p, prepared, run, iteration) for i, p in enumerate(prepared.placements))
+    stages = tuple(_stage_report(i, devices, prepared, run, iteration)
+                   for i, devices in enumerate(stage_devices(prepared.topology, strategy)))
     return SimulationResult(
         **prepared.header(), feasible=True, reason="", iteration_time_s=iteration,
         samples_per_s=samples_per_s, tokens_per_s=samples_per_s * max(tokens_per_sample(prepared.model, strategy), 1),
@@ -410,12 +422,12 @@ def _assemble(prepared: _Prepared, outcome: _Outcome) -> SimulationResult:
     )
 
 
-def _stage_report(i: int, placement: StagePlacement, prepared: _Prepared, run: EngineRun,
+def _stage_report(i: int, devices: tuple[int, ...], prepared: _Prepared, run: EngineRun,
                   iteration_s: float) -> StageReport:
     st = run.stats[i]
     busy = st.compute_s + st.communication_s + st.dram_stall_s + st.optimizer_s
     return StageReport(
-        stage=i, devices=placement.devices, compute_s=st.compute_s, communication_s=st.communication_s,
+        stage=i, devices=devices, compute_s=st.compute_s, communication_s=st.communication_s,
         dram_stall_s=st.dram_stall_s, optimizer_s=st.optimizer_s, bubble_s=max(iteration_s - busy, 0.0),
         memory_bytes=prepared.memory_bytes[i], microbatches_in_flight=sum(prepared.in_flight[i]),
         sram_resident_bytes=sum(c.memory.sram_resident_bytes
@@ -423,41 +435,36 @@ def _stage_report(i: int, placement: StagePlacement, prepared: _Prepared, run: E
     )
 
 
-def _utilisation(topology: Topology, run: EngineRun, iteration_s: float) -> np.ndarray:
-    """Bytes each resource carried over the run (edges crossing it x bytes per edge) over its
-    bandwidth x the iteration time."""
+def _utilisation(run: EngineRun, iteration_s: float) -> np.ndarray:
+    """Bytes each used resource (``run.index.used``) carried over the run (edges crossing it x
+    bytes per edge) over its bandwidth x the iteration time."""
     assert run.index is not None
-    return run.index.carried_bytes(run.flow_bytes) / (_bandwidths(topology) * iteration_s)
-
-
-@cache
-def _bandwidths(topology: Topology) -> np.ndarray:
-    return np.asarray(topology.bandwidth_bytes_per_s, dtype=float)
+    return run.index.carried_bytes(run.flow_bytes) / (run.index.bandwidth * iteration_s)
 
 
 def resource_utilisation(topology: Topology, run: EngineRun, iteration_s: float) -> dict[str, float]:
-    """Utilisation of every resource (bytes carried / (bandwidth x iteration time)), by resource
-    name (``link A->B``, ``dram dieD portP``, ``gpuG nic up``, ...)."""
-    return dict(zip(topology.names, _utilisation(topology, run, iteration_s).tolist(), strict=True))
-
-
-@lru_cache(maxsize=16)
-def _kinds(topology: Topology) -> tuple[np.ndarray, list[tuple[str, int]]]:
-    """The kind of each resource of ``topology`` as an array, and each kind's count, sorted."""
-    return np.asarray(topology.kinds), sorted(Counter(topology.kinds).items())
+    """Utilisation (bytes carried / (bandwidth x iteration time)) of every resource the run's
+    flows cross, by resource name (``link A->B``, ``dram dieD portP``, ``gpuG nic up``, ...);
+    the others carried nothing."""
+    assert run.index is not None
+    names = [topology.names[r] for r in run.index.used.tolist()]
+    return dict(zip(names, _utilisation(run, iteration_s).tolist(), strict=True))
 
 
 def _resource_usage(topology: Topology, run: EngineRun, iteration_s: float) -> tuple[ResourceUsage, ...]:
-    """Bytes carried by each resource over the iteration, as a fraction of its capacity."""
-    utilisation = _utilisation(topology, run, iteration_s)
-    kinds, counts = _kinds(topology)
+    """Bytes carried by each resource over the iteration, as a fraction of its capacity. With
+    replicas taken as identical (:mod:`simulator.replicas`) each resource used stands for as many
+    as there are copies of the replicas simulated, so the maximum and mean are the whole
+    machine's and ``busiest`` names resources of the replicas simulated."""
+    assert run.index is not None
+    utilisation, used, kinds = _utilisation(run, iteration_s), run.index.used, run.index.kinds
     usages = []
-    for kind, count in counts:
-        used = np.flatnonzero((kinds == kind) & (utilisation > 0))
-        top = used[np.argsort(-utilisation[used], kind="stable")[:5]]
+    for kind, count in sorted(topology.kind_counts().items()):
+        busy = np.flatnonzero((kinds == kind) & (utilisation > 0))
+        top = busy[np.argsort(-utilisation[busy], kind="stable")[:5]]
         usages.append(ResourceUsage(
-            kind=kind, count=count, max_utilisation=float(utilisation[used].max()) if len(used) else 0.0,
-            mean_utilisation=float(utilisation[used].mean()) if len(used) else 0.0,
-            busiest=tuple((topology.names[r], float(utilisation[r])) for r in top),
+            kind=kind, count=count, max_utilisation=float(utilisation[busy].max()) if len(busy) else 0.0,
+            mean_utilisation=float(utilisation[busy].mean()) if len(busy) else 0.0,
+            busiest=tuple((topology.names[int(used[k])], float(utilisation[k])) for k in top),
         ))
     return tuple(usages)

@@ -46,6 +46,16 @@ class StagePlacement:
     """Context parallelism's ``tp dp`` groups of ``cp`` devices (consecutive ranks of a
     weight-replica group, as Megatron-LM orders TP, then CP, then DP), in ring order; empty for
     ``cp == 1``."""
+    copies: int = 1
+    """How many copies of the data-parallel replicas listed here the stage has (1: all its
+    replicas are listed): a placement of the first ``dp / copies`` replicas only
+    (:mod:`simulator.replicas`), whose devices and groups list those, while each of its
+    ``dp_groups`` stands for a group ``copies`` times as large."""
+
+    @property
+    def dp_group_size(self) -> int:
+        """Devices of one whole data-parallel group (those listed times :attr:`copies`)."""
+        return len(self.dp_groups[0]) * self.copies
 
 
 WALK_ORDERED: tuple[str, ...] = ("line", "s-shape")
@@ -61,6 +71,12 @@ def stage_devices(topology: Topology, strategy: Strategy) -> tuple[tuple[int, ..
     Raises:
         InputError: the machine has no order of that name.
     """
+    return _stage_devices(topology, projection(strategy, placed=True))
+
+
+@lru_cache(maxsize=256)
+def _stage_devices(topology: Topology, strategy: Strategy) -> tuple[tuple[int, ...], ...]:
+    """:func:`stage_devices` of the fields it reads (a large machine's stages are long tuples)."""
     if strategy.stage_devices is not None:
         return strategy.stage_devices
     order, size = topology.device_order(strategy.placement), strategy.devices_per_stage
@@ -70,40 +86,54 @@ def stage_devices(topology: Topology, strategy: Strategy) -> tuple[tuple[int, ..
     return tuple(tuple(sorted(stage)) for stage in stages)
 
 
-def place(topology: Topology, strategy: Strategy) -> tuple[StagePlacement, ...]:
+def place(topology: Topology, strategy: Strategy, replicas: int | None = None) -> tuple[StagePlacement, ...]:
     """Devices and comm groups of every pipeline stage of a legal plan
-    (:func:`simulator.legality.check_plan`).
+    (:func:`simulator.legality.check_plan`), of its first ``replicas`` data-parallel replicas
+    (a divisor of ``dp``; default all, and all under hybrid sharding).
 
     Raises:
         InputError: the machine has no device order named by the strategy's ``placement``.
     """
-    return _placed(topology, projection(strategy, placed=True))
+    return _placed(topology, projection(strategy, placed=True), replicas or strategy.dp)
 
 
 @lru_cache(maxsize=4096)
-def _placed(topology: Topology, strategy: Strategy) -> tuple[StagePlacement, ...]:
+def _placed(topology: Topology, strategy: Strategy, replicas: int) -> tuple[StagePlacement, ...]:
     """:func:`place` of the strategy's fields it reads (``placed`` in :func:`strategy_fields`: a
     search revisits one placement with many plans)."""
-    return tuple(_stage(topology, d, strategy) for d in stage_devices(topology, strategy))
+    return tuple(_stage(topology, d, strategy, replicas) for d in _stage_devices(topology, strategy))
 
 
-def _stage(topology: Topology, devices: tuple[int, ...], strategy: Strategy) -> StagePlacement:
+def _stage(topology: Topology, devices: tuple[int, ...], strategy: Strategy, replicas: int) -> StagePlacement:
     ordered = topology.stage_walk(devices, strategy.group_order)
     tp, dp, cp = strategy.tp, strategy.weight_replicas, strategy.cp
+    kept = dp if strategy.zero_shards < dp else replicas * cp
     if strategy.group_layout == "compact":
-        tp_groups = [ordered[i * tp:(i + 1) * tp] for i in range(dp)]
+        tp_groups = [ordered[i * tp:(i + 1) * tp] for i in range(kept)]
     else:
-        tp_groups = [ordered[i::dp] for i in range(dp)]
+        tp_groups = [ordered[i::dp] for i in range(kept)]
     dp_groups = [tuple(g[r] for g in tp_groups) for r in range(tp)]
-    cp_groups = [g[k:k + cp] for g in dp_groups for k in range(0, dp, cp)] if cp > 1 else []
-    shards, replicas = strategy.zero_shards, []
+    cp_groups = [g[k:k + cp] for g in dp_groups for k in range(0, kept, cp)] if cp > 1 else []
+    shards, replica_groups = strategy.zero_shards, []
     if shards < dp:
-        replicas = [g[k::shards] for g in dp_groups for k in range(shards)]
+        replica_groups = [g[k::shards] for g in dp_groups for k in range(shards)]
         dp_groups = [g[k:k + shards] for g in dp_groups for k in range(0, dp, shards)]
     return StagePlacement(
-        devices=devices,
+        devices=devices if kept == dp else _listed(devices, ordered, tp_groups),
         tp_groups=tuple(topology.ring_order(tuple(g)) for g in tp_groups),
         dp_groups=tuple(topology.ring_order(g) for g in dp_groups),
-        replica_groups=tuple(topology.ring_order(g) for g in replicas),
+        replica_groups=tuple(topology.ring_order(g) for g in replica_groups),
         cp_groups=tuple(topology.ring_order(g) for g in cp_groups),
+        copies=dp // kept,
     )
+
+
+def _listed(devices: tuple[int, ...], ordered: list[int], tp_groups: list[list[int]]) -> tuple[int, ...]:
+    """The stage's ``devices`` that ``tp_groups`` hold, in the stage's order (the first ones
+    when the groups took a prefix of the walk that is a prefix of the devices: no pass over a
+    large stage)."""
+    held = {d for g in tp_groups for d in g}
+    n = len(held)
+    if devices[:n] == tuple(ordered[:n]) and held == set(ordered[:n]):
+        return devices[:n]
+    return tuple(d for d in devices if d in held)

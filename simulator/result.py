@@ -87,6 +87,9 @@ class SimulationResult:
             extrapolation, short runs whose period was not yet the steady one included, or the
             full count).
         extrapolated: whether the iteration time was extrapolated from steady state.
+        replicas_simulated: data-parallel replicas whose flows were built (:mod:`simulator.replicas`):
+            ``dp`` when the replicas were not known to load the machine alike (or for a hybrid
+            sharding), fewer when the rest were taken as their exact copies.
         stages: per pipeline stage reports.
         resources: utilisation summary per resource kind.
         traffic_bytes: bytes moved per traffic class (``tp``, ``dp``, ``p2p``, ``dram``).
@@ -109,6 +112,7 @@ class SimulationResult:
     num_microbatches: int
     simulated_microbatches: int
     extrapolated: bool
+    replicas_simulated: int
     stages: tuple[StageReport, ...]
     resources: tuple[ResourceUsage, ...]
     traffic_bytes: dict[str, float]

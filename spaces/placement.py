@@ -10,7 +10,7 @@ picks a name. A name whose order equals an earlier one on this machine is not of
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import optuna
 
@@ -24,7 +24,7 @@ StageDevices = tuple[tuple[int, ...], ...]
 
 def placement_names(hardware: Hardware) -> tuple[str, ...]:
     """The machine's placement names, in the simulator's order, each order offered once."""
-    orders: dict[str, list[int]] = {}
+    orders: dict[str, Sequence[int]] = {}
     for name, order in topology_of(hardware).device_orders().items():
         if order not in orders.values():
             orders[name] = order

@@ -9,8 +9,10 @@ cut from them in order (``line``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import TypeVar, overload
 
 from simulator.hardware.spec import Network, network_kind
 from simulator.network.topology import Drawing, Edge, Mark, Topology, topology_for
@@ -85,24 +87,75 @@ class Cluster(Network):
         return rows * columns / slots
 
 
+_V = TypeVar("_V")
+
+PORTS = (("nvswitch up", "link"), ("nvswitch down", "link"), ("nic up", "nic"), ("nic down", "nic"))
+"""Each GPU's resources, in their order: (name, kind). GPU ``g``'s port ``p`` is resource ``4g + p``."""
+
+
+class _Ports(Sequence[_V]):
+    """A figure of every resource of a cluster, computed on access from (GPU, port): a machine of
+    131,072 GPUs is 524,288 resources, which no mapping reads all of."""
+
+    def __init__(self, num_devices: int, value: Callable[[int, int], _V]) -> None:
+        self._length, self._value = len(PORTS) * num_devices, value
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> _V: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[_V]: ...
+
+    def __getitem__(self, index: int | slice) -> _V | Sequence[_V]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._length))]
+        if not -self._length <= index < self._length:
+            raise IndexError(f"resource {index} out of range({self._length})")
+        gpu, port = divmod(index % self._length, len(PORTS))
+        return self._value(gpu, port)
+
+
 @topology_for(Cluster)
 class ClusterTopology(Topology):
-    """GPUs behind per-GPU switch ports (NVSwitch) and per-GPU NICs (rail InfiniBand)."""
+    """GPUs behind per-GPU switch ports (NVSwitch) and per-GPU NICs (rail InfiniBand), described
+    arithmetically: GPU ``g``'s ports are resources ``4g .. 4g + 3`` (:data:`PORTS`), nothing is
+    built per GPU."""
 
     def __init__(self, cluster: Cluster) -> None:
         super().__init__()
         self.cluster = cluster
         self.num_devices = cluster.num_devices
         intra, inter = cluster.intra_node_bandwidth_bytes_per_s, cluster.inter_node_bandwidth_bytes_per_s
-        nic = cluster.inter_node_efficiency
-        self._ports = [
-            tuple(self._add(f"gpu{g} {name}", kind, bw, eff) for name, kind, bw, eff in (
-                ("nvswitch up", "link", intra, None), ("nvswitch down", "link", intra, None),
-                ("nic up", "nic", inter, nic), ("nic down", "nic", inter, nic),
-            ))
-            for g in range(self.num_devices)
-        ]
+        bandwidths, efficiencies = (intra, intra, inter, inter), (None, None, *[cluster.inter_node_efficiency] * 2)
+        self.bandwidth_bytes_per_s = _Ports(self.num_devices, lambda _gpu, port: bandwidths[port])
+        self.efficiencies = _Ports(self.num_devices, lambda _gpu, port: efficiencies[port])
+        self.kinds = _Ports(self.num_devices, lambda _gpu, port: PORTS[port][1])
+        self.names = _Ports(self.num_devices, lambda gpu, port: f"gpu{gpu} {PORTS[port][0]}")
         self.route = cache(self._route)  # type: ignore[method-assign]
+
+    def _port(self, gpu: int, port: int) -> int:
+        return len(PORTS) * gpu + port
+
+    def kind_counts(self) -> dict[str, int]:
+        """Two NVSwitch ports (``link``) and two NIC directions (``nic``) per GPU."""
+        return {"link": 2 * self.num_devices, "nic": 2 * self.num_devices}
+
+    def aligned_replicas(self, placement: str, replica_devices: int, stage_devices: int) -> int | None:
+        """Every GPU has the same four ports and a route's resources and latency depend only on
+        whether its ends share a node, so moving devices by whole nodes maps routes onto routes
+        (:meth:`Topology.aligned_replicas`). Both orders are the GPU ids and stages walk their
+        devices in order; with stages of whole nodes, replicas of whole nodes repeat every
+        replica and replicas that divide a node every ``gpus_per_node / replica_devices``; any
+        other cut (a replica or stage straddling a node boundary unevenly): None."""
+        per_node = self.cluster.gpus_per_node
+        if placement not in self.device_orders() or stage_devices % per_node:
+            return None
+        if replica_devices % per_node == 0:
+            return 1
+        return per_node // replica_devices if per_node % replica_devices == 0 else None
 
     def node_of(self, device: int) -> int:
         """The node holding GPU ``device`` (GPU ids are node-major, as Megatron orders ranks)."""
@@ -114,8 +167,8 @@ class ClusterTopology(Topology):
         per_node = self.cluster.gpus_per_node
         nodes = -(-max(used_devices, 1) // per_node)
         shown = range(min(nodes * per_node, self.num_devices))
-        marks = [Mark(r, "cell" if index < 2 else "dot", (g,))
-                 for g in shown for index, r in enumerate(self._ports[g])]
+        marks = [Mark(self._port(g, port), "cell" if port < 2 else "dot", (g,))
+                 for g in shown for port in range(len(PORTS))]
         return Drawing(width=per_node, height=nodes, positions=tuple((g % per_node, g // per_node) for g in shown),
                        boxes=tuple((0, n, per_node, 1) for n in range(nodes)), box_name="node",
                        marks=tuple(marks), legend="cell: NVSwitch ports, dot: NIC")
@@ -147,8 +200,8 @@ class ClusterTopology(Topology):
 
     def _route(self, src: int, dst: int) -> tuple[tuple[int, ...], float]:
         if self.node_of(src) == self.node_of(dst):
-            return (self._ports[src][0], self._ports[dst][1]), self.cluster.intra_node_latency_s
-        return (self._ports[src][2], self._ports[dst][3]), self.cluster.inter_node_latency_s
+            return (self._port(src, 0), self._port(dst, 1)), self.cluster.intra_node_latency_s
+        return (self._port(src, 2), self._port(dst, 3)), self.cluster.inter_node_latency_s
 
     def dram_route(self, device: int) -> tuple[tuple[int, ...], float]:
         """GPU memory is local HBM, timed inside compute: no network resource."""

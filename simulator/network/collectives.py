@@ -97,7 +97,7 @@ class Flow:
 
 def make_flow(
     topology: Topology, name: str, kind: str, routes: Sequence[Edge], efficiency: float,
-    group_size: int = 1,
+    group_size: int = 1, copies: int = 1,
 ) -> Flow:
     """A flow whose edges are the device pairs ``routes`` (a pair ``(d, -1)`` is d's DRAM stream).
 
@@ -111,6 +111,9 @@ def make_flow(
         efficiency: achieved fraction of link bandwidth (hardware calibration), on every
             resource that has no efficiency of its own (:attr:`Topology.efficiencies`).
         group_size: devices per group for ring formulas.
+        copies: how many copies of ``routes`` the flow stands for, each on resources of its own
+            that load the machine as these do (identical data-parallel replicas,
+            :mod:`simulator.replicas`): they count in ``num_edges``, not in ``loads``.
     """
     loads: dict[int, float] = {}
     latency = edges = 0.0
@@ -125,7 +128,7 @@ def make_flow(
     bandwidth, own = topology.bandwidth_bytes_per_s, topology.efficiencies
     occupancy = {r: load / (bandwidth[r] * (own[r] or efficiency)) for r, load in loads.items()}
     return Flow(name=name, kind=kind, group_size=group_size, loads=loads, latency_s=latency,
-                seconds_per_byte=max(occupancy.values(), default=0.0), num_edges=round(edges),
+                seconds_per_byte=max(occupancy.values(), default=0.0), num_edges=round(edges) * copies,
                 occupancy=occupancy)
 
 

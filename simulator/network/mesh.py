@@ -183,7 +183,7 @@ class MeshTopology(Topology):
         """Device id at mesh position (x, y)."""
         return y * self.mesh.width + x
 
-    def device_orders(self) -> dict[str, list[int]]:
+    def device_orders(self) -> dict[str, Sequence[int]]:
         """Every named order of the mesh's cores (:func:`mesh_orders`)."""
         return mesh_orders(self)
 
@@ -378,7 +378,7 @@ def _mirrored(topology: MeshTopology, order: list[int], *, flip_x: bool, flip_y:
 
 
 @cache
-def mesh_orders(topology: MeshTopology) -> dict[str, list[int]]:
+def mesh_orders(topology: MeshTopology) -> dict[str, Sequence[int]]:
     """Every named order of the mesh's cores (see the module docstring), PALM's two first."""
     mesh, s_shape = topology.mesh, _by_dies(topology, snake=True)
     cells = {

@@ -16,6 +16,7 @@ geometry; kinds override what differs.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -75,26 +76,53 @@ class Topology:
         kinds: ``link``, ``dram`` or ``nic`` for each resource.
         efficiencies: achieved fraction of bandwidth of each resource, or None where a flow's
             own calibration applies (every resource but a cluster's NICs).
+
+    A kind may describe its resources arithmetically (sequences computed on access, as a GPU
+    cluster's ports), so that a large machine is built only as far as a mapping reads it; code
+    that needs a figure per resource reads the resources it uses, never all of them.
     """
 
     def __init__(self) -> None:
-        self.bandwidth_bytes_per_s: list[float] = []
-        self.names: list[str] = []
-        self.kinds: list[str] = []
-        self.efficiencies: list[float | None] = []
+        self._bandwidths: list[float] = []
+        self._names: list[str] = []
+        self._kinds: list[str] = []
+        self._efficiencies: list[float | None] = []
+        self.bandwidth_bytes_per_s: Sequence[float] = self._bandwidths
+        self.names: Sequence[str] = self._names
+        self.kinds: Sequence[str] = self._kinds
+        self.efficiencies: Sequence[float | None] = self._efficiencies
         self.num_devices = 0
 
     def _add(self, name: str, kind: str, bandwidth_bytes_per_s: float, efficiency: float | None = None) -> int:
-        self.names.append(name)
-        self.kinds.append(kind)
-        self.bandwidth_bytes_per_s.append(bandwidth_bytes_per_s)
-        self.efficiencies.append(efficiency)
-        return len(self.names) - 1
+        self._names.append(name)
+        self._kinds.append(kind)
+        self._bandwidths.append(bandwidth_bytes_per_s)
+        self._efficiencies.append(efficiency)
+        return len(self._names) - 1
 
     @property
     def num_resources(self) -> int:
         """Resources (links, ports) in the machine."""
         return len(self.names)
+
+    def kind_counts(self) -> dict[str, int]:
+        """How many resources of each kind the machine has."""
+        return dict(Counter(self.kinds))
+
+    def aligned_replicas(self, placement: str, replica_devices: int, stage_devices: int) -> int | None:
+        """Replicas that repeat the machine exactly, or None when this kind cannot tell.
+
+        When every pipeline stage is a run of ``stage_devices`` consecutive devices of the order
+        ``placement`` and every data-parallel replica a run of ``replica_devices`` consecutive
+        devices of its stage's walk (:meth:`stage_walk`), a kind may know that moving every
+        device by ``P`` replicas (cyclically within each stage) maps routes onto routes of the
+        same resources' kinds, bandwidths and latencies, one resource to one: then every block
+        of ``P`` consecutive replicas loads the machine as any other (its rings and p2p edges
+        included) and the simulator need build the flows of a few blocks only
+        (:mod:`simulator.replicas`). Returns that ``P``; None by default (the simulator then
+        builds every replica's flows).
+        """
+        return None
 
     def route(self, src: int, dst: int) -> tuple[tuple[int, ...], float]:
         """Resources crossed from device ``src`` to ``dst`` and the route's latency (s)."""
@@ -113,13 +141,13 @@ class Topology:
         """The die (mesh), node (cluster) or chip holding ``device``."""
         return device
 
-    def device_orders(self) -> dict[str, list[int]]:
+    def device_orders(self) -> dict[str, Sequence[int]]:
         """Named orders of all devices that pipeline stages are cut from. Without geometry,
         PALM's ``line`` and ``s-shape`` are both the devices by id."""
-        ids = list(range(self.num_devices))
+        ids = range(self.num_devices)
         return {"line": ids, "s-shape": ids}
 
-    def device_order(self, name: str) -> list[int]:
+    def device_order(self, name: str) -> Sequence[int]:
         """The device order ``name`` (see :meth:`device_orders`).
 
         Raises:

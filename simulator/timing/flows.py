@@ -4,12 +4,14 @@ groups, the p2p flows between neighbouring stages, and their index for totals pe
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
+from simulator.costs import StageCost
 from simulator.hardware.spec import Calibration
 from simulator.network.collectives import Flow, all_pairs_edges, make_flow, ring_edges
 from simulator.network.topology import Edge, Topology
@@ -39,32 +41,39 @@ class StageFlows:
 
 @dataclass(frozen=True, slots=True)
 class FlowIndex:
-    """Every (flow, resource) pair of an engine's flows as arrays, for totals per resource:
-    ``flow[k]`` (position in :attr:`Engine.flows`) crosses ``resource[k]`` with ``load[k]`` edges
-    and ``occupancy[k]`` (s per byte per edge); ``num_resources`` of the topology."""
+    """Every (flow, resource) pair of an engine's flows as arrays, for totals per resource the
+    flows use: ``flow[k]`` (position in :attr:`Engine.flows`) crosses resource ``used[slot[k]]``
+    with ``load[k]`` edges and ``occupancy[k]`` (s per byte per edge); ``used`` are the resources
+    some flow crosses, ascending, with their ``bandwidth`` (bytes/s) and ``kinds``."""
 
     flow: np.ndarray
-    resource: np.ndarray
+    slot: np.ndarray
     load: np.ndarray
     occupancy: np.ndarray
-    num_resources: int
+    used: np.ndarray
+    bandwidth: np.ndarray
+    kinds: np.ndarray
 
     def carried_bytes(self, flow_bytes: Sequence[float]) -> np.ndarray:
-        """Bytes each resource carried, given the bytes per edge each flow moved."""
+        """Bytes each used resource carried, given the bytes per edge each flow moved."""
         moved = np.asarray(flow_bytes, dtype=float)[self.flow]
-        return np.bincount(self.resource, weights=self.load * moved, minlength=self.num_resources)
+        return np.bincount(self.slot, weights=self.load * moved, minlength=len(self.used))
 
     def busy_s(self, flow_bytes: Sequence[float]) -> np.ndarray:
-        """Seconds each resource is busy, given the bytes per edge each flow moved."""
+        """Seconds each used resource is busy, given the bytes per edge each flow moved."""
         moved = np.asarray(flow_bytes, dtype=float)[self.flow]
-        return np.bincount(self.resource, weights=self.occupancy * moved, minlength=self.num_resources)
+        return np.bincount(self.slot, weights=self.occupancy * moved, minlength=len(self.used))
 
 
-def _flow_index(flows: list[Flow], num_resources: int) -> FlowIndex:
+def _flow_index(flows: list[Flow], topology: Topology) -> FlowIndex:
     pairs = [(k, r, f.loads[r], f.occupancy[r]) for k, f in enumerate(flows) for r in f.loads]
     flow, resource, load, occupancy = (np.array(column) for column in zip(*pairs, strict=True)) if pairs else \
         (np.zeros(0, dtype=int), np.zeros(0, dtype=int), np.zeros(0), np.zeros(0))
-    return FlowIndex(flow=flow, resource=resource, load=load, occupancy=occupancy, num_resources=num_resources)
+    used, slot = np.unique(resource, return_inverse=True)
+    ids = used.tolist()
+    return FlowIndex(flow=flow, slot=slot.reshape(-1), load=load, occupancy=occupancy, used=used,
+                     bandwidth=np.array([topology.bandwidth_bytes_per_s[r] for r in ids], dtype=float),
+                     kinds=np.array([topology.kinds[r] for r in ids], dtype=str))
 
 
 def all_flows(stage_flows: list[StageFlows], p2p: dict[tuple[int, int], Flow]) -> list[Flow]:
@@ -85,27 +94,28 @@ def machine_flows(topology: Topology, placements: tuple[StagePlacement, ...], ca
     for i in range(pp):
         for j in sorted({(i + 1) % pp, (i - 1) % pp} - {i}):
             p2p[(i, j)] = _p2p_flow(topology, calibration, placements, transfer_strategy, i, j)
-    return stage_flows, p2p, _flow_index(all_flows(stage_flows, p2p), topology.num_resources)
+    return stage_flows, p2p, _flow_index(all_flows(stage_flows, p2p), topology)
 
 
 def _stage_flows(topo: Topology, cal: Calibration, i: int, placement: StagePlacement, all_to_all: bool) -> StageFlows:
     """The flows of stage ``i``; the all-pairs pattern of its TP groups only if some
-    collective is an all-to-all (ResNet's halo exchange)."""
-    tp_size, dp_size = len(placement.tp_groups[0]), len(placement.dp_groups[0])
+    collective is an all-to-all (ResNet's halo exchange). A placement of some replicas only
+    (:attr:`StagePlacement.copies`) gives flows that stand for all of them."""
+    tp_size, copies = len(placement.tp_groups[0]), placement.copies
     dram = None
     if topo.dram_route(placement.devices[0])[0]:
         dram = make_flow(topo, f"stage{i} dram", "dram", [(d, -1) for d in placement.devices],
-                         cal.memory_bound_efficiency)
+                         cal.memory_bound_efficiency, copies=copies)
     return StageFlows(
         tp=make_flow(topo, f"stage{i} tp", "tp", _rings(topo, placement.tp_groups),
-                     cal.collective_efficiency, tp_size),
+                     cal.collective_efficiency, tp_size, copies),
         dp=make_flow(topo, f"stage{i} dp", "dp", _rings(topo, placement.dp_groups),
-                     cal.collective_efficiency, dp_size),
+                     cal.collective_efficiency, placement.dp_group_size, copies),
         dram=dram,
         tp_all_to_all=make_flow(topo, f"stage{i} tp a2a", "tp", all_pairs_edges(placement.tp_groups),
-                                cal.collective_efficiency, tp_size) if all_to_all else None,
+                                cal.collective_efficiency, tp_size, copies) if all_to_all else None,
         cp=make_flow(topo, f"stage{i} cp", "cp", _rings(topo, placement.cp_groups), cal.collective_efficiency,
-                     len(placement.cp_groups[0])) if placement.cp_groups else None,
+                     len(placement.cp_groups[0]), copies) if placement.cp_groups else None,
         dp_replica=make_flow(topo, f"stage{i} dp replicas", "dp", _rings(topo, placement.replica_groups),
                              cal.collective_efficiency, len(placement.replica_groups[0]))
         if placement.replica_groups else None,
@@ -120,7 +130,7 @@ def _p2p_flow(topo: Topology, cal: Calibration, placements: tuple[StagePlacement
         edges = list(zip(src.devices, dst.devices, strict=True))
     else:
         edges = [(a[0], b[0]) for a, b in zip(src.tp_groups, dst.tp_groups, strict=True)]
-    return make_flow(topo, f"p2p {i}->{j}", "p2p", edges, cal.p2p_efficiency)
+    return make_flow(topo, f"p2p {i}->{j}", "p2p", edges, cal.p2p_efficiency, copies=src.copies)
 
 
 def _rings(topology: Topology, groups: tuple[tuple[int, ...], ...]) -> list[Edge]:
@@ -140,3 +150,34 @@ def traffic_by_kind(flows: list[Flow], flow_bytes: list[float]) -> dict[str, flo
     for flow, moved in zip(flows, flow_bytes, strict=True):
         totals[flow.kind] = totals.get(flow.kind, 0.0) + moved * flow.num_edges
     return totals
+
+
+def uses_all_to_all(costs: Sequence[StageCost]) -> bool:
+    """Whether some pass runs an all-to-all in its TP groups (their flows then include one)."""
+    return any(c.kind == "all_to_all" for cost in costs for p in (cost.forward, cost.backward)
+               for c in p.tp_collectives + p.overlapped_collectives)
+
+
+FlowSignature = tuple[tuple[tuple[str, str, int, float, float, int], ...], Counter[tuple[object, ...]]]
+"""What every timing model reads of a set of flows (:func:`flow_signature`)."""
+
+
+def flow_signature(topology: Topology, flows: Sequence[Flow], copies: int = 1) -> FlowSignature:
+    """Each flow's name, kind, group size, latency (s), seconds per byte and edges, and how many
+    resources carry each distinct *column*: the resource's bandwidth, own efficiency and kind
+    with the load of every flow crossing it, counted ``copies`` times.
+
+    Two sets of flows with equal signatures time every pass, send and update alike under every
+    timing model: a flow alone is timed by its latency and seconds per byte; shared bandwidth
+    by the distinct columns that two or more flows cross (:func:`simulator.network.sharing.constraints_of`
+    keeps one constraint per distinct undominated one); exclusive booking by the sets of flows
+    crossing a resource (:class:`~simulator.timing.booking.BookingTiming`); and the resources'
+    utilisation by the columns and their counts."""
+    columns: dict[int, list[tuple[int, float]]] = {}
+    for k, flow in enumerate(flows):
+        for r, load in flow.loads.items():
+            columns.setdefault(r, []).append((k, load))
+    counts = Counter((topology.bandwidth_bytes_per_s[r], topology.efficiencies[r], topology.kinds[r], tuple(column))
+                     for r, column in columns.items())
+    per_flow = tuple((f.name, f.kind, f.group_size, f.latency_s, f.seconds_per_byte, f.num_edges) for f in flows)
+    return per_flow, Counter({column: n * copies for column, n in counts.items()})

@@ -18,7 +18,7 @@ from simulator.hardware.spec import Hardware
 from simulator.network.collectives import Flow
 from simulator.network.topology import Topology
 from simulator.placement import StagePlacement
-from simulator.timing.flows import all_flows, machine_flows, own_flows
+from simulator.timing.flows import all_flows, machine_flows, own_flows, uses_all_to_all
 from simulator.timing.records import PassRecord, StageStats, TraceRecord
 
 _T = TypeVar("_T")
@@ -70,8 +70,7 @@ class Machine:
         self.topology, self.placements, self.costs = topology, placements, costs
         self.transfer_strategy, self.p2p_blocking, self.record = transfer_strategy, p2p_blocking, record
         self.pp = len(placements)
-        all_to_all = any(c.kind == "all_to_all" for cost in costs for p in (cost.forward, cost.backward)
-                         for c in p.tp_collectives + p.overlapped_collectives)
+        all_to_all = uses_all_to_all(costs)
         self.stage_flows, self.p2p, self.index = machine_flows(topology, placements, hardware.calibration,
                                                                transfer_strategy, all_to_all)
         self.flows = all_flows(self.stage_flows, self.p2p)
