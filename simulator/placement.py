@@ -46,6 +46,13 @@ class StagePlacement:
     """Context parallelism's ``tp dp`` groups of ``cp`` devices (consecutive ranks of a
     weight-replica group, as Megatron-LM orders TP, then CP, then DP), in ring order; empty for
     ``cp == 1``."""
+    ep_groups: tuple[tuple[int, ...], ...] = ()
+    """Expert parallelism's ``tp dp cp / ep`` groups of ``ep`` devices: consecutive ranks of a
+    weight-replica group (Megatron-Core's ``tp-cp-ep-dp`` order), in rank order (the all-to-all
+    connects every pair); empty for ``ep == 1``."""
+    expert_dp_groups: tuple[tuple[int, ...], ...] = ()
+    """The ``tp ep`` groups of the ``dp cp / ep`` ranks holding the same experts (every
+    ``ep``-th rank of a weight-replica group), in ring order; empty for ``ep == 1``."""
 
 
 WALK_ORDERED: tuple[str, ...] = ("line", "s-shape")
@@ -96,6 +103,9 @@ def _stage(topology: Topology, devices: tuple[int, ...], strategy: Strategy) -> 
         tp_groups = [ordered[i::dp] for i in range(dp)]
     dp_groups = [tuple(g[r] for g in tp_groups) for r in range(tp)]
     cp_groups = [g[k:k + cp] for g in dp_groups for k in range(0, dp, cp)] if cp > 1 else []
+    ep = strategy.ep
+    ep_groups = [tuple(g[k:k + ep]) for g in dp_groups for k in range(0, dp, ep)] if ep > 1 else []
+    expert_dp_groups = [tuple(g[k::ep]) for g in dp_groups for k in range(ep)] if ep > 1 else []
     shards, replicas = strategy.zero_shards, []
     if shards < dp:
         replicas = [g[k::shards] for g in dp_groups for k in range(shards)]
@@ -106,4 +116,6 @@ def _stage(topology: Topology, devices: tuple[int, ...], strategy: Strategy) -> 
         dp_groups=tuple(topology.ring_order(g) for g in dp_groups),
         replica_groups=tuple(topology.ring_order(g) for g in replicas),
         cp_groups=tuple(topology.ring_order(g) for g in cp_groups),
+        ep_groups=tuple(ep_groups),
+        expert_dp_groups=tuple(topology.ring_order(g) for g in expert_dp_groups),
     )
