@@ -36,6 +36,7 @@ from typing import cast, get_args
 
 from simulator.config import Table, parse_toml, read_toml
 from simulator.errors import InputError
+from simulator.workload.hf_config import read_hf_config
 from simulator.workload.spec import Architecture, ModelSpec
 
 _PRESETS_DISPLAY = "simulator/workload/presets/models.toml"
@@ -79,23 +80,42 @@ def model_presets() -> list[str]:
 def load_model(name_or_path: str | Path) -> ModelSpec:
     """Load a preset by name or alias (case-insensitive, e.g. ``"t-145.6b"``) or a TOML file.
 
-    A string containing ``/`` or ending in ``.toml`` is a path to a file with one ``[model]``
-    table; anything else names a preset.
+    A string ending in ``.json`` is a Hugging Face ``config.json``
+    (:func:`~simulator.workload.hf_config.read_hf_config`); one containing ``/`` or ending in
+    ``.toml`` is a path to a file with one ``[model]`` table, which may name such a config in
+    ``hf_config`` (relative to the file) and give or override keys beside it (the training
+    ``sequence_length`` and ``global_batch_size`` the config does not hold); anything else
+    names a preset.
 
     Raises:
         InputError: unknown preset (the message lists the presets), unreadable or invalid file,
             unknown or missing key, wrong type, or a value out of range.
     """
     text = str(name_or_path)
+    if text.endswith(".json"):
+        return _build(Table(file=text, path="", data=read_hf_config(text)), Path(text).stem)[0]
     if isinstance(name_or_path, Path) or "/" in text or text.endswith(".toml"):
         root = read_toml(name_or_path)
-        model, _ = _build(root.take_table("model"), Path(text).stem)
+        model, _ = _build(_with_hf_config(root.take_table("model"), Path(text).parent), Path(text).stem)
         root.finish()
         return model
     found = _presets().get(text.lower())
     if found is None:
         raise InputError(f"model: unknown preset {text!r} (presets: {model_presets()})")
     return found[1]
+
+
+def _with_hf_config(table: Table, folder: Path) -> Table:
+    """``table`` over the keys of the Hugging Face config its ``hf_config`` names, if any.
+
+    Raises:
+        InputError: as :func:`~simulator.workload.hf_config.read_hf_config`.
+    """
+    if not table.has("hf_config"):
+        return table
+    config = read_hf_config(folder / table.take_string("hf_config"))
+    return Table(file=table.file, path=table.path,
+                 data={**config, **{k: v for k, v in table.data.items() if k != "hf_config"}})
 
 
 @functools.cache
