@@ -321,7 +321,12 @@ def moe_mlp(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     expert tensor parallelism, taken equal to ``tp`` here) as grouped GEMMs over the ``b s k``
     token copies the expert-parallel all-to-all brings them (every device sends ``b s k`` and, with
     balanced routing, receives as many: :func:`expert_parallel_collectives`); and the shared
-    experts, a dense SwiGLU of ``n_s f_s`` over the device's own ``b s`` tokens.
+    experts, a dense SwiGLU of ``n_s f_s`` over the device's own ``b s`` tokens. Around the
+    experts run the element-wise kernels of Megatron-Core's token dispatcher
+    (``moe_utils.permute`` / ``unpermute``): the router's softmax and top-k over ``b s E``
+    scores, the permutation copying each token to its ``k`` slots (``b s k h`` read and
+    written), and the un-permutation summing the ``k`` expert outputs of each token weighted by
+    its routing probabilities.
 
     Routed GEMMs carry the balanced ``2 b s k h f_e / t`` flop each; the busiest device executes
     :attr:`~simulator.workload.spec.ModelSpec.expert_load_imbalance` times them
@@ -336,9 +341,13 @@ def moe_mlp(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
                            executed_fraction=model.expert_load_imbalance, expert=True) if op.kind == "gemm" else op
                    for op in _swiglu("expert", copies, inner, h, bpe, fp8))
     shared = model.num_shared_experts * model.shared_expert_size / t
+    k = model.experts_per_token
     return (
         _gemm("router", tokens, model.num_experts, h, h * model.num_experts, tokens * h, bpe),
+        _elementwise("router_top_k", tokens * model.num_experts, 5.0, bpe),
+        _elementwise("token_permute", copies * h, 1.0, bpe),
         *routed,
+        _elementwise("token_unpermute", tokens * h, 2.0 * k, bpe, inputs=k),
         *(_swiglu("shared_expert", tokens, shared, h, bpe, fp8) if shared else ()),
     )
 

@@ -369,7 +369,7 @@ def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy)
     parameters = sum(unit.parameters * count for unit, count in groups)
     experts = sum(unit.expert_parameters * count for unit, count in groups)
     states = _state_bytes(parameters, experts, strategy)
-    fp8_parameters = sum(op.weight_bytes * count for unit, count in groups for op in unit.ops
+    fp8_parameters = sum(op.parameter_bytes * count for unit, count in groups for op in unit.ops
                          if op.fp8) / strategy.bytes_per_element
     buffers = zero3_buffer_bytes(max(unit.parameters for unit, _ in groups), strategy, hardware)
     gemm_flops = sum(unit.gemm_flops * count for unit, count in groups)
