@@ -284,32 +284,29 @@ def _latent_attention(model: ModelSpec, strategy: Strategy) -> tuple[Operator, .
     )
 
 
+def _swiglu(prefix: str, tokens: float, inner: float, h: int, bpe: float, fp8: bool,
+            product: str = "") -> tuple[Operator, ...]:
+    """A SwiGLU MLP ``(tokens, h) -> (tokens, inner) -> (tokens, h)``: gate and up GEMMs, their
+    product (named ``product``, default ``<prefix>_silu_multiply``), the down GEMM ``<prefix>_out``."""
+    return (
+        _gemm(f"{prefix}_gate", tokens, inner, h, h * inner, tokens * h, bpe, shared=True, fp8=fp8),
+        _gemm(f"{prefix}_up", tokens, inner, h, h * inner, tokens * h, bpe, shared=True, fp8=fp8),
+        _elementwise(product or f"{prefix}_silu_multiply", tokens * inner, 6.0, bpe, inputs=2),
+        _gemm(f"{prefix}_out", tokens, h, inner, inner * h, tokens * inner, bpe, fp8=fp8),
+    )
+
+
 def _mlp(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     """MLP: ``(b s, h) x (h, f/t)`` then ``(b s, f/t) x (f/t, h)``; LLaMA gates with SwiGLU."""
     h, bpe = model.hidden_size, strategy.bytes_per_element
     tokens, inner = strategy.microbatch_size * rank_sequence(model, strategy), model.ffn_hidden_size / strategy.tp
     fp8 = strategy.precision == "fp8"
     if model.architecture == "llama":
-        return (
-            _gemm("mlp_gate", tokens, inner, h, h * inner, tokens * h, bpe, shared=True, fp8=fp8),
-            _gemm("mlp_up", tokens, inner, h, h * inner, tokens * h, bpe, shared=True, fp8=fp8),
-            _elementwise("silu_multiply", tokens * inner, 6.0, bpe, inputs=2),
-            _gemm("mlp_out", tokens, h, inner, inner * h, tokens * inner, bpe, fp8=fp8),
-        )
+        return _swiglu("mlp", tokens, inner, h, bpe, fp8, product="silu_multiply")
     return (
         _gemm("mlp_in", tokens, inner, h, h * inner + inner, tokens * h, bpe, shared=True, fp8=fp8),
         _elementwise("gelu", tokens * inner, 8.0, bpe),
         _gemm("mlp_out", tokens, h, inner, inner * h + h, tokens * inner, bpe, fp8=fp8),
-    )
-
-
-def _swiglu(prefix: str, tokens: float, inner: float, h: int, bpe: float, fp8: bool) -> tuple[Operator, ...]:
-    """A SwiGLU MLP ``(tokens, h) -> (tokens, inner) -> (tokens, h)`` (gate, up, product, down)."""
-    return (
-        _gemm(f"{prefix}_gate", tokens, inner, h, h * inner, tokens * h, bpe, shared=True, fp8=fp8),
-        _gemm(f"{prefix}_up", tokens, inner, h, h * inner, tokens * h, bpe, shared=True, fp8=fp8),
-        _elementwise(f"{prefix}_silu_multiply", tokens * inner, 6.0, bpe, inputs=2),
-        _gemm(f"{prefix}_out", tokens, h, inner, inner * h, tokens * inner, bpe, fp8=fp8),
     )
 
 
@@ -469,11 +466,16 @@ def context_parallel_collectives(model: ModelSpec, strategy: Strategy, backward:
     backward gathers them again and reduce-scatters their gradients. Ring attention moves
     exactly these bytes as ``cp - 1`` ring steps, each overlapped with a block of attention
     (Liu et al., ICLR'24, §3; Megatron-LM context parallelism); Llama 3 all-gathers them
-    (Dubey et al. 2024, §3.3.2). Empty when ``cp == 1``."""
+    (Dubey et al. 2024, §3.3.2). Under multi-head latent attention the keys and values are the
+    up-projected ``a/t (d_qk + d_v)`` wide ones (Megatron-Core's MLA runs context parallelism on
+    them). Empty when ``cp == 1``."""
     if strategy.cp == 1:
         return ()
     size = 2.0 * strategy.microbatch_size * sequence_length(model, strategy) * kv_width(model, strategy.tp) \
         * strategy.bytes_per_element
+    if model.uses_latent_attention:
+        size = strategy.microbatch_size * sequence_length(model, strategy) * model.num_heads / strategy.tp \
+            * (model.head_size + model.value_head_size) * strategy.bytes_per_element
     kinds: tuple[CollectiveKind, ...] = ("all_gather", "reduce_scatter") if backward else ("all_gather",)
     return tuple(Collective(kind=kind, size_bytes=size) for kind in kinds)
 
