@@ -63,6 +63,9 @@ class PassCost:
         exposed_dp_collectives: collectives over the stage's data-parallel group that no
             compute hides, run after the pass (ZeRO-3's first unit's gather, and in the backward
             its last unit's reduce-scatter: :func:`simulator.workload.stages.zero3_collectives`).
+        ep_collectives: expert-parallel all-to-alls over the stage's ``ep`` groups (token
+            dispatch and combine of its Mixture-of-Experts layers), exposed (Megatron-Core runs
+            them between the router and the experts and after the experts).
     """
 
     compute_s: float
@@ -77,6 +80,7 @@ class PassCost:
     cp_collectives: tuple[Collective, ...] = ()
     cp_overlap_s: float = 0.0
     exposed_dp_collectives: tuple[Collective, ...] = ()
+    ep_collectives: tuple[Collective, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,7 +133,10 @@ class StageCost:
         gradient_send_bytes: bytes one device sends to the previous stage per microbatch.
         dp_collectives: data-parallel collectives of one iteration (gradient all-reduce, or
             ZeRO reduce-scatter / all-gather), issued after the stage's last backward.
-        parameters: parameters held by one device before ZeRO sharding.
+        parameters: parameters held by one device before ZeRO sharding (its ``1/ep`` of the
+            routed experts included).
+        expert_dp_collectives: data-parallel collectives of the routed experts' gradients over
+            the stage's ``dp cp / ep`` expert-data-parallel groups, issued with ``dp_collectives``.
         model_flops_per_microbatch: forward + backward flop of one device without recompute
             (for MFU; Narayanan et al. SC'21 Eq. 3 without its recompute term).
         hardware_flops_per_microbatch: ``model_flops_per_microbatch`` plus the recomputed
@@ -151,6 +158,7 @@ class StageCost:
     model_flops_per_microbatch: float
     hardware_flops_per_microbatch: float
     memory: MemoryBreakdown
+    expert_dp_collectives: tuple[Collective, ...] = ()
 
     def pass_cost(self, kind: PassKind) -> PassCost:
         """The cost of a scheduled pass of ``kind`` on this stage.

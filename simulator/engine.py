@@ -193,8 +193,7 @@ class Engine:
         chunks = machine.chunks(i)
         now = machine.env.now
         flow = machine.stage_flows[i].iteration
-        duration, moved, latency = machine.memo("gradient", i, 0, lambda: machine.collectives_time(
-            i, tuple(c for cost in chunks for c in cost.dp_collectives), flow))
+        duration, moved, latency = machine.memo("gradient", i, 0, lambda: machine.gradient_collectives_time(i))
         machine.events += 1
         start, end = yield from self.timing.update(i, flow, duration, latency, [c.optimizer_step for c in chunks])
         if machine.record and duration:

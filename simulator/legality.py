@@ -3,6 +3,8 @@
 The rules, each with its source:
 
 * devices: ``tp * pp * dp`` devices, at most the machine's (Megatron-LM, Narayanan et al. SC'21 §3);
+* expert parallelism: ``ep`` divides the routed experts and the ``dp * cp`` weight replicas
+  (Megatron-Core carves expert-parallel groups from the data- and context-parallel ranks);
 * tensor parallelism: ``tp`` divides the heads, the hidden and the FFN sizes of a transformer
   (Megatron-LM splits attention heads and GEMM columns/rows evenly, Shoeybi et al. 2019 §3), or
   ResNet-50's narrowest channel count (:data:`RESNET50_TP_CHANNELS`); sequence parallelism needs
@@ -67,10 +69,29 @@ def global_batch(model: ModelSpec, strategy_batch: int | None = None) -> int:
 
 
 def tp_divides(model: ModelSpec, tp: int) -> bool:
-    """True if ``tp`` splits the model's heads, hidden and FFN (ResNet-50: its 64 channels)."""
+    """True if ``tp`` splits the model's heads, hidden and FFN, and its experts' (ResNet-50: its
+    64 channels)."""
     if not model.is_transformer:
         return RESNET50_TP_CHANNELS % tp == 0
-    return all(getattr(model, key) % tp == 0 for key in TP_SPLIT_SIZES) and kv_heads_split(model, tp)
+    experts = model.expert_ffn_hidden_size % tp == 0 and model.shared_expert_size % tp == 0
+    return all(getattr(model, key) % tp == 0 for key in TP_SPLIT_SIZES) and kv_heads_split(model, tp) and experts
+
+
+def expert_parallel_legal(model: ModelSpec, ep: int) -> bool:
+    """True if ``ep`` splits the model's routed experts evenly (Megatron-Core's
+    ``num_moe_experts % expert_model_parallel_size == 0``); only 1 for a dense model."""
+    return ep == 1 or (model.is_moe and model.num_experts % ep == 0)
+
+
+def _check_expert_parallel(model: ModelSpec, strategy: Strategy) -> None:
+    """:func:`expert_parallel_legal` for the strategy.
+
+    Raises:
+        InputError: naming ``ep`` and the experts.
+    """
+    if not expert_parallel_legal(model, strategy.ep):
+        raise InputError(f"strategy: `ep` = {strategy.ep} must divide the {model.num_experts} routed experts of"
+                         f" {model.name} (1 for a dense model)")
 
 
 def sequence_parallel_legal(model: ModelSpec, tp: int) -> bool:
@@ -116,6 +137,9 @@ def _check_tensor_parallel(model: ModelSpec, strategy: Strategy) -> None:
     if not kv_heads_split(model, tp):
         raise InputError(f"model {model.name!r}: tp = {tp} neither divides nor is a multiple of its"
                          f" {model.kv_heads} KV heads")
+    for key in ("expert_ffn_hidden_size", "shared_expert_size"):
+        if getattr(model, key) % tp:
+            raise InputError(f"model {model.name!r}: `{key}` = {getattr(model, key)} is not divisible by tp = {tp}")
     if strategy.sequence_parallel and not sequence_parallel_legal(model, tp):
         raise InputError(f"model {model.name!r}: sequence parallelism needs tp = {tp} to divide"
                          f" `sequence_length` = {model.sequence_length}")
@@ -234,12 +258,14 @@ def check_workload(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> 
             not dividing the model (or the sequence, with sequence parallelism), more virtual
             stages than units, explicit ``stage_layers`` not summing to the units, or a
             microbatch larger than the global batch, or context parallelism off a transformer,
-            with a sequence ``2 cp`` does not split, or without fused attention.
+            with a sequence ``2 cp`` does not split, or without fused attention, or ``ep`` not
+            dividing the routed experts.
     """
     _check_precision(hardware, strategy)
     attention_of(model, hardware, strategy)
     _check_context_parallel(model, hardware, strategy)
     _check_tensor_parallel(model, strategy)
+    _check_expert_parallel(model, strategy)
     _check_pipeline(model, strategy)
     _check_generation(model, strategy)
     batch = global_batch(model, strategy.global_batch_size)

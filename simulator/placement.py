@@ -56,6 +56,13 @@ class StagePlacement:
     def dp_group_size(self) -> int:
         """Devices of one whole data-parallel group (those listed times :attr:`copies`)."""
         return len(self.dp_groups[0]) * self.copies
+    ep_groups: tuple[tuple[int, ...], ...] = ()
+    """Expert parallelism's ``tp dp cp / ep`` groups of ``ep`` devices: consecutive ranks of a
+    weight-replica group (Megatron-Core's ``tp-cp-ep-dp`` order), in rank order (the all-to-all
+    connects every pair); empty for ``ep == 1``."""
+    expert_dp_groups: tuple[tuple[int, ...], ...] = ()
+    """The ``tp ep`` groups of the ``dp cp / ep`` ranks holding the same experts (every
+    ``ep``-th rank of a weight-replica group), in ring order; empty for ``ep == 1``."""
 
 
 WALK_ORDERED: tuple[str, ...] = ("line", "s-shape")
@@ -114,6 +121,9 @@ def _stage(topology: Topology, devices: tuple[int, ...], strategy: Strategy, rep
         tp_groups = [ordered[i::dp] for i in range(kept)]
     dp_groups = [tuple(g[r] for g in tp_groups) for r in range(tp)]
     cp_groups = [g[k:k + cp] for g in dp_groups for k in range(0, kept, cp)] if cp > 1 else []
+    ep = strategy.ep
+    ep_groups = [tuple(g[k:k + ep]) for g in dp_groups for k in range(0, kept, ep)] if ep > 1 else []
+    expert_dp_groups = [tuple(g[k::ep]) for g in dp_groups for k in range(ep)] if ep > 1 else []
     shards, replica_groups = strategy.zero_shards, []
     if shards < dp:
         replica_groups = [g[k::shards] for g in dp_groups for k in range(shards)]
@@ -125,6 +135,8 @@ def _stage(topology: Topology, devices: tuple[int, ...], strategy: Strategy, rep
         replica_groups=tuple(topology.ring_order(g) for g in replica_groups),
         cp_groups=tuple(topology.ring_order(g) for g in cp_groups),
         copies=dp // kept,
+        ep_groups=tuple(ep_groups),
+        expert_dp_groups=tuple(topology.ring_order(g) for g in expert_dp_groups),
     )
 
 

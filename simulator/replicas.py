@@ -23,7 +23,9 @@ straddling nodes unevenly), is simulated whole, and the result's ``replicas_simu
 on a mesh the rings joining the replicas run over different links than a window's would, and
 comparing the two costs what simulating them all does.
 
-Hybrid sharding (shard groups smaller than the data-parallel group) is always simulated whole.
+Hybrid sharding (shard groups smaller than the data-parallel group) and expert parallelism (its
+all-to-all groups and expert-gradient rings are carved across the replicas) are always simulated
+whole.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def simulated_replicas(topology: Topology, strategy: Strategy) -> int:
 @lru_cache(maxsize=4096)
 def _replicas(topology: Topology, strategy: Strategy) -> int:
     dp = strategy.dp
-    if strategy.zero_shards < strategy.weight_replicas:
+    if strategy.zero_shards < strategy.weight_replicas or strategy.ep > 1:
         return dp
     period = None
     if strategy.stage_devices is None and strategy.group_layout == "compact":

@@ -103,6 +103,12 @@ class Strategy:
             ICLR'24; Dubey et al., "The Llama 3 Herd of Models", 2024, §3.3.2). Ranks are
             ordered TP fastest, then CP, then DP (Megatron-LM's ``tp-cp-ep-dp-pp``); the ``dp *
             cp`` ranks of a stage hold the same weights and reduce gradients together.
+        ep: expert-parallel degree of a Mixture-of-Experts model: each MoE layer's routed
+            experts are split over ``ep`` devices that exchange tokens by all-to-all (Lepikhin et
+            al., "GShard", ICLR'21). The groups are carved from a stage's ``dp * cp`` weight
+            replicas, ``ep`` consecutive ones (Megatron-Core's ``tp-cp-ep-dp-pp`` order: ``ep``
+            divides ``dp * cp``); expert tensor parallelism equals ``tp``; expert gradients are
+            reduced over the ``dp * cp / ep`` ranks holding the same experts. 1 for dense models.
         microbatch_size: samples per microbatch ``b``.
         global_batch_size: samples per iteration ``B``; ``B / (b * dp)`` is the number of
             microbatches ``m`` per replica per iteration. ``None`` takes the model's.
@@ -166,6 +172,7 @@ class Strategy:
     pp: int = _field(1, placed=True, column=True)
     dp: int = _field(1, placed=True, column=True)
     cp: int = _field(1, placed=True, column=True)
+    ep: int = _field(1, placed=True, column=True)
     microbatch_size: int = _field(1, column=True)
     global_batch_size: int | None = _field(None)
     schedule: Schedule = _field("1f1b", column=True)
@@ -192,8 +199,11 @@ class Strategy:
     decode_context_length: int = _field(0)
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "cp", "microbatch_size", "num_chunks"):
+        for name in ("tp", "pp", "dp", "cp", "ep", "microbatch_size", "num_chunks"):
             _positive(name, getattr(self, name))
+        if self.weight_replicas % self.ep:
+            raise InputError(f"strategy: `ep` must divide dp * cp = {self.dp}*{self.cp} = {self.weight_replicas},"
+                             f" got {self.ep}")
         if self.global_batch_size is not None:
             _positive("global_batch_size", self.global_batch_size)
         if self.shard_group_size is not None:
@@ -202,6 +212,9 @@ class Strategy:
                 raise InputError(f"strategy: `shard_group_size` needs zero_stage 3 and to divide dp * cp ="
                                  f" {self.weight_replicas}, got {self.shard_group_size} with zero_stage"
                                  f" {self.zero_stage}")
+        if self.ep > 1 and (self.shard_group_size is not None or self.zero_stage == 3):
+            raise InputError(f"strategy: `ep` = {self.ep} with ZeRO-3 or hybrid sharding is not modelled (expert"
+                             f" weights gathered over the expert-data-parallel group); use zero_stage <= 2")
         _choice("schedule", self.schedule, SCHEDULES)
         _choice("recompute", self.recompute, RECOMPUTES)
         _choice("optimizer", self.optimizer, OPTIMIZERS)
@@ -275,6 +288,13 @@ class Strategy:
         """Devices of a stage holding the same weights, over which gradients are reduced and
         ZeRO shards: ``dp * cp`` (Megatron-LM's data-parallel group with context parallelism)."""
         return self.dp * self.cp
+
+    @property
+    def expert_replicas(self) -> int:
+        """Devices of a stage holding the same experts, over which expert gradients are reduced
+        and ZeRO shards expert states: ``dp * cp / ep`` (Megatron-Core's expert-data-parallel
+        group)."""
+        return self.weight_replicas // self.ep
 
     @property
     def training(self) -> bool:

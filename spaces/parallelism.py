@@ -25,6 +25,7 @@ from simulator import RECOMPUTES, ZERO_STAGES, Hardware, InputError, ModelSpec
 from simulator.legality import (
     context_parallel_legal,
     divisors,
+    expert_parallel_legal,
     global_batch,
     interleaving_legal,
     megatron_interleaving,
@@ -43,31 +44,43 @@ CONTEXT_PARALLEL_CHOICES: tuple[int, ...] = (1, 2, 4, 8, 16)
 context with 16: Dubey et al. 2024, §3.3.2, Table 4)."""
 
 
+EXPERT_PARALLEL_CHOICES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+"""Expert-parallel degrees the search tries where they divide the experts and ``dp * cp``
+(DeepSeek-V3 trained with 64: its technical report, arXiv 2412.19437, §3.2)."""
+
+
 class ParallelDegrees(NamedTuple):
-    """Tensor, pipeline, data and context parallel degrees; ``tp * cp * pp * dp`` devices."""
+    """Tensor, pipeline, data, context and expert parallel degrees; ``tp * cp * pp * dp``
+    devices (``ep`` of them carved from the ``dp * cp`` replicas)."""
 
     tp: int
     pp: int
     dp: int
     cp: int = 1
+    ep: int = 1
 
     @property
     def label(self) -> str:
-        """``"TPxPPxDP"``, the categorical value Optuna stores (e.g. ``"8x20x2"``), and
-        ``"TPxPPxDPxCP"`` with context parallelism (``"8x1x16x4"``)."""
-        return f"{self.tp}x{self.pp}x{self.dp}" + (f"x{self.cp}" if self.cp > 1 else "")
+        """``"TPxPPxDP"``, the categorical value Optuna stores (e.g. ``"8x20x2"``),
+        ``"TPxPPxDPxCP"`` with context parallelism (``"8x1x16x4"``) and a suffix ``eEP`` with
+        expert parallelism (``"1x1x16e16"``)."""
+        return f"{self.tp}x{self.pp}x{self.dp}" + (f"x{self.cp}" if self.cp > 1 else "") \
+            + (f"e{self.ep}" if self.ep > 1 else "")
 
     @classmethod
     def parse(cls, label: str) -> ParallelDegrees:
         """Inverse of :attr:`label`.
 
         Raises:
-            InputError: not three or four positive integers joined by ``x``.
+            InputError: not three or four positive integers joined by ``x``, then optionally
+                ``e`` and one.
         """
-        parts = label.split("x")
-        if len(parts) not in (3, 4) or not all(p.isdigit() and int(p) > 0 for p in parts):
-            raise InputError(f"degrees: expected 'TPxPPxDP[xCP]' like '8x20x2', got {label!r}")
-        return cls(*(int(p) for p in parts))
+        degrees, _, expert = label.partition("e")
+        parts = degrees.split("x")
+        if len(parts) not in (3, 4) or not all(p.isdigit() and int(p) > 0 for p in [*parts, expert or "1"]):
+            raise InputError(f"degrees: expected 'TPxPPxDP[xCP][eEP]' like '8x20x2', got {label!r}")
+        cp = int(parts[3]) if len(parts) == 4 else 1
+        return cls(int(parts[0]), int(parts[1]), int(parts[2]), cp, int(expert or 1))
 
 
 class ScheduleChoice(NamedTuple):
@@ -97,9 +110,10 @@ def schedule_choices(chunk_choices: Sequence[int] = CHUNK_CHOICES) -> tuple[Sche
 def enumerate_degrees(model: ModelSpec, hardware: Hardware, *, devices: int | None = None,
                       max_tp: int | None = None, global_batch_size: int | None = None,
                       ) -> list[ParallelDegrees]:
-    """Every legal ``(tp, pp, dp, cp)`` using exactly ``devices`` devices, sorted by (tp, pp, dp),
+    """Every legal ``(tp, pp, dp, cp, ep)`` using exactly ``devices`` devices, sorted by (tp, pp, dp),
     context parallelism (:data:`CONTEXT_PARALLEL_CHOICES`) where the machine runs attention fused
-    and ``2 cp`` splits the sequence (:func:`simulator.legality.check_workload`).
+    and ``2 cp`` splits the sequence (:func:`simulator.legality.check_workload`), expert
+    parallelism (:data:`EXPERT_PARALLEL_CHOICES`) for a Mixture-of-Experts model.
 
     Args:
         model: the model (heads, hidden, layers, batch).
@@ -123,8 +137,14 @@ def enumerate_degrees(model: ModelSpec, hardware: Hardware, *, devices: int | No
             for cp in _context_parallel_choices(model, hardware, devices // (tp * pp)):
                 dp = devices // (tp * pp * cp)
                 if pp <= units and batch % dp == 0:
-                    found.append(ParallelDegrees(tp, pp, dp, cp))
+                    found += [ParallelDegrees(tp, pp, dp, cp, ep) for ep in _expert_parallel_choices(model, dp * cp)]
     return found
+
+
+def _expert_parallel_choices(model: ModelSpec, replicas: int) -> list[int]:
+    """The :data:`EXPERT_PARALLEL_CHOICES` dividing the ``dp * cp`` ``replicas`` and legal for the
+    model (:func:`simulator.legality.expert_parallel_legal`: 1 only for a dense model)."""
+    return [ep for ep in EXPERT_PARALLEL_CHOICES if replicas % ep == 0 and expert_parallel_legal(model, ep)]
 
 
 def _context_parallel_choices(model: ModelSpec, hardware: Hardware, devices: int) -> list[int]:
@@ -185,8 +205,11 @@ def enumerate_sequence_parallel(model: ModelSpec, degrees: ParallelDegrees) -> t
 
 
 def enumerate_zero_stages(degrees: ParallelDegrees) -> tuple[int, ...]:
-    """ZeRO stages 0-3 when ``dp > 1``; only 0 otherwise (nothing to shard)."""
-    return ZERO_STAGES if degrees.dp > 1 else (0,)
+    """ZeRO stages 0-3 when ``dp > 1``; only 0 otherwise (nothing to shard); 0-2 with expert
+    parallelism (:class:`simulator.Strategy` does not model ZeRO-3 of experts)."""
+    if degrees.dp == 1:
+        return (0,)
+    return ZERO_STAGES[:-1] if degrees.ep > 1 else ZERO_STAGES
 
 
 SHARD_GROUPS: tuple[str, ...] = ("all", "node")

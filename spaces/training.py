@@ -3,7 +3,7 @@
 Dimensions (``searched`` names) and the ``Strategy`` fields each decides:
 
 =====================  =====================================================
-``degrees``            ``tp``, ``pp``, ``dp``, ``cp``
+``degrees``            ``tp``, ``pp``, ``dp``, ``cp``, ``ep``
 ``microbatch_size``    ``microbatch_size``
 ``schedule``           ``schedule``, ``num_chunks``
 ``recompute``          ``recompute``
@@ -35,7 +35,7 @@ from spaces.feasible import FeasiblePlans, plan_of
 from spaces.parallelism import ParallelDegrees
 
 DIMENSIONS: dict[str, tuple[str, ...]] = {
-    "degrees": ("tp", "pp", "dp", "cp"),
+    "degrees": ("tp", "pp", "dp", "cp", "ep"),
     "microbatch_size": ("microbatch_size",),
     "schedule": ("schedule", "num_chunks"),
     "recompute": ("recompute",),
@@ -164,7 +164,7 @@ class _Draft:
 
 
 def _degrees_of(draft: _Draft) -> ParallelDegrees:
-    return ParallelDegrees(draft.tp, draft.pp, draft.dp, draft.cp)
+    return ParallelDegrees(draft.tp, draft.pp, draft.dp, draft.cp, draft.ep)
 
 
 def _allowed(space: SearchedSpace, draft: _Draft, count: int) -> tuple[object, ...] | None:

@@ -90,8 +90,8 @@ Opt = typer.Option
 
 @app.command("simulate")
 def simulate_command(
-    model: Annotated[str | None, Opt("--model", help="Model preset (e.g. T-145B) or TOML file "
-                                     "(default: the one a --strategy best.json names).")] = None,
+    model: Annotated[str | None, Opt("--model", help="Model preset (e.g. T-145B), TOML file or Hugging Face "
+                                     "config.json (default: the one a --strategy best.json names).")] = None,
     hw: Annotated[str | None, Opt("--hw", help=f"Hardware preset ({', '.join(hardware_presets())}) "
                                   "or TOML file (default: the machine a --strategy best.json carries).")] = None,
     strategy_file: Annotated[Path | None, Opt("--strategy", help="Strategy TOML/JSON, e.g. a run's best.json "
@@ -101,6 +101,8 @@ def simulate_command(
     dp: Annotated[int | None, Opt(help="Data-parallel degree.")] = None,
     cp: Annotated[int | None, Opt(help="Context-parallel degree: each sequence split over cp devices"
                                        " (ring attention).")] = None,
+    ep: Annotated[int | None, Opt(help="Expert-parallel degree of a Mixture-of-Experts model: its routed experts"
+                                       " split over ep of the dp*cp ranks (all-to-all dispatch).")] = None,
     microbatch_size: Annotated[int | None, Opt(help="Samples per microbatch.")] = None,
     global_batch_size: Annotated[int | None, Opt(help="Samples per iteration (default: model's).")] = None,
     schedule: Annotated[str | None, Opt(help="gpipe, 1f1b, interleaved-1f1b or zb-h1.")] = None,

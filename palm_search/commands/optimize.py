@@ -37,7 +37,7 @@ def resolve_spec(study_file: Path | None, model: str | None, hw: str | None, **o
 
 
 def optimize_command(
-    model: Annotated[str | None, Opt("--model", help="Model preset or TOML file.")] = None,
+    model: Annotated[str | None, Opt("--model", help="Model preset, TOML file or Hugging Face config.json.")] = None,
     hw: Annotated[str | None, Opt("--hw", help="Hardware preset or TOML file.")] = None,
     study_file: Annotated[Path | None, Opt("--study", help="Study TOML (flags override it).")] = None,
     trials: Annotated[int | None, Opt(help="Finished trials the study should hold: simulations, each of a"

@@ -189,7 +189,7 @@ def _chunks(walk: Iterable[tuple[int, dict, Candidate]]) -> Iterator[list[tuple[
 
 
 def _degrees(strategy: Strategy) -> tuple[int, ...]:
-    return strategy.tp, strategy.pp, strategy.dp, strategy.cp
+    return strategy.tp, strategy.pp, strategy.dp, strategy.cp, strategy.ep
 
 
 def enqueue_screened(study: optuna.Study, ranked: list[tuple[dict, float]], count: int,

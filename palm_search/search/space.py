@@ -96,7 +96,7 @@ class DegreeWalk:
                                  " a mapping may use in [search] `devices`")
         else:
             base = Strategy.from_dict(dict(spec.fixed))
-            self.degrees = (ParallelDegrees(base.tp, base.pp, base.dp, base.cp),)
+            self.degrees = (ParallelDegrees(base.tp, base.pp, base.dp, base.cp, base.ep),)
         self.found: list[DegreePlans] = []
 
     def _plans(self, degrees: ParallelDegrees) -> DegreePlans:
@@ -133,7 +133,8 @@ class DegreeWalk:
 def _fixed_degrees(spec: StudySpec) -> ParallelDegrees | None:
     """The degrees when the study fixes all three (custom placements are then checked fully)."""
     if all(k in spec.fixed for k in ("tp", "pp", "dp")):
-        return ParallelDegrees(spec.fixed["tp"], spec.fixed["pp"], spec.fixed["dp"], spec.fixed.get("cp", 1))
+        return ParallelDegrees(spec.fixed["tp"], spec.fixed["pp"], spec.fixed["dp"], spec.fixed.get("cp", 1),
+                               spec.fixed.get("ep", 1))
     return None
 
 

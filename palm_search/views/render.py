@@ -29,6 +29,7 @@ def print_result(result: SimulationResult, console: Console | None = None, machi
     console = console or _wide_console()
     s = result.strategy
     context = f" cp={s['cp']}" if s.get("cp", 1) > 1 else ""
+    context += f" ep={s['ep']}" if s.get("ep", 1) > 1 else ""
     zero = f" zero={s['zero_stage']}" + (f"/{s['shard_group_size']}" if s.get("shard_group_size") else "")
     console.print(f"[bold]{result.model}[/] on [bold]{result.hardware}[/]  tp={s['tp']} pp={s['pp']} "
                   f"dp={s['dp']}{context} microbatch={s['microbatch_size']} schedule={s['schedule']} "
@@ -228,10 +229,11 @@ def _groups(row: dict) -> str:
 
 
 def _context(row: dict) -> str:
-    """`` x CP n`` after the data-parallel degree under context parallelism (``DP 8 x CP 16``),
-    else nothing."""
-    cp = row.get("cp")
-    return f" x CP {int(cp)}" if isinstance(cp, (int, float)) and cp == cp and cp > 1 else ""
+    """`` x CP n`` after the data-parallel degree under context parallelism (``DP 8 x CP 16``)
+    and `` (EP n)`` under expert parallelism (``DP 16 (EP 8)``), else nothing."""
+    cp, ep = row.get("cp"), row.get("ep")
+    return (f" x CP {int(cp)}" if isinstance(cp, (int, float)) and cp == cp and cp > 1 else "") \
+        + (f" (EP {int(ep)})" if isinstance(ep, (int, float)) and ep == ep and ep > 1 else "")
 
 
 def _zero(row: dict) -> str:

@@ -113,8 +113,7 @@ class ClosedForm:
         data-parallel collectives, then its optimizer steps."""
         machine = self.machine
         chunks = machine.chunks(i)
-        collectives = tuple(c for cost in chunks for c in cost.dp_collectives)
-        duration = machine.collectives_time(i, collectives, machine.stage_flows[i].iteration)[0]
+        duration = machine.gradient_collectives_time(i)[0]
         stats = machine.stats[i]
         steps = sum(self.pass_s(i, cost.optimizer_step) for cost in chunks)
         stats.optimizer_s = sum(c.optimizer_step.compute_s for c in chunks)

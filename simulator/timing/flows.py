@@ -31,6 +31,12 @@ class StageFlows:
     dp_replica: Flow | None = None
     """Hybrid sharding's replica groups (:attr:`StagePlacement.replica_groups`), which the
     iteration's data-parallel collectives use when the stage has them."""
+    ep: Flow | None = None
+    """Expert parallelism's all-to-all in its groups (:attr:`StagePlacement.ep_groups`: every
+    ordered pair), None for ``ep == 1``."""
+    expert_dp: Flow | None = None
+    """Rings over the expert-data-parallel groups (:attr:`StagePlacement.expert_dp_groups`),
+    where expert gradients are reduced; None for ``ep == 1``."""
 
     @property
     def iteration(self) -> Flow:
@@ -119,6 +125,11 @@ def _stage_flows(topo: Topology, cal: Calibration, i: int, placement: StagePlace
         dp_replica=make_flow(topo, f"stage{i} dp replicas", "dp", _rings(topo, placement.replica_groups),
                              cal.collective_efficiency, len(placement.replica_groups[0]))
         if placement.replica_groups else None,
+        ep=make_flow(topo, f"stage{i} ep", "ep", all_pairs_edges(placement.ep_groups), cal.collective_efficiency,
+                     len(placement.ep_groups[0])) if placement.ep_groups else None,
+        expert_dp=make_flow(topo, f"stage{i} expert dp", "dp", _rings(topo, placement.expert_dp_groups),
+                            cal.collective_efficiency, len(placement.expert_dp_groups[0]))
+        if placement.expert_dp_groups else None,
     )
 
 
@@ -140,8 +151,8 @@ def _rings(topology: Topology, groups: tuple[tuple[int, ...], ...]) -> list[Edge
 
 def own_flows(flows: StageFlows) -> list[Flow]:
     """The flows a stage's own process runs (not its p2p sends)."""
-    return [f for f in (flows.tp, flows.dp, flows.dram, flows.tp_all_to_all, flows.cp, flows.dp_replica)
-            if f is not None]
+    return [f for f in (flows.tp, flows.dp, flows.dram, flows.tp_all_to_all, flows.cp, flows.dp_replica,
+                        flows.ep, flows.expert_dp) if f is not None]
 
 
 def traffic_by_kind(flows: list[Flow], flow_bytes: list[float]) -> dict[str, float]:

@@ -129,8 +129,8 @@ class Machine:
         """The segments of ``cost`` on stage ``i`` (and count the bytes they move): the TP
         collectives, plus what compute does not hide of the overlapped ones (TP multicasts and
         overlap; under the whole compute, the replicas' weight multicast and ZeRO-3's prefetched
-        gathers; under the attention's compute, context parallelism's ring), split evenly over
-        the segments."""
+        gathers; under the attention's compute, context parallelism's ring), and expert
+        parallelism's all-to-alls, split evenly over the segments."""
         flows = self.stage_flows[i]
         segments = cost.segments
         dram = 0.0
@@ -147,6 +147,9 @@ class Machine:
         if cost.cp_collectives and flows.cp is not None:
             hidden, hidden_moved, _ = self.collectives_time(i, cost.cp_collectives, flows.cp)
             collective, moved = collective + max(hidden - cost.cp_overlap_s, 0.0), moved + hidden_moved
+        if cost.ep_collectives and flows.ep is not None:
+            exposed, exposed_moved, exposed_latency = self.collectives_time(i, cost.ep_collectives, flows.ep)
+            collective, moved, latency = collective + exposed, moved + exposed_moved, latency + exposed_latency
         dram_bytes = cost.dram_bytes * flows.dram.num_edges / segments if flows.dram is not None else 0.0
         return Segments(segments, cost.compute_s / segments, dram, dram_bytes, collective / segments,
                         latency / segments, moved / segments)
@@ -165,6 +168,18 @@ class Machine:
             size += moved * c.count * flow.num_edges
             latency += flow.collective_steps(c.kind) * flow.latency_s * c.count
         return total, size, latency
+
+    def gradient_collectives_time(self, i: int) -> tuple[float, float, float]:
+        """(duration in s, bytes moved, latency part in s) of stage ``i``'s collectives at the end of
+        an iteration: its chunks' data-parallel ones on the iteration's flow, then their experts'
+        over the expert-data-parallel groups."""
+        chunks, flows = self.chunks(i), self.stage_flows[i]
+        dense = self.collectives_time(i, tuple(c for cost in chunks for c in cost.dp_collectives), flows.iteration)
+        experts = tuple(c for cost in chunks for c in cost.expert_dp_collectives)
+        if not experts or flows.expert_dp is None:
+            return dense
+        routed = self.collectives_time(i, experts, flows.expert_dp)
+        return dense[0] + routed[0], dense[1] + routed[1], dense[2] + routed[2]
 
     def p2p_bytes(self, flow: Flow, i: int, size_bytes: float) -> float:
         """Bytes per edge of stage ``i``'s send of ``size_bytes`` (counted as moved)."""

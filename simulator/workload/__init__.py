@@ -10,6 +10,7 @@ this package.
 from typing import TYPE_CHECKING, Any
 
 from simulator.workload.loader import load_model, model_presets
+from simulator.workload.parameters import ParameterCount, parameter_count
 from simulator.workload.spec import ModelSpec
 
 if TYPE_CHECKING:
@@ -32,4 +33,5 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_STAGES})
 
 
-__all__ = ["ModelSpec", "build_stage_costs", "load_model", "model_flops_per_iteration", "model_presets"]
+__all__ = ["ModelSpec", "ParameterCount", "build_stage_costs", "load_model", "model_flops_per_iteration",
+           "model_presets", "parameter_count"]

@@ -16,6 +16,14 @@ Presets live in ``simulator/workload/presets/models.toml``, one table per model:
     image_size = 224                 # resnet50 only
     num_kv_heads = 8                 # optional: grouped-query attention (default: num_heads)
     num_classes = 2                  # optional: a classification head instead of the LM head
+    head_dim = 128                   # optional: head width where it is not hidden_size / num_heads
+
+Mixture-of-Experts models (``llama`` only: SwiGLU experts) add ``num_experts``,
+``experts_per_token``, ``expert_ffn_hidden_size`` and optionally ``num_shared_experts``,
+``shared_expert_ffn_hidden_size``, ``first_dense_layers``, ``moe_layer_period`` and
+``expert_load_imbalance``; multi-head latent attention adds ``kv_lora_rank``,
+``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim`` and optionally ``q_lora_rank``
+(:class:`~simulator.workload.spec.ModelSpec` describes each).
 
 A user file holds one table ``[model]`` with the same keys; the model is named after the file.
 """
@@ -29,6 +37,7 @@ from typing import cast, get_args
 
 from simulator.config import Table, parse_toml, read_toml
 from simulator.errors import InputError
+from simulator.workload.hf_config import read_hf_config
 from simulator.workload.spec import Architecture, ModelSpec
 
 _PRESETS_DISPLAY = "simulator/workload/presets/models.toml"
@@ -47,6 +56,19 @@ MAX_COUNTS = {
     "image_size": 2**16,           # a 65,536-pixel side, ~300x ImageNet's 224
     "num_kv_heads": 2**16,         # as num_heads
     "num_classes": 2**25,          # as vocab_size
+    "head_dim": 2**16,             # ~100x the widest heads (256)
+    "num_experts": 2**16,          # ~250x the most routed experts (DeepSeek-V3, Kimi K2: 256, 384)
+    "experts_per_token": 2**10,    # ~100x the most (Kimi K2: 8)
+    "expert_ffn_hidden_size": 2**23,  # as ffn_hidden_size
+    "num_shared_experts": 2**10,   # ~1000x the most (DeepSeek-V3: 1)
+    "shared_expert_ffn_hidden_size": 2**23,  # as ffn_hidden_size
+    "first_dense_layers": 20_000,  # as num_layers
+    "moe_layer_period": 20_000,    # as num_layers
+    "q_lora_rank": 2**21,          # as hidden_size
+    "kv_lora_rank": 2**21,         # as hidden_size
+    "qk_nope_head_dim": 2**16,     # as head_dim
+    "qk_rope_head_dim": 2**16,     # as head_dim
+    "v_head_dim": 2**16,           # as head_dim
 }
 """Largest value a model file may give each count: about 100x what any published model has (in
 the comments), so a typo or a wrong unit is refused instead of simulated for hours."""
@@ -60,23 +82,42 @@ def model_presets() -> list[str]:
 def load_model(name_or_path: str | Path) -> ModelSpec:
     """Load a preset by name or alias (case-insensitive, e.g. ``"t-145.6b"``) or a TOML file.
 
-    A string containing ``/`` or ending in ``.toml`` is a path to a file with one ``[model]``
-    table; anything else names a preset.
+    A string ending in ``.json`` is a Hugging Face ``config.json``
+    (:func:`~simulator.workload.hf_config.read_hf_config`); one containing ``/`` or ending in
+    ``.toml`` is a path to a file with one ``[model]`` table, which may name such a config in
+    ``hf_config`` (relative to the file) and give or override keys beside it (the training
+    ``sequence_length`` and ``global_batch_size`` the config does not hold); anything else
+    names a preset.
 
     Raises:
         InputError: unknown preset (the message lists the presets), unreadable or invalid file,
             unknown or missing key, wrong type, or a value out of range.
     """
     text = str(name_or_path)
+    if text.endswith(".json"):
+        return _build(Table(file=text, path="", data=read_hf_config(text)), Path(text).stem)[0]
     if isinstance(name_or_path, Path) or "/" in text or text.endswith(".toml"):
         root = read_toml(name_or_path)
-        model, _ = _build(root.take_table("model"), Path(text).stem)
+        model, _ = _build(_with_hf_config(root.take_table("model"), Path(text).parent), Path(text).stem)
         root.finish()
         return model
     found = _presets().get(text.lower())
     if found is None:
         raise InputError(f"model: unknown preset {text!r} (presets: {model_presets()})")
     return found[1]
+
+
+def _with_hf_config(table: Table, folder: Path) -> Table:
+    """``table`` over the keys of the Hugging Face config its ``hf_config`` names, if any.
+
+    Raises:
+        InputError: as :func:`~simulator.workload.hf_config.read_hf_config`.
+    """
+    if not table.has("hf_config"):
+        return table
+    config = read_hf_config(folder / table.take_string("hf_config"))
+    return Table(file=table.file, path=table.path,
+                 data={**config, **{k: v for k, v in table.data.items() if k != "hf_config"}})
 
 
 @functools.cache
@@ -129,6 +170,68 @@ def _build(table: Table, name: str) -> tuple[ModelSpec, list[str]]:
     if classes and not transformer:
         raise table.error(f"key 'num_classes' is for a transformer's classification head, got {classes} for resnet50"
                           " (its classes are vocab_size)")
+    extra = _optional_counts(table)
+    imbalance = float(table.take_number("expert_load_imbalance", minimum=1.0, inclusive=True, maximum=MAX_IMBALANCE)) \
+        if table.has("expert_load_imbalance") else 1.0
     table.finish()
-    return ModelSpec(name=name, architecture=architecture, image_size=image_size, num_kv_heads=kv_heads,
-                     num_classes=classes, **counts), aliases
+    model = ModelSpec(name=name, architecture=architecture, image_size=image_size, num_kv_heads=kv_heads,
+                      expert_load_imbalance=imbalance, num_classes=classes, **counts, **extra)
+    _check_experts(model, table)
+    return model, aliases
+
+
+MAX_IMBALANCE = 1000.0
+"""Largest ``expert_load_imbalance``: the busiest of 256 experts taking every token is 256."""
+
+_OPTIONAL_COUNTS = ("head_dim", "num_experts", "experts_per_token", "expert_ffn_hidden_size", "num_shared_experts",
+                    "shared_expert_ffn_hidden_size", "first_dense_layers", "moe_layer_period", "q_lora_rank",
+                    "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+_EXPERT_KEYS = _OPTIONAL_COUNTS[2:8]
+_LATENT_KEYS = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+def _optional_counts(table: Table) -> dict[str, int]:
+    """The optional counts the table gives (head size, experts, latent attention)."""
+    return {key: int(table.take_number(key, integer=True, inclusive=key != "moe_layer_period",
+                                       maximum=MAX_COUNTS[key]))
+            for key in _OPTIONAL_COUNTS if table.has(key)}
+
+
+def table_gave(key: str, model: ModelSpec) -> bool:
+    """True if ``model``'s ``key`` is not the :class:`ModelSpec` default (the file gave it)."""
+    return bool(getattr(model, key) != ModelSpec.__dataclass_fields__[key].default)
+
+
+def _check_experts(model: ModelSpec, table: Table) -> None:
+    """A Mixture-of-Experts model names its experts, top-k and expert size and is a ``llama``
+    (SwiGLU experts); expert keys need ``num_experts``; latent attention names its head sizes.
+
+    Raises:
+        InputError: naming the table and key.
+    """
+    if not model.is_moe:
+        given = [key for key in _EXPERT_KEYS if table_gave(key, model)]
+        if given or model.expert_load_imbalance != 1.0:
+            raise table.error(f"key '{given[0] if given else 'expert_load_imbalance'}' needs num_experts > 0")
+    else:
+        if model.architecture != "llama":
+            raise table.error(f"key 'num_experts' needs architecture 'llama' (SwiGLU experts), got"
+                              f" {model.architecture!r}")
+        for key in ("experts_per_token", "expert_ffn_hidden_size"):
+            if not getattr(model, key):
+                raise table.error(f"missing key '{key}' (required with num_experts)")
+        if model.experts_per_token > model.num_experts:
+            raise table.error(f"key 'experts_per_token' must be at most num_experts {model.num_experts}, got"
+                              f" {model.experts_per_token}")
+        if model.first_dense_layers >= model.num_layers:
+            raise table.error(f"key 'first_dense_layers' must be below num_layers {model.num_layers}, got"
+                              f" {model.first_dense_layers}")
+    if model.uses_latent_attention:
+        missing = [key for key in _LATENT_KEYS if not getattr(model, key)]
+        if missing:
+            raise table.error(f"missing key '{missing[0]}' (required with kv_lora_rank)")
+        if model.head_dim:
+            raise table.error("key 'head_dim' is not used with kv_lora_rank (give qk_nope_head_dim, qk_rope_head_dim)")
+    elif model.q_lora_rank or any(getattr(model, key) for key in _LATENT_KEYS):
+        raise table.error("key 'q_lora_rank', 'qk_nope_head_dim', 'qk_rope_head_dim' or 'v_head_dim' needs"
+                          " kv_lora_rank > 0")

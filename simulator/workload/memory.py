@@ -72,14 +72,17 @@ def state_bytes_per_parameter(strategy: Strategy) -> StateBytes:
     return StateBytes(weights_bytes=bpe, gradients_bytes=bpe, optimizer_bytes=master + moments)
 
 
-def sharded_state_bytes(parameters: float, strategy: Strategy) -> StateBytes:
+def sharded_state_bytes(parameters: float, strategy: Strategy, *, expert: bool = False) -> StateBytes:
     """Model-state bytes of one device holding ``parameters``, after ZeRO sharding over ``dp``.
 
     ZeRO stage >= 1 divides optimizer states, >= 2 also gradients, 3 also weights by ``dp``
-    (Rajbhandari et al., SC'20, §5.1-5.3), or by the shard group under hybrid sharding.
+    (Rajbhandari et al., SC'20, §5.1-5.3), or by the shard group under hybrid sharding. A
+    device's routed-expert parameters (``expert``: already ``1/ep`` of the experts) shard over
+    the ``dp cp / ep`` ranks holding the same experts instead (Megatron-Core's distributed
+    optimizer shards expert states over the expert-data-parallel group).
     """
     per = state_bytes_per_parameter(strategy)
-    dp = strategy.zero_shards
+    dp = strategy.expert_replicas if expert else strategy.zero_shards
     return StateBytes(
         weights_bytes=parameters * per.weights_bytes / (dp if strategy.shards_weights else 1),
         gradients_bytes=parameters * per.gradients_bytes / (dp if strategy.shards_gradients else 1),
@@ -113,17 +116,40 @@ def optimizer_step_bytes_per_parameter(strategy: Strategy) -> float:
     return per.gradients_bytes + 2.0 * (per.optimizer_bytes + per.weights_bytes)
 
 
-def _mlp_split_terms(model: ModelSpec) -> float:
+def _mlp_split_terms(model: ModelSpec, moe: bool = False) -> float:
     """TP-split MLP activation bytes per ``s b h``: 2 bytes x (``f/h``) x stored MLP tensors.
 
     GPT/BERT store the GeLU input and output (2 tensors, ``16`` for ``f = 4h``, Korthikanti §4.1);
-    LLaMA stores gate, up and their SwiGLU product (3 tensors).
+    LLaMA stores gate, up and their SwiGLU product (3 tensors). A Mixture-of-Experts layer
+    stores the same three tensors of its routed experts for each of a token's ``k`` copies and
+    of its shared experts (``k f_e + n_s f_s`` wide), and the ``k`` permuted copies of the
+    token (``k h``) the experts take as input (Megatron-Core's ``TEGroupedMLP``).
     """
+    if moe:
+        inner = model.experts_per_token * model.expert_ffn_hidden_size \
+            + model.num_shared_experts * model.shared_expert_size
+        return 2.0 * (3.0 * inner / model.hidden_size + model.experts_per_token)
     tensors = 3 if model.architecture == "llama" else 2
     return 2.0 * tensors * model.ffn_hidden_size / model.hidden_size
 
 
-def layer_activation_bytes(model: ModelSpec, strategy: Strategy) -> float:
+def _attention_split_terms(model: ModelSpec) -> float:
+    """TP-split attention activation bytes per ``s b h``: the queries, keys, values and the
+    projection's input, 2 bytes each per element: ``4 + 4 kv_heads / a`` with ``d = h / a``
+    (Korthikanti §4.1's ``8``, grouped-query attention's smaller keys and values); with other
+    head sizes their widths ``a d``, ``kv_heads d``; under multi-head latent attention ``a d_qk``
+    queries and keys, ``a d_v`` values and outputs, and the ``d_q + d_c`` compressed inputs of the
+    up-projections (counted split, though the down-projections are replicated)."""
+    if model.uses_latent_attention:
+        widths = (2.0 * model.num_heads * (model.head_size + model.value_head_size)
+                  + model.q_lora_rank + model.kv_lora_rank)
+        return 2.0 * widths / model.hidden_size
+    if model.head_dim:
+        return 2.0 * (2.0 * model.attention_width + 2.0 * model.kv_hidden_size) / model.hidden_size
+    return 4.0 + 4.0 * model.kv_heads / model.num_heads
+
+
+def layer_activation_bytes(model: ModelSpec, strategy: Strategy, moe: bool = False) -> float:
     """Activations one transformer layer stashes for one microbatch on one device (bytes).
 
     Korthikanti et al., MLSys'23, §4 (Eq. 1-2 and Table 2), with ``t`` = tp:
@@ -134,8 +160,9 @@ def layer_activation_bytes(model: ModelSpec, strategy: Strategy) -> float:
     bytes are below the formula's precision and not counted); full
     recompute keeps only the ``2 s b h`` layer input (``/ t`` with sequence parallelism). The
     ``24`` is ``8 + 16``: the 8 are Q and the projection's input (2 each) and K and V (2 each,
-    ``2 kv_heads / a`` each with grouped-query attention), 16 the MLP's ``2 x 2 f/h``
-    (generalised for ``f != 4h`` and SwiGLU by :func:`_mlp_split_terms`). The formula counts
+    ``2 kv_heads / a`` each with grouped-query attention; other head sizes and latent attention
+    by :func:`_attention_split_terms`), 16 the MLP's ``2 x 2 f/h`` (generalised for ``f != 4h``,
+    SwiGLU and a Mixture-of-Experts layer, ``moe``, by :func:`_mlp_split_terms`). The formula counts
     16-bit activations and 1-byte dropout masks; it is scaled by ``bytes_per_element / 2`` for
     other precisions. Under ``fp8`` the four linear layers' saved inputs are FP8, one byte each
     (:func:`_fp8_saved_per_sbh`).
@@ -150,25 +177,28 @@ def layer_activation_bytes(model: ModelSpec, strategy: Strategy) -> float:
         return sbh * strategy.bytes_per_element
     if strategy.recompute == "full":
         return scale * 2.0 * sbh / (t if strategy.sequence_parallel else 1)
-    split = 4.0 + 4.0 * model.kv_heads / model.num_heads + _mlp_split_terms(model)
+    split = _attention_split_terms(model) + _mlp_split_terms(model, moe)
     per_sbh = (10.0 + split) / t if strategy.sequence_parallel else 10.0 + split / t
     if strategy.recompute == "none" and strategy.attention != "fused":
         per_sbh += 5.0 * a * s / (h * t)
-    return scale * sbh * (per_sbh - _fp8_saved_per_sbh(model, strategy))
+    return scale * sbh * (per_sbh - _fp8_saved_per_sbh(model, strategy, moe))
 
 
-def _fp8_saved_per_sbh(model: ModelSpec, strategy: Strategy) -> float:
+def _fp8_saved_per_sbh(model: ModelSpec, strategy: Strategy, moe: bool = False) -> float:
     """Bytes per ``s b h`` that FP8 saves a layer's stash: Transformer Engine keeps each linear
     layer's input for its weight gradient in FP8, 1 byte instead of 2 (TE ``Linear`` saves the
     FP8 ``inputmat_t``, or the FP8 sequence shard with sequence parallelism; TE "Performance
     considerations", "Memory usage"): the QKV and MLP-in inputs (``1`` each, ``1/t`` with
     sequence parallelism), the projection input ``1/t`` and the MLP-out input ``f/(h t)``, of
-    Korthikanti's terms. 0 below ``fp8``."""
+    Korthikanti's terms (a Mixture-of-Experts layer's MLP-out inputs are its experts' ``k f_e +
+    n_s f_s``). 0 below ``fp8``."""
     if strategy.precision != "fp8":
         return 0.0
     t = strategy.tp
     shared = 2.0 / t if strategy.sequence_parallel else 2.0
-    return shared + (1.0 + model.ffn_hidden_size / model.hidden_size) / t
+    inner = model.experts_per_token * model.expert_ffn_hidden_size + model.num_shared_experts \
+        * model.shared_expert_size if moe else model.ffn_hidden_size
+    return shared + (1.0 + inner / model.hidden_size) / t
 
 
 def embedding_activation_bytes(model: ModelSpec, strategy: Strategy) -> float:

@@ -68,6 +68,8 @@ class Operator:
         fp8: a linear layer's GEMM under precision ``fp8``: Transformer Engine runs it in FP8
             (E4M3 forward, E5M2 gradients, its ``DelayedScaling`` recipe), its operands stored
             and moved in bfloat16 as the cast that feeds it reads them.
+        expert: a routed expert's GEMM: its parameters are sharded over the expert-parallel
+            group and reduced over the expert-data-parallel one (:func:`moe_mlp`).
     """
 
     name: str
@@ -84,6 +86,7 @@ class Operator:
     shared_input: bool = False
     executed_fraction: float = 1.0
     fp8: bool = False
+    expert: bool = False
 
     @property
     def parameter_bytes(self) -> float:
@@ -137,10 +140,14 @@ def key_length(model: ModelSpec, strategy: Strategy) -> int:
 def kv_cache_bytes(model: ModelSpec, strategy: Strategy) -> float:
     """One layer's KV cache of one microbatch on one device (bytes): keys and values of
     :func:`key_length` tokens for each of its ``b`` samples, ``2 b c h_kv / t`` elements
-    (``h_kv = h kv_heads / a``, grouped-query attention; Pope et al. MLSys'23 §2.1). 0 in
-    training, and for an encoder, which keeps no cache."""
+    (``h_kv = h kv_heads / a``, grouped-query attention; Pope et al. MLSys'23 §2.1); under
+    multi-head latent attention the ``b c (d_c + d_rope)`` latent, whole on every device of the
+    group (:func:`latent_cache_width`). 0 in training, and for an encoder, which keeps no cache."""
     if strategy.training or model.architecture not in CAUSAL:
         return 0.0
+    if model.uses_latent_attention:
+        return strategy.microbatch_size * key_length(model, strategy) * latent_cache_width(model) \
+            * strategy.bytes_per_element
     return (2.0 * strategy.microbatch_size * key_length(model, strategy) * kv_width(model, strategy.tp)
             * strategy.bytes_per_element)
 
@@ -150,7 +157,7 @@ def kv_width(model: ModelSpec, tp: int) -> float:
     t``, or one head (``h / a``) where ``t`` exceeds the KV heads, each head then replicated on
     ``t / kv_heads`` devices (vLLM ``QKVParallelLinear``: ``num_kv_head_replicas = tp_size //
     total_num_kv_heads``; :func:`simulator.legality.tp_divides`)."""
-    return model.kv_hidden_size / tp if model.kv_heads >= tp else model.hidden_size / model.num_heads
+    return model.kv_hidden_size / tp if model.kv_heads >= tp else model.head_size
 
 
 def _tokens(model: ModelSpec, strategy: Strategy, shard_elementwise: bool) -> tuple[int, float]:
@@ -175,32 +182,117 @@ def _attention(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     balanced chunks give each rank (:func:`simulator.legality.check_workload`). A decode step
     (:attr:`~simulator.strategy.Strategy.decoding`) is one query token per sample against its
     ``c`` cached keys and values, all of which it reads (nothing masked)."""
+    if model.uses_latent_attention:
+        return _latent_attention(model, strategy)
     b, s, h, t, bpe = strategy.microbatch_size, rank_sequence(model, strategy), model.hidden_size, strategy.tp, \
         strategy.bytes_per_element
     tokens, kv = b * s, kv_width(model, t) * t  # kv / t: a device's share of the keys' width
     bias = 0 if model.architecture == "llama" else 1
-    heads, head_size = model.num_heads / t, h / model.num_heads
+    width = model.attention_width
     keys = key_length(model, strategy)
-    scores = b * heads * s * keys
     # a decode step reads every cached key and value; a whole sequence computes its own
     cached = b * keys * kv / t if strategy.decoding else tokens * kv / t
-    if strategy.attention == "fused":
-        core: tuple[Operator, ...] = (Operator(
-            name="fused_attention", kind="attention", flops=4.0 * scores * head_size, weight_bytes=0.0,
-            input_bytes=(tokens * h / t + 2 * cached) * bpe, output_bytes=tokens * h / t * bpe,
-            executed_fraction=0.5 if model.architecture in CAUSAL and not strategy.decoding else 1.0),)
-    else:
-        core = (
-            _gemm("attention_scores", b * heads * s, keys, head_size, 0.0, tokens * h / t + cached, bpe),
-            _elementwise("attention_softmax", scores, 5.0, bpe),
-            _elementwise("attention_dropout", scores, 2.0, bpe),
-            _gemm("attention_values", b * heads * s, head_size, keys, 0.0, scores + cached, bpe),
-        )
-    fp8, qkv = strategy.precision == "fp8", (h + 2 * kv) / t
+    core = _attention_core(model, strategy, _CoreShape(
+        queries=tokens * width / t, keys=cached, values=cached, key_head=model.head_size,
+        value_head=model.head_size, outputs=tokens * width / t))
+    fp8, qkv = strategy.precision == "fp8", (width + 2 * kv) / t
     return (
         _gemm("qkv", tokens, qkv, h, qkv * h + bias * qkv, tokens * h, bpe, shared=True, fp8=fp8),
         *core,
-        _gemm("attention_projection", tokens, h, h / t, h * h / t + bias * h, tokens * h / t, bpe, fp8=fp8),
+        _gemm("attention_projection", tokens, h, width / t, h * width / t + bias * h, tokens * width / t, bpe,
+              fp8=fp8),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _CoreShape:
+    """Elements the attention core of one device reads and writes, and its heads' widths."""
+
+    queries: float
+    keys: float
+    values: float
+    key_head: float
+    value_head: float
+    outputs: float
+
+
+def _attention_core(model: ModelSpec, strategy: Strategy, shape: _CoreShape) -> tuple[Operator, ...]:
+    """The attention core of :func:`_attention`: ``b a/t`` heads of ``s`` queries against
+    :func:`key_length` keys, ``2 b a/t s c (d_k + d_v)`` flop (``4 b s^2 h / t`` for ``d = h/a``),
+    fused or unfused."""
+    b, s, t, bpe = strategy.microbatch_size, rank_sequence(model, strategy), strategy.tp, strategy.bytes_per_element
+    scores = b * (model.num_heads / t) * s * key_length(model, strategy)
+    if strategy.attention == "fused":
+        return (Operator(
+            name="fused_attention", kind="attention", flops=2.0 * scores * (shape.key_head + shape.value_head),
+            weight_bytes=0.0, input_bytes=(shape.queries + shape.keys + shape.values) * bpe,
+            output_bytes=shape.outputs * bpe,
+            executed_fraction=0.5 if model.architecture in CAUSAL and not strategy.decoding else 1.0),)
+    rows, keys = b * (model.num_heads / t) * s, key_length(model, strategy)
+    return (
+        _gemm("attention_scores", rows, keys, shape.key_head, 0.0, shape.queries + shape.keys, bpe),
+        _elementwise("attention_softmax", scores, 5.0, bpe),
+        _elementwise("attention_dropout", scores, 2.0, bpe),
+        _gemm("attention_values", rows, shape.value_head, keys, 0.0, scores + shape.values, bpe),
+    )
+
+
+def latent_cache_width(model: ModelSpec) -> int:
+    """Elements multi-head latent attention caches per token and layer: the compressed keys and
+    values ``d_c`` and the shared rotary key ``d_rope`` (DeepSeek-V2, arXiv 2405.04434, §2.1.2)."""
+    return model.kv_lora_rank + model.qk_rope_head_dim
+
+
+def _latent_attention(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
+    """Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, §2.1, Eqs. 9-19), as
+    Megatron-Core's ``MLASelfAttention`` splits it: the down-projections of the queries
+    ``(b s, h) x (h, d_q)`` and of the keys and values ``(b s, h) x (h, d_c + d_rope)`` are
+    replicated on the tensor-parallel group, each followed by an RMSNorm; the up-projections
+    ``(d_q, a/t (d_nope + d_rope))`` and ``(d_c, a/t (d_nope + d_v))`` are column-parallel, the
+    output projection ``(a/t d_v, h)`` row-parallel. A decode step attends in the latent space
+    (the up-projections absorbed into the query and the output, §2.1.2): heads of width ``d_c +
+    d_rope`` for the scores and ``d_c`` for the values, reading the ``d_c + d_rope`` cached latent
+    of each key once."""
+    b, s, h, t, bpe = strategy.microbatch_size, rank_sequence(model, strategy), model.hidden_size, strategy.tp, \
+        strategy.bytes_per_element
+    tokens, heads, fp8 = b * s, model.num_heads / t, strategy.precision == "fp8"
+    d_qk, d_v, rank_q, rank_kv = model.head_size, model.value_head_size, model.q_lora_rank, model.kv_lora_rank
+    if strategy.decoding:
+        latent = float(latent_cache_width(model))
+        shape = _CoreShape(queries=tokens * heads * latent, keys=b * key_length(model, strategy) * latent,
+                           values=0.0, key_head=latent, value_head=float(rank_kv), outputs=tokens * heads * d_v)
+    else:
+        shape = _CoreShape(queries=tokens * heads * d_qk, keys=tokens * heads * d_qk, values=tokens * heads * d_v,
+                           key_head=d_qk, value_head=d_v, outputs=tokens * heads * d_v)
+    kv_up = heads * (model.qk_nope_head_dim + d_v)
+    if rank_q:
+        queries: tuple[Operator, ...] = (
+            _gemm("q_down", tokens, rank_q, h, h * rank_q, tokens * h, bpe, fp8=fp8),
+            _elementwise("q_norm", tokens * rank_q, 4.0, bpe, weight=rank_q),
+            _gemm("q_up", tokens, heads * d_qk, rank_q, rank_q * heads * d_qk, tokens * rank_q, bpe, fp8=fp8))
+    else:
+        queries = (_gemm("q_proj", tokens, heads * d_qk, h, h * heads * d_qk, tokens * h, bpe, shared=True,
+                         fp8=fp8),)
+    return (
+        *queries,
+        _gemm("kv_down", tokens, latent_cache_width(model), h, h * latent_cache_width(model), tokens * h, bpe,
+              fp8=fp8),
+        _elementwise("kv_norm", tokens * rank_kv, 4.0, bpe, weight=rank_kv),
+        _gemm("kv_up", tokens, kv_up, rank_kv, rank_kv * kv_up, tokens * rank_kv, bpe, fp8=fp8),
+        *_attention_core(model, strategy, shape),
+        _gemm("attention_projection", tokens, h, heads * d_v, heads * d_v * h, tokens * heads * d_v, bpe, fp8=fp8),
+    )
+
+
+def _swiglu(prefix: str, tokens: float, inner: float, h: int, bpe: float, fp8: bool,
+            product: str = "") -> tuple[Operator, ...]:
+    """A SwiGLU MLP ``(tokens, h) -> (tokens, inner) -> (tokens, h)``: gate and up GEMMs, their
+    product (named ``product``, default ``<prefix>_silu_multiply``), the down GEMM ``<prefix>_out``."""
+    return (
+        _gemm(f"{prefix}_gate", tokens, inner, h, h * inner, tokens * h, bpe, shared=True, fp8=fp8),
+        _gemm(f"{prefix}_up", tokens, inner, h, h * inner, tokens * h, bpe, shared=True, fp8=fp8),
+        _elementwise(product or f"{prefix}_silu_multiply", tokens * inner, 6.0, bpe, inputs=2),
+        _gemm(f"{prefix}_out", tokens, h, inner, inner * h, tokens * inner, bpe, fp8=fp8),
     )
 
 
@@ -210,12 +302,7 @@ def _mlp(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     tokens, inner = strategy.microbatch_size * rank_sequence(model, strategy), model.ffn_hidden_size / strategy.tp
     fp8 = strategy.precision == "fp8"
     if model.architecture == "llama":
-        return (
-            _gemm("mlp_gate", tokens, inner, h, h * inner, tokens * h, bpe, shared=True, fp8=fp8),
-            _gemm("mlp_up", tokens, inner, h, h * inner, tokens * h, bpe, shared=True, fp8=fp8),
-            _elementwise("silu_multiply", tokens * inner, 6.0, bpe, inputs=2),
-            _gemm("mlp_out", tokens, h, inner, inner * h, tokens * inner, bpe, fp8=fp8),
-        )
+        return _swiglu("mlp", tokens, inner, h, bpe, fp8, product="silu_multiply")
     return (
         _gemm("mlp_in", tokens, inner, h, h * inner + inner, tokens * h, bpe, shared=True, fp8=fp8),
         _elementwise("gelu", tokens * inner, 8.0, bpe),
@@ -223,8 +310,62 @@ def _mlp(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     )
 
 
-def transformer_layer(model: ModelSpec, strategy: Strategy, *,
-                      shard_elementwise: bool = False) -> tuple[Operator, ...]:
+def moe_mlp(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
+    """A Mixture-of-Experts MLP on one device (Shazeer et al., ICLR'17; Fedus et al., JMLR'22;
+    DeepSeekMoE, Dai et al., ACL'24): the router ``(b s, h) x (h, E)``, replicated on the
+    tensor-parallel group as Megatron-Core's ``TopKRouter``; the device's ``E / ep`` routed
+    experts (each a SwiGLU of ``h x f_e``, split over ``t`` as the dense MLP: Megatron-Core's
+    expert tensor parallelism, taken equal to ``tp`` here) as grouped GEMMs over the ``b s k``
+    token copies the expert-parallel all-to-all brings them (every device sends ``b s k`` and, with
+    balanced routing, receives as many: :func:`expert_parallel_collectives`); and the shared
+    experts, a dense SwiGLU of ``n_s f_s`` over the device's own ``b s`` tokens. Around the
+    experts run the element-wise kernels of Megatron-Core's token dispatcher
+    (``moe_utils.permute`` / ``unpermute``): the router's softmax and top-k over ``b s E``
+    scores, the permutation copying each token to its ``k`` slots (``b s k h`` read and
+    written), and the un-permutation summing the ``k`` expert outputs of each token weighted by
+    its routing probabilities.
+
+    Routed GEMMs carry the balanced ``2 b s k h f_e / t`` flop each; the busiest device executes
+    :attr:`~simulator.workload.spec.ModelSpec.expert_load_imbalance` times them
+    (:attr:`Operator.executed_fraction`). Each reads the experts its tokens reach (all ``E / ep``
+    unless fewer than ``b s k`` copies, a decode step's few tokens) and holds all ``E / ep``
+    (:attr:`Operator.table_bytes`)."""
+    h, bpe, t = model.hidden_size, strategy.bytes_per_element, strategy.tp
+    tokens, fp8 = strategy.microbatch_size * rank_sequence(model, strategy), strategy.precision == "fp8"
+    copies, local = tokens * model.experts_per_token, model.num_experts / strategy.ep
+    inner, reached = model.expert_ffn_hidden_size / t, min(local, tokens * model.experts_per_token)
+    routed = tuple(replace(op, weight_bytes=op.weight_bytes * reached, table_bytes=op.weight_bytes * local,
+                           executed_fraction=model.expert_load_imbalance, expert=True) if op.kind == "gemm" else op
+                   for op in _swiglu("expert", copies, inner, h, bpe, fp8))
+    shared = model.num_shared_experts * model.shared_expert_size / t
+    k = model.experts_per_token
+    return (
+        _gemm("router", tokens, model.num_experts, h, h * model.num_experts, tokens * h, bpe),
+        _elementwise("router_top_k", tokens * model.num_experts, 5.0, bpe),
+        _elementwise("token_permute", copies * h, 1.0, bpe),
+        *routed,
+        _elementwise("token_unpermute", tokens * h, 2.0 * k, bpe, inputs=k),
+        *(_swiglu("shared_expert", tokens, shared, h, bpe, fp8) if shared else ()),
+    )
+
+
+def expert_parallel_collectives(model: ModelSpec, strategy: Strategy) -> tuple[Collective, ...]:
+    """Expert parallelism's token dispatch and combine in one pass of a Mixture-of-Experts
+    layer: two all-to-alls over the ``ep`` group, each of ``b s k h / t`` elements per device
+    (its ``b s / t`` tokens' share of the tensor-parallel group, each copied to its ``k``
+    experts), which send ``(ep - 1) / ep`` of it to the other ranks (Megatron-Core
+    ``MoEAlltoAllTokenDispatcher``; Lepikhin et al., "GShard", ICLR'21, §2.2). The backward
+    runs the same two with the gradients. Balanced routing (what each rank sends, it
+    receives). Empty when ``ep == 1``."""
+    if strategy.ep == 1:
+        return ()
+    size = (strategy.microbatch_size * rank_sequence(model, strategy) * model.experts_per_token * model.hidden_size
+            * strategy.bytes_per_element / strategy.tp)
+    return (Collective(kind="all_to_all", size_bytes=size, count=2),)
+
+
+def transformer_layer(model: ModelSpec, strategy: Strategy, *, shard_elementwise: bool = False,
+                      moe: bool = False) -> tuple[Operator, ...]:
     """Operators of one transformer layer, forward, one microbatch, one device.
 
     Pre-norm order (GPT-2/Megatron): layernorm, attention ``(b, s, h) -> (b, s, h)``, dropout +
@@ -243,6 +384,7 @@ def transformer_layer(model: ModelSpec, strategy: Strategy, *,
             element-wise operator over the grid (tt-metal shards them like its matmuls); their
             input, which every core of the group holds after the all-reduce, is read ``1/t``
             per core. Megatron on GPUs replicates them instead (Korthikanti et al. §4.2.2).
+        moe: a Mixture-of-Experts layer: :func:`moe_mlp` replaces the MLP.
 
     Returns:
         The layer's operators in execution order.
@@ -257,7 +399,7 @@ def transformer_layer(model: ModelSpec, strategy: Strategy, *,
         *_attention(model, strategy),
         _elementwise("attention_dropout_residual", tokens * h, 3.0, bpe, inputs=2),
         _elementwise("mlp_norm", tokens * h, norm, bpe, weight=norm_weight),
-        *_mlp(model, strategy),
+        *(moe_mlp(model, strategy) if moe else _mlp(model, strategy)),
         _elementwise("mlp_dropout_residual", tokens * h, 3.0, bpe, inputs=2),
     )
 
@@ -343,11 +485,16 @@ def context_parallel_collectives(model: ModelSpec, strategy: Strategy, backward:
     backward gathers them again and reduce-scatters their gradients. Ring attention moves
     exactly these bytes as ``cp - 1`` ring steps, each overlapped with a block of attention
     (Liu et al., ICLR'24, §3; Megatron-LM context parallelism); Llama 3 all-gathers them
-    (Dubey et al. 2024, §3.3.2). Empty when ``cp == 1``."""
+    (Dubey et al. 2024, §3.3.2). Under multi-head latent attention the keys and values are the
+    up-projected ``a/t (d_qk + d_v)`` wide ones (Megatron-Core's MLA runs context parallelism on
+    them). Empty when ``cp == 1``."""
     if strategy.cp == 1:
         return ()
     size = 2.0 * strategy.microbatch_size * sequence_length(model, strategy) * kv_width(model, strategy.tp) \
         * strategy.bytes_per_element
+    if model.uses_latent_attention:
+        size = strategy.microbatch_size * sequence_length(model, strategy) * model.num_heads / strategy.tp \
+            * (model.head_size + model.value_head_size) * strategy.bytes_per_element
     kinds: tuple[CollectiveKind, ...] = ("all_gather", "reduce_scatter") if backward else ("all_gather",)
     return tuple(Collective(kind=kind, size_bytes=size) for kind in kinds)
 

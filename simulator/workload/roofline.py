@@ -34,14 +34,17 @@ SGD_FLOP_PER_PARAMETER = 2.0
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UnitCollectives:
     """Tensor-parallel collectives of one unit per microbatch: its forward, its backward, and
-    the forward's again when the backward recomputes it; and its context-parallel ones, forward
-    and backward, which its attention's compute hides."""
+    the forward's again when the backward recomputes it; its context-parallel ones, forward
+    and backward, which its attention's compute hides; and a Mixture-of-Experts layer's
+    expert-parallel all-to-alls of one pass (the same in the forward, the backward and a full
+    recompute's forward)."""
 
     forward: tuple[Collective, ...] = ()
     backward: tuple[Collective, ...] = ()
     recompute: tuple[Collective, ...] = ()
     context_forward: tuple[Collective, ...] = ()
     context_backward: tuple[Collective, ...] = ()
+    expert: tuple[Collective, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,6 +72,12 @@ class UnitCost:
     context_backward: tuple[Collective, ...] = ()
     attention_forward_s: float = 0.0
     attention_backward_s: float = 0.0
+    expert_forward: tuple[Collective, ...] = ()
+    """Expert-parallel all-to-alls of its forward (token dispatch and combine)."""
+    expert_backward: tuple[Collective, ...] = ()
+    """Those of its backward, a full recompute's forward included (empty for inference)."""
+    expert_parameters: float = 0.0
+    """The part of ``parameters`` in routed experts (elements; :attr:`Operator.expert`)."""
     weight_gradient_s: float = 0.0
     """Time of its weight-gradient GEMMs, part of ``backward_s`` (s; 0 for inference)."""
     weight_gradient_flops: float = 0.0
@@ -186,7 +195,11 @@ def cost_unit(ops: tuple[Operator, ...], *, recomputed: tuple[Operator, ...], co
         parameters = sum(op.parameter_bytes for op in ops) / strategy.bytes_per_element
     attention_forward_s, attention_backward_s = _pass_times([op for op in ops if op.kind == "attention"],
                                                             hardware, peak)
+    recompute_experts = collectives.expert if strategy.recompute == "full" else ()
     return UnitCost(
+        expert_forward=collectives.expert,
+        expert_backward=(*collectives.expert, *recompute_experts) if training else (),
+        expert_parameters=sum(op.parameter_bytes for op in ops if op.expert) / strategy.bytes_per_element,
         context_forward=collectives.context_forward,
         context_backward=collectives.context_backward if training else (),
         attention_forward_s=attention_forward_s,
@@ -215,15 +228,19 @@ def idle_pass(segments: int) -> PassCost:
 
 
 def optimizer_step(parameters: float, dram_bytes: float, segments: int, hardware: Hardware,
-                   strategy: Strategy) -> PassCost:
+                   strategy: Strategy, expert_parameters: float = 0.0) -> PassCost:
     """Element-wise update of the device's (ZeRO-sharded) parameters as one fused kernel.
 
     Moves :func:`~simulator.workload.memory.optimizer_step_bytes_per_parameter` bytes per
-    parameter (Adam fp16: 28) at the memory-bound efficiency; ZeRO >= 1 updates its shard.
+    parameter (Adam fp16: 28) at the memory-bound efficiency; ZeRO >= 1 updates its shard, of
+    the ``expert_parameters`` among ``parameters`` its shard over the expert replicas
+    (:func:`~simulator.workload.memory.sharded_state_bytes`).
     """
     if not strategy.training:
         return idle_pass(segments)
-    updated = parameters / (strategy.zero_shards if strategy.shards_optimizer_states else 1)
+    sharded = strategy.shards_optimizer_states
+    updated = (parameters - expert_parameters) / (strategy.zero_shards if sharded else 1) \
+        + expert_parameters / (strategy.expert_replicas if sharded else 1)
     moved = updated * memory.optimizer_step_bytes_per_parameter(strategy)
     cal = hardware.calibration
     per_parameter = ADAM_FLOP_PER_PARAMETER if strategy.optimizer == "adam" else SGD_FLOP_PER_PARAMETER

@@ -37,6 +37,29 @@ class ModelSpec:
             head (Devlin et al. 2019, §4.1: the first token's final hidden state, through BERT's
             ``h x h`` tanh pooler, times an ``h x num_classes`` layer; Hugging Face
             ``BertForSequenceClassification``); 0 means the language-model head over every token.
+        head_dim: width ``d`` of one attention head where it is not ``h / a`` (Qwen3: 128 with
+            ``h`` 2048 and 32 heads; GPT-OSS: 64); 0 means ``h / a``.
+        num_experts: routed experts ``E`` of a Mixture-of-Experts layer (Shazeer et al., ICLR'17;
+            Fedus et al., "Switch Transformers", JMLR'22); 0 for a dense model.
+        experts_per_token: experts ``k`` each token is routed to (top-k).
+        expert_ffn_hidden_size: inner size ``f_e`` of one expert's SwiGLU MLP.
+        num_shared_experts: experts every token passes through besides its routed ones
+            (DeepSeekMoE, Dai et al., ACL'24, §3.2), each ``shared_expert_ffn_hidden_size`` wide.
+        shared_expert_ffn_hidden_size: inner size of one shared expert (0: ``f_e``).
+        first_dense_layers: the first layers keep the dense MLP of ``ffn_hidden_size``
+            (DeepSeek-V3's ``first_k_dense_replace`` = 3).
+        moe_layer_period: of the other layers, those whose index is a multiple of the period are
+            MoE, the others dense (DeepSeek's ``moe_layer_freq``; 1: all of them).
+        expert_load_imbalance: tokens of the busiest expert over the mean, ``>= 1`` (1: the
+            balanced routing an auxiliary loss or Megatron's forced balance aims at); it scales
+            the expert GEMMs each device runs.
+        q_lora_rank: multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, §2.1): rank of
+            the queries' low-rank compression (0: queries projected directly).
+        kv_lora_rank: rank ``d_c`` of the keys' and values' joint compression; > 0 selects
+            multi-head latent attention, whose KV cache is the ``d_c + d_rope`` latent per token.
+        qk_nope_head_dim, qk_rope_head_dim: a head's query/key width without and with rotary
+            positions (MLA's decoupled RoPE).
+        v_head_dim: a head's value width (MLA).
     """
 
     name: str
@@ -51,6 +74,20 @@ class ModelSpec:
     image_size: int = 0
     num_kv_heads: int = 0
     num_classes: int = 0
+    head_dim: int = 0
+    num_experts: int = 0
+    experts_per_token: int = 0
+    expert_ffn_hidden_size: int = 0
+    num_shared_experts: int = 0
+    shared_expert_ffn_hidden_size: int = 0
+    first_dense_layers: int = 0
+    moe_layer_period: int = 1
+    expert_load_imbalance: float = 1.0
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
 
     @property
     def is_transformer(self) -> bool:
@@ -64,5 +101,54 @@ class ModelSpec:
 
     @property
     def kv_hidden_size(self) -> int:
-        """Width of the keys (and of the values): ``h * kv_heads / a``."""
+        """Width of the keys (and of the values): ``kv_heads * d`` (``h * kv_heads / a``)."""
+        if self.head_dim:
+            return self.kv_heads * self.head_dim
         return self.hidden_size * self.kv_heads // self.num_heads
+
+    @property
+    def head_size(self) -> float:
+        """Width of one head's queries and keys ``d``: :attr:`head_dim`, ``h / a``, or MLA's
+        ``qk_nope_head_dim + qk_rope_head_dim``."""
+        if self.uses_latent_attention:
+            return float(self.qk_nope_head_dim + self.qk_rope_head_dim)
+        return float(self.head_dim) if self.head_dim else self.hidden_size / self.num_heads
+
+    @property
+    def value_head_size(self) -> float:
+        """Width of one head's values: MLA's ``v_head_dim``, else :attr:`head_size`."""
+        return float(self.v_head_dim) if self.uses_latent_attention else self.head_size
+
+    @property
+    def attention_width(self) -> int:
+        """Width of the attention's output before its projection, ``a d_v`` (``h`` unless the
+        heads are sized otherwise)."""
+        if self.uses_latent_attention:
+            return self.num_heads * self.v_head_dim
+        return self.num_heads * self.head_dim if self.head_dim else self.hidden_size
+
+    @property
+    def uses_latent_attention(self) -> bool:
+        """Multi-head latent attention (``kv_lora_rank > 0``, DeepSeek-V2 §2.1)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def is_moe(self) -> bool:
+        """A Mixture-of-Experts model (``num_experts > 0``)."""
+        return self.num_experts > 0
+
+    @property
+    def shared_expert_size(self) -> int:
+        """Inner size of one shared expert (:attr:`shared_expert_ffn_hidden_size` or ``f_e``)."""
+        return self.shared_expert_ffn_hidden_size or self.expert_ffn_hidden_size
+
+    def is_moe_layer(self, index: int) -> bool:
+        """True if layer ``index`` (0-based) is a Mixture-of-Experts layer: past the
+        :attr:`first_dense_layers` and a multiple of :attr:`moe_layer_period` (DeepSeek-V3's
+        ``modeling_deepseek.py`` rule)."""
+        return self.is_moe and index >= self.first_dense_layers and index % self.moe_layer_period == 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers that are Mixture-of-Experts layers."""
+        return sum(1 for index in range(self.num_layers) if self.is_moe_layer(index))

@@ -53,21 +53,12 @@ def _boundary_bytes(model: ModelSpec, strategy: Strategy) -> float:
 
 
 def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy,
-                       tied_on_one_stage: bool) -> tuple[UnitCost, UnitCost, UnitCost]:
-    """(embedding, layer, logits) units, each costed once."""
+                       tied_on_one_stage: bool) -> tuple[UnitCost, UnitCost, UnitCost, UnitCost | None]:
+    """(embedding, dense layer, logits, Mixture-of-Experts layer or None) units, each costed once."""
     send = _boundary_bytes(model, strategy)
     shard = hardware.network.sram_dataflow() == "tiled"
-    layer_ops = operators.transformer_layer(model, strategy, shard_elementwise=shard)
-    layer_collectives = operators.transformer_layer_collectives(model, strategy)
-    layer = cost_unit(
-        layer_ops, recomputed=_recomputed(layer_ops, strategy),
-        collectives=UnitCollectives(
-            forward=layer_collectives, backward=layer_collectives,
-            recompute=layer_collectives if strategy.recompute == "full" else (),
-            context_forward=operators.context_parallel_collectives(model, strategy, backward=False),
-            context_backward=operators.context_parallel_collectives(model, strategy, backward=True)),
-        activation_bytes=memory.layer_activation_bytes(model, strategy), send_bytes=send,
-        hardware=hardware, strategy=strategy, overlap=strategy.tp_overlap)
+    layer = _layer_unit(model, hardware, strategy, False, send)
+    moe_layer = _layer_unit(model, hardware, strategy, True, send) if model.is_moe else None
     embed = cost_unit(
         operators.embedding(model, strategy, shard_elementwise=shard), recomputed=(),
         collectives=UnitCollectives(forward=operators.embedding_collectives(model, strategy)),
@@ -82,7 +73,24 @@ def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy,
         collectives=UnitCollectives(forward=operators.logits_collectives(model, strategy)),
         activation_bytes=memory.logits_activation_bytes(model, strategy), send_bytes=send,
         hardware=hardware, strategy=strategy, parameters=logits_parameters)
-    return embed, layer, logits
+    return embed, layer, logits, moe_layer
+
+
+def _layer_unit(model: ModelSpec, hardware: Hardware, strategy: Strategy, moe: bool, send: float) -> UnitCost:
+    """A transformer layer's unit, dense or Mixture-of-Experts (``moe``)."""
+    shard = hardware.network.sram_dataflow() == "tiled"
+    layer_ops = operators.transformer_layer(model, strategy, shard_elementwise=shard, moe=moe)
+    layer_collectives = operators.transformer_layer_collectives(model, strategy)
+    return cost_unit(
+        layer_ops, recomputed=_recomputed(layer_ops, strategy),
+        collectives=UnitCollectives(
+            forward=layer_collectives, backward=layer_collectives,
+            recompute=layer_collectives if strategy.recompute == "full" else (),
+            context_forward=operators.context_parallel_collectives(model, strategy, backward=False),
+            context_backward=operators.context_parallel_collectives(model, strategy, backward=True),
+            expert=operators.expert_parallel_collectives(model, strategy) if moe else ()),
+        activation_bytes=memory.layer_activation_bytes(model, strategy, moe), send_bytes=send,
+        hardware=hardware, strategy=strategy, overlap=strategy.tp_overlap)
 
 
 def _resnet_activation(ops: tuple[Operator, ...], strategy: Strategy) -> float:
@@ -118,8 +126,9 @@ def _units_per_item(model: ModelSpec, hardware: Hardware, strategy: Strategy) ->
     if not model.is_transformer:
         return _resnet_units(model, hardware, strategy), None, None
     tied = model.architecture != "llama" and not model.num_classes and strategy.pp * strategy.num_chunks == 1
-    embed, layer, logits = _transformer_units(model, hardware, strategy, tied)
-    return [(f"layer{index}", layer) for index in range(model.num_layers)], embed, logits
+    embed, layer, logits, moe_layer = _transformer_units(model, hardware, strategy, tied)
+    return [(f"layer{index}", moe_layer if moe_layer and model.is_moe_layer(index) else layer)
+            for index in range(model.num_layers)], embed, logits
 
 
 def _partition(items: list[Item], first: UnitCost | None, last: UnitCost | None,
@@ -266,6 +275,7 @@ def _forward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int,
         replica_collectives=_merge([_multicast(replicas), (zero3[0], 1)]), exposed_dp_collectives=zero3[1],
         cp_collectives=_merge([(unit.context_forward, count) for unit, count in groups]),
         cp_overlap_s=sum(unit.attention_forward_s * count for unit, count in groups),
+        ep_collectives=_merge([(unit.expert_forward, count) for unit, count in groups]),
         overlap_s=compute_s if multicast or replicas else 0.0)
 
 
@@ -290,6 +300,7 @@ def _backward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int
         replica_collectives=_merge([_multicast(replicas), (zero3[0], 1)]), exposed_dp_collectives=zero3[1],
         cp_collectives=_merge([(unit.context_backward, count) for unit, count in groups]),
         cp_overlap_s=sum(unit.attention_backward_s * count for unit, count in groups),
+        ep_collectives=_merge([(unit.expert_backward, count) for unit, count in groups]),
         overlap_s=compute_s if multicast or replicas else sum(unit.overlap_s * count for unit, count in groups))
 
 
@@ -325,13 +336,40 @@ def _split_backward(backward: PassCost, groups: Sequence[Group], multicast: bool
     return backward_input, backward_weight
 
 
+def _state_bytes(parameters: float, experts: float, strategy: Strategy) -> memory.StateBytes:
+    """Model states of a device holding ``parameters``, ``experts`` of them in routed experts
+    (sharded over the expert replicas: :func:`memory.sharded_state_bytes`)."""
+    if not experts:
+        return memory.sharded_state_bytes(parameters, strategy)
+    dense = memory.sharded_state_bytes(parameters - experts, strategy)
+    routed = memory.sharded_state_bytes(experts, strategy, expert=True)
+    return memory.StateBytes(weights_bytes=dense.weights_bytes + routed.weights_bytes,
+                             gradients_bytes=dense.gradients_bytes + routed.gradients_bytes,
+                             optimizer_bytes=dense.optimizer_bytes + routed.optimizer_bytes)
+
+
+def expert_dp_collectives(experts: float, strategy: Strategy) -> tuple[Collective, ...]:
+    """Data-parallel collectives of a device's ``experts`` routed-expert parameters over the
+    ``dp cp / ep`` ranks holding the same experts (Megatron-Core's expert-data-parallel group):
+    an all-reduce of their gradients, or with ZeRO 1-2 a reduce-scatter and an all-gather of
+    the same volume (:func:`dp_collectives`). Empty without experts, for inference, or when
+    each expert has one replica."""
+    if not experts or not strategy.training or strategy.expert_replicas == 1:
+        return ()
+    size = experts * strategy.bytes_per_element
+    if strategy.shards_optimizer_states:
+        return (Collective(kind="reduce_scatter", size_bytes=size), Collective(kind="all_gather", size_bytes=size))
+    return (Collective(kind="all_reduce", size_bytes=size),)
+
+
 def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy) -> StageCost:
     """Cost of one virtual stage made of ``entries`` (name, unit)."""
     groups, segments = _groups(entries), len(entries)
     plan = _sram_plan(groups, hardware, strategy)
     parameters = sum(unit.parameters * count for unit, count in groups)
-    states = memory.sharded_state_bytes(parameters, strategy)
-    fp8_parameters = sum(op.weight_bytes * count for unit, count in groups for op in unit.ops
+    experts = sum(unit.expert_parameters * count for unit, count in groups)
+    states = _state_bytes(parameters, experts, strategy)
+    fp8_parameters = sum(op.parameter_bytes * count for unit, count in groups for op in unit.ops
                          if op.fp8) / strategy.bytes_per_element
     buffers = zero3_buffer_bytes(max(unit.parameters for unit, _ in groups), strategy, hardware)
     gemm_flops = sum(unit.gemm_flops * count for unit, count in groups)
@@ -345,10 +383,11 @@ def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy)
                          zero3_collectives(parameters, segments, strategy, hardware, backward=False)),
         backward=backward, backward_input=backward_input, backward_weight=backward_weight,
         optimizer_step=optimizer_step(parameters, plan.update_dram_bytes if plan else 0.0, segments,
-                                      hardware, strategy),
+                                      hardware, strategy, experts),
         activation_send_bytes=entries[-1][1].send_bytes,
         gradient_send_bytes=entries[0][1].send_bytes if strategy.training else 0.0,
-        dp_collectives=dp_collectives(parameters, strategy, hardware), parameters=parameters,
+        dp_collectives=dp_collectives(parameters - experts, strategy, hardware), parameters=parameters,
+        expert_dp_collectives=expert_dp_collectives(experts, strategy),
         model_flops_per_microbatch=gemm_flops * (3.0 if strategy.training else 1.0),
         hardware_flops_per_microbatch=gemm_flops * (3.0 if strategy.training else 1.0)
         + sum(unit.recompute_gemm_flops * count for unit, count in groups),

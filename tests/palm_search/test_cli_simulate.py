@@ -101,3 +101,17 @@ def test_simulate_says_how_many_of_the_machines_devices_it_leaves_idle():
                                  "--precision", "bf16", "--global-batch-size", "16"])
     assert result.exit_code == 0, result.output
     assert "uses 16 of the machine's 64 devices (48 idle" in result.output
+
+
+def test_simulate_takes_a_hugging_face_config_and_expert_parallelism():
+    from pathlib import Path
+
+    config = Path(__file__).parents[1] / "simulator" / "workload" / "hf_configs" / "Mixtral-8x7B.json"
+    result = runner.invoke(app, ["simulate", "--model", str(config), "--hw", "h100-cluster", "--tp", "2",
+                                 "--dp", "8", "--ep", "8", "--zero-stage", "1", "--global-batch-size", "8",
+                                 "--mode", "inference", "--prompt-length", "512", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["feasible"] is True and doc["strategy"]["ep"] == 8 and doc["traffic_bytes"]["ep"] > 0
+    bad = runner.invoke(app, ["simulate", "--model", str(config), "--hw", "h100-cluster", "--dp", "2", "--ep", "4"])
+    assert bad.exit_code == 2 and "`ep` must divide dp * cp" in bad.output

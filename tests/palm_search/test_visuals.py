@@ -80,9 +80,8 @@ _OPTIMIZE = ["optimize", "--study", str(DATA / "small-study.toml"), "--hw", MINI
 def test_top_trials_get_artifacts(run_dir):
     from palm_search.views.artifacts import trial_artifacts
     from palm_search.views.outputs import top_mappings, trials_frame
-    from palm_search.views.report import load_run
-
     from palm_search.views.plots import timeline_window_s
+    from palm_search.views.report import load_run
 
     study = load_run(run_dir)
     attached = trial_artifacts(study)

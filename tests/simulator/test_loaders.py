@@ -315,8 +315,8 @@ def test_bad_model_file(tmp_path, key, line):
 
 
 def test_model_file_unknown_and_missing_keys(tmp_path):
-    path = write(tmp_path, MODEL_TOML + "num_experts = 8\n")
-    raises_one_line(lambda: load_model(path), str(path), "[model]", "unknown key 'num_experts'")
+    path = write(tmp_path, MODEL_TOML + "num_expert_groups = 8\n")
+    raises_one_line(lambda: load_model(path), str(path), "[model]", "unknown key 'num_expert_groups'")
     path = write(tmp_path, replace_line(MODEL_TOML, "vocab_size", None))
     raises_one_line(lambda: load_model(path), str(path), "[model]", "missing key 'vocab_size'")
 

@@ -128,3 +128,17 @@ def test_context_parallel_degrees_where_attention_runs_fused():
     # meshes and the A100 preset run attention unfused: no context parallelism offered
     for name in ("wafer", "a100-cluster"):
         assert all(d.cp == 1 for d in parallelism.enumerate_degrees(model, simulator.load_hardware(name)))
+
+
+def test_expert_parallelism_is_proposed_for_moe_models_only():
+    hardware = simulator.load_hardware("h100-cluster")
+    moe = parallelism.enumerate_degrees(simulator.load_model("Qwen3-30B-A3B"), hardware, devices=16)
+    dense = parallelism.enumerate_degrees(simulator.load_model("LLaMA2-7B"), hardware, devices=16)
+    assert {d.ep for d in dense} == {1}
+    assert {d.ep for d in moe} == {1, 2, 4, 8, 16}
+    for d in moe:  # every proposal is a legal plan: ep divides dp * cp and the 128 experts
+        simulator.Strategy(tp=d.tp, pp=d.pp, dp=d.dp, cp=d.cp, ep=d.ep)
+        assert (d.dp * d.cp) % d.ep == 0 and 128 % d.ep == 0
+    assert all(ParallelDegrees.parse(d.label) == d for d in moe)
+    assert ParallelDegrees(1, 1, 16, 1, 16).label == "1x1x16e16"
+    assert parallelism.enumerate_zero_stages(ParallelDegrees(1, 1, 16, 1, 16)) == (0, 1, 2)
