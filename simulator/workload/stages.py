@@ -56,7 +56,7 @@ def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy,
                        tied_on_one_stage: bool) -> tuple[UnitCost, UnitCost, UnitCost]:
     """(embedding, layer, logits) units, each costed once."""
     send = _boundary_bytes(model, strategy)
-    shard = hardware.network.sram_dataflow() == "tiled"
+    shard = hardware.memory.sram_dataflow() == "tiled"
     layer_ops = operators.transformer_layer(model, strategy, shard_elementwise=shard)
     layer_collectives = operators.transformer_layer_collectives(model, strategy)
     layer = cost_unit(
@@ -186,7 +186,7 @@ def _zero3_per_microbatch(strategy: Strategy, hardware: Hardware) -> bool:
     memory (a GPU's HBM). On a mesh every pass streams its weights from the shared off-chip DRAM
     anyway (the dataflow's DRAM traffic, and the tiled dataflow's multicast to the replicas),
     which is what ZeRO-3's gather moves there."""
-    return strategy.shards_weights and strategy.weight_replicas > 1 and hardware.network.sram_dataflow() is None
+    return strategy.shards_weights and strategy.weight_replicas > 1 and hardware.memory.sram_dataflow() is None
 
 
 ZERO3_UNITS_IN_FLIGHT = 2
@@ -237,11 +237,11 @@ PLANNERS = {"palm-algorithm-1": sram.plan_stage, "tiled": plan_stage_tiled}
 def _sram_plan(groups: list[Group], hardware: Hardware,
                strategy: Strategy) -> sram.SramPlan | None:
     """The stage's DRAM traffic as the mesh's dataflow moves it (None off meshes)."""
-    dataflow = hardware.network.sram_dataflow()
+    dataflow = hardware.memory.sram_dataflow()
     if dataflow is None:
         return None
-    return PLANNERS[dataflow]([(unit.ops, count) for unit, count in groups], hardware.sram_bytes, strategy,
-                              [(unit.recomputed, count) for unit, count in groups if unit.recomputed])
+    return PLANNERS[dataflow]([(unit.ops, count) for unit, count in groups], hardware.memory.sram.capacity_bytes,
+                              strategy, [(unit.recomputed, count) for unit, count in groups if unit.recomputed])
 
 
 def _multicast(size_bytes: float) -> tuple[tuple[Collective, ...], int]:
