@@ -18,16 +18,18 @@ File layout (every number has a sibling ``<key>_source`` string citing where it 
     HiFi4 = 4                          # (any of LoFi, HiFi2, HiFi3, HiFi4)
     HiFi4_source = "..."
 
-    [mesh]                             # the fields of Mesh, or [cluster] those of Cluster,
-    hop_latency_ns = 1                 # each with a unit suffix from simulator.config.UNITS
-    hop_latency_ns_source = "..."
+    [mesh]                             # the fields of Mesh and of the die's DRAM, or [cluster]
+    hop_latency_ns = 1                 # those of Cluster, the GPU's HBM and GEMM tiling, each
+    hop_latency_ns_source = "..."      # with a unit suffix from simulator.config.UNITS
 
     [calibration]                      # the fields of Calibration
     gemm_efficiency = 0.87
     gemm_efficiency_source = "..."
 
-A key's SI name (``hop_latency_ns`` -> ``hop_latency_s``) selects the dataclass field, so any
-unit of the right dimension may be used.
+A key's SI name (``hop_latency_ns`` -> ``hop_latency_s``) selects the record field it fills
+(:mod:`simulator.hardware.layout`: ``[device] sram_MB`` is ``memory.sram.capacity_bytes``,
+``[mesh] dram_bandwidth_GB_per_s`` is ``memory.dram.bandwidth_bytes_per_s``), so any unit of the
+right dimension may be used.
 
 A file (a preset too) may start from a preset and give only what differs (a variant of a chip)::
 
