@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar, cast, overload
+from typing import Any, TypeVar, cast
 
 import simulator.network  # noqa: F401 - registers every network kind in NETWORK_KINDS
 from simulator.config import SOURCE_SUFFIX, UNITS, Table, parse_toml, read_toml, split_unit
@@ -167,8 +167,9 @@ def _build(root: Table, name: str) -> Hardware:
         problems.append(error)
     _raise_all(root.file, problems)
     assert isinstance(sram, Sram) and records is not None and calibration is not None
-    parts = {f.part: record for f, record in zip(filed, records, strict=True)}
-    network = _part(parts, "network", Network)
+    parts = {f.part: record for f, record in zip(filed, records, strict=True)}  # the network first
+    network = records[0]
+    assert isinstance(network, Network)
     if network.num_devices > MAX_DEVICES:
         raise network_table.error(f"{network.num_devices:,} devices, more than the {MAX_DEVICES:,} a machine may have"
                                   " (its topology would take minutes; model a larger machine with coarser devices)")
@@ -177,22 +178,16 @@ def _build(root: Table, name: str) -> Hardware:
         for key, text in sources.items() if key.startswith("calibration.")})
     compute = Compute(peak_flop_per_s={key.removesuffix("_flop_per_s"): v for key, v in peak.items()},
                       math_fidelity_phases={key: int(v) for key, v in fidelity.items()},
-                      gemm_tiling=_part(parts, "gemm_tiling", GemmTiling, optional=True))
-    memory = Memory(sram=sram, dram=_part(parts, "dram", Dram, optional=True),
-                    hbm=_part(parts, "hbm", Hbm, optional=True))
+                      gemm_tiling=_part(parts, "gemm_tiling", GemmTiling))
+    memory = Memory(sram=sram, dram=_part(parts, "dram", Dram),
+                    hbm=_part(parts, "hbm", Hbm))
     return Hardware(name=name, compute=compute, memory=memory, network=network, calibration=calibration,
                     sources=sources)
 
 
-@overload
-def _part(parts: dict[tuple[str, str], object], attribute: str, cls: type[D]) -> D: ...
-@overload
-def _part(parts: dict[tuple[str, str], object], attribute: str, cls: type[D], *, optional: bool) -> D | None: ...
-def _part(parts: dict[tuple[str, str], object], attribute: str, cls: type[D], *, optional: bool = False) -> D | None:
-    """The record read for ``attribute`` of its part (None where the file's kind has none)."""
-    found = [record for (_, name), record in parts.items() if name == attribute]
-    assert found or optional, attribute
-    record = found[0] if found else None
+def _part(parts: dict[tuple[str, str], object], attribute: str, cls: type[D]) -> D | None:
+    """The record read for ``attribute`` of its part (None where the file's kind holds none)."""
+    record = next((r for (_, name), r in parts.items() if name == attribute), None)
     assert record is None or isinstance(record, cls)
     return record
 
