@@ -407,7 +407,7 @@ def _assemble(prepared: _Prepared, outcome: _Outcome) -> SimulationResult:
     replicas = strategy.tp * strategy.cp * strategy.dp * m
     model_flops = replicas * sum(c.model_flops_per_microbatch for c in costs)
     executed = replicas * sum(c.hardware_flops_per_microbatch for c in costs)
-    peak = prepared.hardware.peak_flop_per_s[strategy.precision] * strategy.num_devices * iteration
+    peak = prepared.hardware.compute.peak_flop_per_s[strategy.precision] * strategy.num_devices * iteration
     samples_per_s = batch / iteration
     stages = tuple(_stage_report(i, devices, prepared, run, iteration)
                    for i, devices in enumerate(stage_devices(prepared.topology, strategy)))

@@ -193,21 +193,21 @@ def _check_pipeline(model: ModelSpec, strategy: Strategy) -> None:
 
 
 def _check_precision(hardware: Hardware, strategy: Strategy) -> None:
-    if strategy.precision not in hardware.peak_flop_per_s:
+    if strategy.precision not in hardware.compute.peak_flop_per_s:
         raise InputError(
             f"strategy: precision {strategy.precision!r} has no peak on hardware {hardware.name!r}"
-            f" (has {sorted(hardware.peak_flop_per_s)})"
+            f" (has {sorted(hardware.compute.peak_flop_per_s)})"
         )
     if strategy.precision == "fp8" and (hardware.calibration.fp8_gemm_efficiency is None
-                                        or "bf16" not in hardware.peak_flop_per_s):
+                                        or "bf16" not in hardware.compute.peak_flop_per_s):
         raise InputError(
             f"strategy: precision 'fp8' (FP8 GEMMs, bfloat16 elsewhere) needs a bf16 peak and"
             f" calibration `fp8_gemm_efficiency` on hardware {hardware.name!r}"
         )
-    if strategy.math_fidelity is not None and strategy.math_fidelity not in hardware.math_fidelity_phases:
+    if strategy.math_fidelity is not None and strategy.math_fidelity not in hardware.compute.math_fidelity_phases:
         raise InputError(
             f"strategy: math_fidelity {strategy.math_fidelity!r} is not offered by hardware {hardware.name!r}"
-            f" (offers {sorted(hardware.math_fidelity_phases) or 'none'})"
+            f" (offers {sorted(hardware.compute.math_fidelity_phases) or 'none'})"
         )
 
 
@@ -220,7 +220,7 @@ def attention_of(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> st
             DRAM traffic is planned over a mesh (the kernel is costed as GPUs run it).
     """
     stated = hardware.calibration.fused_attention_efficiency is not None
-    local = hardware.network.sram_dataflow() is None
+    local = hardware.memory.sram_dataflow() is None
     if strategy.attention == "fused" and not (stated and local):
         why = "states no fused_attention_efficiency" if not stated else "plans DRAM traffic over a mesh"
         raise InputError(f"strategy: attention 'fused' needs a FlashAttention kernel; hardware {hardware.name!r} {why}")
@@ -318,10 +318,10 @@ def memory_shortfall(hardware: Hardware, memory_bytes: Sequence[float], in_fligh
                      devices_per_stage: int = 1) -> str:
     """Why the plan does not fit the device memory, or ``""`` when every stage fits.
 
-    Where the machine pools its memory (:meth:`~simulator.hardware.spec.Network.memory_pool_bytes`:
+    Where the machine pools its memory (:meth:`~simulator.hardware.spec.Memory.pool_bytes`:
     a tiled chip whose tensors are interleaved over all its DRAM banks), the plan's devices
     together must fit the pool; elsewhere each device its own share."""
-    pool = hardware.network.memory_pool_bytes(devices_per_stage * len(memory_bytes))
+    pool = hardware.memory_pool_bytes(devices_per_stage * len(memory_bytes))
     if pool is not None:
         needed = devices_per_stage * sum(memory_bytes)
         return "" if needed <= pool else (

@@ -50,6 +50,10 @@ _MESH_QUANTITIES = {
     "intra_die_link_bandwidth_GB_per_s": ("intra_die_link_bandwidth_bytes_per_s", 1e9),
     "inter_die_link_bandwidth_GB_per_s": ("inter_die_link_bandwidth_bytes_per_s", 1e9),
 }
+_DRAM_FIELDS = {"dram_bandwidth_bytes_per_s": "bandwidth_bytes_per_s"}
+"""The ``[mesh]`` file quantities above that are the DRAM's (``Hardware.memory.dram``) -> its field."""
+_SRAM_FIELDS = {"sram_bytes": "capacity_bytes", "sram_bandwidth_bytes_per_s": "bandwidth_bytes_per_s"}
+"""The ``[device]`` file quantities a point sets -> the field of ``Hardware.memory.sram``."""
 HARDWARE_DIMENSIONS = ("dies", "cores", "sram_MB_per_core", "TFLOP_per_s_per_core", *_MESH_QUANTITIES)
 """The dimensions a hardware space may search (module docstring)."""
 HardwareValue = str | int | float
@@ -163,8 +167,8 @@ def build_hardware(space: HardwareSpace, params: Mapping[str, HardwareValue]) ->
     if unknown:
         raise InputError(f"hardware space: {unknown[0]!r} is not a searched dimension")
     base = space.base
-    mesh = base.network
-    assert isinstance(mesh, mesh_network.Mesh)  # HardwareSpace checks its base is a mesh
+    mesh, dram = base.network, base.memory.dram
+    assert isinstance(mesh, mesh_network.Mesh) and dram is not None  # HardwareSpace checks its base is a mesh
     network: dict[str, float | int | tuple[tuple[int, int], ...]] = {}
     for name, value in values.items():
         if name in _GRIDS:
@@ -172,27 +176,32 @@ def build_hardware(space: HardwareSpace, params: Mapping[str, HardwareValue]) ->
         elif name in _MESH_QUANTITIES:
             key, factor = _MESH_QUANTITIES[name]
             network[key] = int(value) if key == "dram_ports_per_die" else float(value) * factor
-    device: dict[str, object] = {}
+    device: dict[str, float] = {}
+    peak = base.compute.peak_flop_per_s
     if "sram_MB_per_core" in values:
         device["sram_bytes"] = float(values["sram_MB_per_core"]) * 1e6
     if "TFLOP_per_s_per_core" in values:
         ratio = float(values["TFLOP_per_s_per_core"]) * 1e12 / _matrix_peak(base)
-        device["peak_flop_per_s"] = {p: v * ratio for p, v in base.peak_flop_per_s.items()}
-        device["sram_bandwidth_bytes_per_s"] = base.sram_bandwidth_bytes_per_s * math.sqrt(ratio)
+        peak = {p: v * ratio for p, v in peak.items()}
+        device["sram_bandwidth_bytes_per_s"] = base.memory.sram.bandwidth_bytes_per_s * math.sqrt(ratio)
     if network.get("dram_ports_per_die", mesh.dram_ports_per_die) != mesh.dram_ports_per_die:
         network["dram_port_cores"] = ()  # the base's named port cores are for its own port count
-    changed = {f"mesh.{k}" for k in network} | {f"device.{k}" for k in device if k != "peak_flop_per_s"}
-    if "peak_flop_per_s" in device:
-        changed |= {f"device.peak.{p}_flop_per_s" for p in base.peak_flop_per_s}
+    changed = {f"mesh.{k}" for k in network} | {f"device.{k}" for k in device}
+    if peak is not base.compute.peak_flop_per_s:
+        changed |= {f"device.peak.{p}_flop_per_s" for p in peak}
     kept = {k: v for k, v in base.sources.items() if _si_key(k) not in changed}
     name = f"{base.name}[{hardware_label(params)}]" if params else base.name
+    dram_changes = {_DRAM_FIELDS[k]: network.pop(k) for k in list(network) if k in _DRAM_FIELDS}
+    memory = dataclasses.replace(
+        base.memory, sram=dataclasses.replace(base.memory.sram, **{_SRAM_FIELDS[k]: v for k, v in device.items()}),
+        dram=dataclasses.replace(dram, **dram_changes))  # type: ignore[arg-type]
     # mypy checks a **dict's value type against every field of the dataclass; the keys here are
     # fields named at run time (from _GRIDS, _MESH_QUANTITIES and the device values above), each
     # given its field's type, which a dict keyed by str cannot express
     proposed = dataclasses.replace(mesh, **network)  # type: ignore[arg-type]
-    return dataclasses.replace(base, name=name, network=proposed,
-                               sources={**kept, **dict.fromkeys(sorted(changed), PROPOSED)},
-                               **device)  # type: ignore[arg-type]
+    return dataclasses.replace(base, name=name, network=proposed, memory=memory,
+                               compute=dataclasses.replace(base.compute, peak_flop_per_s=peak),
+                               sources={**kept, **dict.fromkeys(sorted(changed), PROPOSED)})
 
 
 def _si_key(source_key: str) -> str:
@@ -208,7 +217,7 @@ def _matrix_peak(hardware: Hardware) -> float:
     Raises:
         InputError: the machine gives neither a bf16 nor an fp16 peak.
     """
-    peak = hardware.peak_flop_per_s.get("bf16") or hardware.peak_flop_per_s.get("fp16")
+    peak = hardware.compute.peak_flop_per_s.get("bf16") or hardware.compute.peak_flop_per_s.get("fp16")
     if not peak:
         raise InputError(f"hardware space: {hardware.name!r} has no bf16 or fp16 peak to scale")
     return peak

@@ -223,7 +223,7 @@ def node_shard_group_size(degrees: ParallelDegrees, hardware: Hardware) -> int |
     gathers per microbatch (devices holding their weights:
     :func:`simulator.workload.stages.zero3_collectives`) and that splits the ``dp * cp`` such
     ranks into two or more groups of two or more; None otherwise."""
-    if hardware.network.sram_dataflow() is not None:
+    if hardware.memory.sram_dataflow() is not None:
         return None
     size, replicas = hardware.network.devices_per_node // degrees.tp, degrees.dp * degrees.cp
     return size if 2 <= size < replicas and replicas % size == 0 else None

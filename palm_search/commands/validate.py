@@ -224,11 +224,12 @@ def _inference_candidates(model: ModelSpec, hardware: Hardware, precision: str,
 
 
 def _under(hardware: Hardware, dataflow: str | None) -> Hardware:
-    """``hardware`` with its mesh's dataflow replaced (unchanged for ``None``): one suite run
-    under both models, side by side."""
-    if dataflow is None:
+    """``hardware`` with its DRAM's dataflow replaced (unchanged for ``None`` or without DRAM): one
+    suite run under both models, side by side."""
+    if dataflow is None or hardware.memory.dram is None:
         return hardware
-    return dataclasses.replace(hardware, network=dataclasses.replace(hardware.network, dataflow=dataflow))
+    dram = dataclasses.replace(hardware.memory.dram, dataflow=dataflow)
+    return dataclasses.replace(hardware, memory=dataclasses.replace(hardware.memory, dram=dram))
 
 
 def palm_table5_row(record: dict, dataflow: str | None = None) -> ValidationRow:

@@ -22,16 +22,18 @@ File layout (every number has a sibling ``<key>_source`` string citing where it 
     read_bandwidth_GB_per_s = 64
     read_bandwidth_GB_per_s_source = "..."
 
-    [mesh]                             # the fields of Mesh, or [cluster] those of Cluster,
-    hop_latency_ns = 1                 # each with a unit suffix from simulator.config.UNITS
-    hop_latency_ns_source = "..."
+    [mesh]                             # the fields of Mesh and of the die's DRAM, or [cluster]
+    hop_latency_ns = 1                 # those of Cluster, the GPU's HBM and GEMM tiling, each
+    hop_latency_ns_source = "..."      # with a unit suffix from simulator.config.UNITS
 
     [calibration]                      # the fields of Calibration
     gemm_efficiency = 0.87
     gemm_efficiency_source = "..."
 
-A key's SI name (``hop_latency_ns`` -> ``hop_latency_s``) selects the dataclass field, so any
-unit of the right dimension may be used.
+A key's SI name (``hop_latency_ns`` -> ``hop_latency_s``) selects the record field it fills
+(:mod:`simulator.hardware.layout`: ``[device] sram_MB`` is ``memory.sram.capacity_bytes``,
+``[mesh] dram_bandwidth_GB_per_s`` is ``memory.dram.bandwidth_bytes_per_s``), so any unit of the
+right dimension may be used.
 
 A file (a preset too) may start from a preset and give only what differs (a variant of a chip)::
 
@@ -46,12 +48,27 @@ from __future__ import annotations
 import dataclasses
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import simulator.network  # noqa: F401 - registers every network kind in NETWORK_KINDS
 from simulator.config import SOURCE_SUFFIX, UNITS, Table, parse_toml, read_toml, split_unit
 from simulator.errors import InputError
-from simulator.hardware.spec import DATAFLOWS, DRAM_ACCESSES, NETWORK_KINDS, Calibration, Hardware, Unpacker
+from simulator.hardware.layout import IN_KIND_TABLE, SRAM, Filed
+from simulator.hardware.spec import (
+    DATAFLOWS,
+    DRAM_ACCESSES,
+    NETWORK_KINDS,
+    Calibration,
+    Compute,
+    Dram,
+    GemmTiling,
+    Hardware,
+    Hbm,
+    Memory,
+    Network,
+    Sram,
+    Unpacker,
+)
 from simulator.strategy import MATH_FIDELITIES, PRECISIONS
 
 D = TypeVar("D")
@@ -146,47 +163,72 @@ def _build(root: Table, name: str) -> Hardware:
                                  sources, problems, required=False) if device.has("math_fidelity") else {})
     unpacker = (_read_dataclass(device.take_table("unpacker"), Unpacker, sources, problems)
                 if device.has("unpacker") else None)
-    device_fields = _field_types(Hardware, {"sram_bytes", "sram_bandwidth_bytes_per_s"})
-    device_values = _read_quantities(device, device_fields, sources, problems,
-                                     subtables=("peak", "math_fidelity", "unpacker"))
+    [sram] = _read_records(device, (SRAM,), sources, problems,
+                           subtables=("peak", "math_fidelity", "unpacker")) or [None]
     network_table = root.take_table(kind)
-    network = _read_dataclass(network_table, NETWORK_KINDS[kind], sources, problems)
+    filed = (_as_is(NETWORK_KINDS[kind], ("", "network")), *IN_KIND_TABLE.get(kind, ()))
+    records = _read_records(network_table, filed, sources, problems)
     calibration = _read_dataclass(root.take_table("calibration"), Calibration, sources, problems)
     try:
         root.finish(known=("kind", "base", "device", kind, "calibration"))
     except InputError as error:
         problems.append(error)
     _raise_all(root.file, problems)
-    assert network is not None and calibration is not None
+    assert isinstance(sram, Sram) and records is not None and calibration is not None
+    parts = {f.part: record for f, record in zip(filed, records, strict=True)}  # the network first
+    network = records[0]
+    assert isinstance(network, Network)
     if network.num_devices > MAX_DEVICES:
         raise network_table.error(f"{network.num_devices:,} devices, more than the {MAX_DEVICES:,} a machine may have"
                                   " (its topology would take minutes; model a larger machine with coarser devices)")
     calibration = dataclasses.replace(calibration, sources={
         split_unit(key.removeprefix("calibration."))[1]: text
         for key, text in sources.items() if key.startswith("calibration.")})
-    return Hardware(name=name, network=network, calibration=calibration, sources=sources,
-                    peak_flop_per_s={key.removesuffix("_flop_per_s"): v for key, v in peak.items()},
-                    math_fidelity_phases={key: int(v) for key, v in fidelity.items()}, unpacker=unpacker,
-                    **device_values)
+    compute = Compute(peak_flop_per_s={key.removesuffix("_flop_per_s"): v for key, v in peak.items()},
+                      math_fidelity_phases={key: int(v) for key, v in fidelity.items()},
+                      gemm_tiling=_part(parts, "gemm_tiling", GemmTiling), unpacker=unpacker)
+    memory = Memory(sram=sram, dram=_part(parts, "dram", Dram),
+                    hbm=_part(parts, "hbm", Hbm))
+    return Hardware(name=name, compute=compute, memory=memory, network=network, calibration=calibration,
+                    sources=sources)
 
 
-def _field_types(cls: type, names: set[str] | None = None) -> dict[str, str]:
-    """Field name -> annotation string (``"int"`` / ``"float"``) of a spec dataclass."""
-    return {f.name: str(f.type) for f in dataclasses.fields(cls)
-            if f.name != "sources" and (names is None or f.name in names)}
+def _part(parts: dict[tuple[str, str], object], attribute: str, cls: type[D]) -> D | None:
+    """The record read for ``attribute`` of its part (None where the file's kind holds none)."""
+    record = next((r for (_, name), r in parts.items() if name == attribute), None)
+    assert record is None or isinstance(record, cls)
+    return record
+
+
+def _as_is(cls: type, part: tuple[str, str]) -> Filed:
+    """``cls`` filed under its own field names (``sources`` aside)."""
+    return Filed(cls, part, {f.name: f.name for f in dataclasses.fields(cls) if f.name != "sources"})
 
 
 def _read_dataclass(table: Table, cls: type[D], sources: dict[str, str], problems: list[InputError]) -> D | None:
     """Build ``cls`` from a table holding exactly its fields, each with a unit and a source; None
     (the table's problems added to ``problems``) when they do not make one."""
-    optional = {f.name for f in dataclasses.fields(cls)  # type: ignore[arg-type]
-                if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
+    records = _read_records(table, (_as_is(cls, ("", "")),), sources, problems)
+    return None if records is None else cast(D, records[0])
+
+
+def _read_records(table: Table, filed: tuple[Filed, ...], sources: dict[str, str], problems: list[InputError],
+                  subtables: tuple[str, ...] = ()) -> list[object] | None:
+    """Build each record of ``filed`` from a table holding exactly their fields under their file
+    keys (:mod:`simulator.hardware.layout`), each with a unit and a source; None (the table's
+    problems added to ``problems``) when they do not make them."""
+    wanted = {entry.keys[f.name]: str(f.type) for entry in filed for f in dataclasses.fields(entry.record)
+              if f.name in entry.keys}
+    optional = {entry.keys[f.name] for entry in filed for f in dataclasses.fields(entry.record)
+                if f.name in entry.keys
+                and (f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING)}
     before = len(problems)
-    values = _read_quantities(table, _field_types(cls), sources, problems, optional=optional)
+    values = _read_quantities(table, wanted, sources, problems, optional=optional, subtables=subtables)
     if len(problems) > before:
         return None
     try:
-        return cls(**values)
+        return [entry.record(**{name: values[key] for name, key in entry.keys.items() if key in values})
+                for entry in filed]
     except InputError as error:
         problems.append(table.error(str(error).split(": ", 1)[-1]))
         return None

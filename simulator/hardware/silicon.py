@@ -26,13 +26,14 @@ bytes, flop/s); the file's units are in its key names and converted once here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
 from simulator.config import Table, read_toml
 from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
+from simulator.network.mesh import Mesh
 
 TECHNOLOGY_DIR = Path(__file__).parent / "technology"
 DEFAULT_TECHNOLOGY = "tsmc-n7"
@@ -195,23 +196,20 @@ def mesh_die(hardware: Hardware) -> Die:
     Raises:
         InputError: not a mesh, or no 16-bit (bf16 or fp16) peak.
     """
-    mesh = hardware.network
-    if hardware.kind != "mesh":
+    mesh, dram = hardware.network, hardware.memory.dram
+    if not isinstance(mesh, Mesh) or dram is None:
         raise InputError(f"silicon: area and power are modelled for mesh chips; {hardware.name!r} is a {hardware.kind}")
-    peak = hardware.peak_flop_per_s.get("bf16") or hardware.peak_flop_per_s.get("fp16")
+    peak = hardware.compute.peak_flop_per_s.get("bf16") or hardware.compute.peak_flop_per_s.get("fp16")
     if not peak:
         raise InputError(f"silicon: {hardware.name!r} gives no bf16 or fp16 peak to cost its matrix engines")
-    cores = mesh.cores_x * mesh.cores_y  # type: ignore[attr-defined]
-    core_link = 4 * mesh.intra_die_link_bandwidth_bytes_per_s  # type: ignore[attr-defined]
-    edge_cores = 2 * (mesh.cores_x + mesh.cores_y)  # type: ignore[attr-defined]
-    return Die(name=hardware.name, dies=mesh.dies_x * mesh.dies_y, cores=cores,  # type: ignore[attr-defined]
-               sram_bytes_per_core=hardware.sram_bytes, flop_per_s_per_core=peak,
-               core_link_bytes_per_s=core_link,
-               dram_bytes_per_s=mesh.dram_bandwidth_bytes_per_s,  # type: ignore[attr-defined]
-               die_to_die_bytes_per_s=edge_cores * mesh.inter_die_link_bandwidth_bytes_per_s,  # type: ignore[attr-defined]
-               sram_bandwidth_bytes_per_s=cores * hardware.sram_bandwidth_bytes_per_s,
-               noc_bytes_per_s=min(mesh.cores_x, mesh.cores_y)  # type: ignore[attr-defined]
-               * mesh.intra_die_link_bandwidth_bytes_per_s)  # type: ignore[attr-defined]
+    cores, sram = mesh.cores_x * mesh.cores_y, hardware.memory.sram
+    return Die(name=hardware.name, dies=mesh.dies_x * mesh.dies_y, cores=cores,
+               sram_bytes_per_core=sram.capacity_bytes, flop_per_s_per_core=peak,
+               core_link_bytes_per_s=4 * mesh.intra_die_link_bandwidth_bytes_per_s,
+               dram_bytes_per_s=dram.bandwidth_bytes_per_s,
+               die_to_die_bytes_per_s=2 * (mesh.cores_x + mesh.cores_y) * mesh.inter_die_link_bandwidth_bytes_per_s,
+               sram_bandwidth_bytes_per_s=cores * sram.bandwidth_bytes_per_s,
+               noc_bytes_per_s=min(mesh.cores_x, mesh.cores_y) * mesh.intra_die_link_bandwidth_bytes_per_s)
 
 
 def hardware_cost(hardware: Hardware, technology: Technology) -> SiliconCost:
@@ -322,7 +320,6 @@ def _check(root: Table, index: int, entry: object, sources: dict[str, str]) -> D
         sources[f"{table.path}.{key}"] = table.take_source(key)
     table.finish(["name", "process", "process_source", "used_to_derive", "used_to_derive_source", *_CHECK_KEYS,
                   *(k + "_source" for k in _CHECK_KEYS)])
-    integers = {f.name for f in fields(Die) if f.type in ("int", int)}
-    figures = {k: int(v) if k in integers else v for k, v in values.items()}
-    return Die(name=f"{name} ({process})" if process else name, used_to_derive=derived,
-               **figures)  # type: ignore[arg-type]
+    dies, cores = int(values.pop("dies", 1)), int(values.pop("cores"))
+    return Die(name=f"{name} ({process})" if process else name, used_to_derive=derived, dies=dies, cores=cores,
+               **values)

@@ -1,16 +1,26 @@
-"""Hardware described as data: devices, the network that joins them, memory, calibration.
+"""Hardware described as data, carved by what each part is: compute, memory, network, calibration.
 
 All quantities are SI (bytes, s, bytes/s, flop/s). TOML presets carry decimal- or binary-prefixed
-units in their key names and are converted once by :mod:`simulator.hardware.loader`.
+units in their key names and are converted once by :mod:`simulator.hardware.loader` (whose file
+layout is unchanged by the carving: :mod:`simulator.hardware.layout` says which key fills which
+record).
 
-Every kind of machine shares one :class:`Hardware` record; what joins its devices is a
-:class:`Network` record of one kind, each kind a module of :mod:`simulator.network`:
-``mesh`` (a tiled accelerator, PALM Fig. 1(c)), ``cluster`` (GPU nodes on NVSwitch and
-InfiniBand, Narayanan et al. SC'21 §5), ``torus`` (chips on a 2D/3D torus, TPU v4).
+A :class:`Hardware` record holds four parts:
+
+* :class:`Compute`: one device's peaks per precision, math-fidelity passes and (a GPU) GEMM
+  tiling over its SMs;
+* :class:`Memory`: its levels, SRAM per device, then DRAM per die shared by the die's cores
+  (:class:`Dram`, reached over the mesh) or HBM per device (:class:`Hbm`);
+* a :class:`Network` record of one kind, the fabric only (topology, links, latencies), each kind
+  a module of :mod:`simulator.network`: ``mesh`` (a tiled accelerator, PALM Fig. 1(c)),
+  ``cluster`` (GPU nodes on NVSwitch and InfiniBand, Narayanan et al. SC'21 §5), ``torus``
+  (chips on a 2D/3D torus, TPU v4);
+* :class:`Calibration`: the achieved fractions of peak measured on the machine, with sources.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, TypeVar
@@ -18,16 +28,17 @@ from typing import ClassVar, Literal, TypeVar
 from simulator.errors import InputError
 
 Dataflow = Literal["palm-algorithm-1", "tiled"]
-"""How a mesh's operators move operands between DRAM and SRAM (:class:`simulator.network.mesh.Mesh`)."""
+"""How a mesh's operators move operands between DRAM and SRAM (:class:`Dram`)."""
 
 DATAFLOWS: tuple[str, ...] = ("palm-algorithm-1", "tiled")
 """The values of :data:`Dataflow`, for file checks."""
 
 DramAccess = Literal["nearest", "interleaved"]
-"""Which of a die's DRAM ports a core's traffic goes to (:class:`simulator.network.mesh.Mesh`)."""
+"""Which of a die's DRAM ports a core's traffic goes to (:class:`Dram`)."""
 
 DRAM_ACCESSES: tuple[str, ...] = ("nearest", "interleaved")
 """The values of :data:`DramAccess`, for file checks."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Calibration:
@@ -85,8 +96,183 @@ class Unpacker:
             raise InputError(f"unpacker: instruction_setup_s must be >= 0, got {self.instruction_setup_s}")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GemmTiling:
+    """How a GPU cuts a GEMM's output over its streaming multiprocessors (tile and wave quantization).
+
+    Attributes:
+        streaming_multiprocessors: SMs of one GPU; a GEMM runs in waves of this many output tiles.
+        gemm_tile_rows, gemm_tile_columns: the output tile one SM computes at a time (the GEMM
+            library's largest tile).
+    """
+
+    streaming_multiprocessors: int
+    gemm_tile_rows: int
+    gemm_tile_columns: int
+
+    def efficiency(self, rows: float, columns: float) -> float:
+        """Fraction of a GEMM's ``waves x SMs`` tile slots doing useful work (0..1].
+
+        A ``rows x columns`` output is cut into ``ceil(rows/Tr) ceil(columns/Tc)`` tiles, run
+        ``SMs`` at a time; the last, partial wave and the padding of edge tiles idle the rest
+        (NVIDIA Deep Learning Performance Guide, "Matrix Multiplication Background": tile and wave
+        quantization). 1 for an empty output.
+        """
+        if rows <= 0 or columns <= 0:
+            return 1.0
+        tiles = math.ceil(rows / self.gemm_tile_rows) * math.ceil(columns / self.gemm_tile_columns)
+        waves = math.ceil(tiles / self.streaming_multiprocessors)
+        slots = waves * self.streaming_multiprocessors * self.gemm_tile_rows * self.gemm_tile_columns
+        return rows * columns / slots
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Compute:
+    """What one device computes: its peaks and how its matrix engine loses to tiling.
+
+    Attributes:
+        peak_flop_per_s: peak arithmetic rate of one device by precision
+            (keys among ``fp32``, ``fp16``, ``bf16``, ``fp8``, ``int8``; int8 in op/s).
+        math_fidelity_phases: matrix-engine passes per product of each math fidelity the device
+            offers (Tenstorrent: ``LoFi`` 1, ``HiFi2`` 2, ``HiFi3`` 3, ``HiFi4`` 4; tt-metal
+            ``tech_reports/matrix_engine``); empty where the device has no such setting. The
+            peak is the one-pass rate.
+        gemm_tiling: a GPU's output tiling over its SMs (:class:`GemmTiling`); None where the
+            device's GEMMs are not modelled as tiles and waves.
+        unpacker: how fast the device's SRAM feeds its matrix engine (:class:`Unpacker`), or None
+            where no figure is stated (the engine is then taken as fed at its peak).
+
+    The achieved fractions of these peaks are measurements, kept with their sources in
+    :class:`Calibration` (``gemm_efficiency``, ``fp8_gemm_efficiency``, ``fused_attention_efficiency``).
+    """
+
+    peak_flop_per_s: dict[str, float]
+    math_fidelity_phases: dict[str, int] = field(default_factory=dict)
+    gemm_tiling: GemmTiling | None = None
+    unpacker: Unpacker | None = None
+
+    def gemm_efficiency(self, rows: float, columns: float) -> float:
+        """Fraction of peak a ``rows x columns`` GEMM output keeps after the device's tiling
+        (:meth:`GemmTiling.efficiency`; 1 without a tiling)."""
+        return 1.0 if self.gemm_tiling is None else self.gemm_tiling.efficiency(rows, columns)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sram:
+    """On-chip SRAM of one device (a core's share of its die on a mesh; a GPU's L2).
+
+    Attributes:
+        capacity_bytes: SRAM capacity of one device.
+        bandwidth_bytes_per_s: SRAM bandwidth of one device, used by memory-bound operators whose
+            operands stay on chip.
+    """
+
+    capacity_bytes: float
+    bandwidth_bytes_per_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dram:
+    """Off-chip DRAM of one die, shared by the die's cores and reached over the mesh (PALM Table VI).
+
+    The mesh (:class:`simulator.network.mesh.Mesh`) says where the die's DRAM ports sit on its
+    grid; this record says what is behind them.
+
+    Attributes:
+        bandwidth_bytes_per_s: DRAM bandwidth of one die, split equally over its ports.
+        latency_s: DRAM response time (PALM Eq. 4).
+        capacity_bytes: DRAM capacity of one die.
+        access: ``nearest`` (a core uses the port closest to it, ties to the first) or
+            ``interleaved`` (a core's traffic spread evenly over its die's ports, the die's
+            capacity one pool: :meth:`Memory.pool_bytes`).
+        dataflow: how operators move operands between DRAM and SRAM: ``palm-algorithm-1``
+            (PALM Algorithm 1, one-dimensional blocking: :mod:`simulator.workload.sram`) or
+            ``tiled`` (two-dimensional blocking with multicast: :mod:`simulator.workload.tiled_stage`).
+    """
+
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    capacity_bytes: float
+    access: DramAccess = "nearest"
+    dataflow: Dataflow
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Hbm:
+    """High-bandwidth memory of one device (a GPU's or a TPU chip's own), its traffic timed
+    inside compute, not on the network.
+
+    Attributes:
+        bandwidth_bytes_per_s: one device's memory bandwidth.
+        capacity_bytes: one device's memory capacity.
+    """
+
+    bandwidth_bytes_per_s: float
+    capacity_bytes: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Memory:
+    """A device's memory levels: SRAM per device, and off chip either DRAM per die (shared by its
+    cores, over the mesh) or HBM per device.
+
+    Attributes:
+        sram: on-chip SRAM of one device.
+        dram: a die's DRAM (a mesh), or None.
+        hbm: a device's HBM (a GPU, a TPU chip), or None.
+
+    Raises:
+        InputError: not exactly one of ``dram`` and ``hbm``.
+    """
+
+    sram: Sram
+    dram: Dram | None = None
+    hbm: Hbm | None = None
+
+    def __post_init__(self) -> None:
+        if (self.dram is None) == (self.hbm is None):
+            raise InputError("memory: a device needs one off-chip level, DRAM (a mesh's dies) or HBM,"
+                             f" got {'both' if self.dram else 'neither'}")
+
+    def sram_dataflow(self) -> Dataflow | None:
+        """How operands stream from off-chip DRAM into SRAM over the network (the DRAM's
+        :data:`Dataflow`), or None where device memory is local (HBM) and its traffic is timed
+        inside compute."""
+        return None if self.dram is None else self.dram.dataflow
+
+    def device_bytes(self, devices_per_dram: int) -> float:
+        """Memory capacity one device has for weights, states and activations (bytes): its HBM,
+        or its die's DRAM shared equally by the die's ``devices_per_dram`` cores."""
+        if self.hbm is not None:
+            return self.hbm.capacity_bytes
+        assert self.dram is not None  # __post_init__: one of them
+        return self.dram.capacity_bytes / devices_per_dram
+
+    def pool_bytes(self, devices: int, devices_per_dram: int) -> float | None:
+        """Memory that ``devices`` devices (the first of the machine's order) share as one pool
+        (bytes), or None where each device has its own share (:meth:`device_bytes`).
+
+        With ``interleaved`` DRAM access, the DRAM of the dies ``devices`` cores touch: tt-metal
+        allocates an interleaved buffer's pages round-robin over every DRAM bank of the chip,
+        whichever core uses it (tenstorrent/tt-metal ``tech_reports/tensor_layouts``, §4.1), so a
+        die's cores share its capacity as one pool (counted as the fewest dies of
+        ``devices_per_dram`` cores holding that many cores: exact on a one-die chip). None with
+        ``nearest`` access (PALM: a core's share) and with HBM.
+        """
+        if self.dram is None or self.dram.access != "interleaved":
+            return None
+        return -(-devices // devices_per_dram) * self.dram.capacity_bytes
+
+    @property
+    def operand_bandwidth_bytes_per_s(self) -> float:
+        """Bandwidth at which a device's operators read their operands (bytes/s): the SRAM's where
+        DRAM traffic is planned and sent over the mesh (PALM Algorithm 1), else the HBM's."""
+        return self.sram.bandwidth_bytes_per_s if self.hbm is None else self.hbm.bandwidth_bytes_per_s
+
+
 class Network:
-    """Base of the records that describe how a machine's devices are joined (one per kind).
+    """Base of the records that describe how a machine's devices are joined (one per kind): the
+    fabric only (topology, links, latencies), never memory or compute.
 
     A kind is one module of :mod:`simulator.network` holding its record (a frozen dataclass
     subclassing this one, registered by :func:`network_kind`) and its
@@ -100,12 +286,6 @@ class Network:
     __slots__ = ()
     kind: ClassVar[str] = ""
 
-    def sram_dataflow(self) -> Dataflow | None:
-        """How operands stream from off-chip DRAM into SRAM over the network (a mesh's
-        :data:`Dataflow`), or None where device memory is local (HBM) and its traffic is timed
-        inside compute."""
-        return None
-
     @property
     def num_devices(self) -> int:
         """Devices (cores, GPUs, chips) the network joins."""
@@ -113,27 +293,9 @@ class Network:
 
     @property
     def devices_per_node(self) -> int:
-        """Devices of the unit a tensor-parallel group should stay within (a die, a node)."""
+        """Devices of the unit a tensor-parallel group should stay within (a die, a node); on a
+        mesh also the cores sharing one die's DRAM (:meth:`Hardware.device_memory_bytes`)."""
         raise NotImplementedError
-
-    def device_memory_bytes(self) -> float:
-        """Memory capacity one device has for weights, states and activations (bytes)."""
-        raise NotImplementedError
-
-    def operand_bandwidth_bytes_per_s(self, sram_bandwidth_bytes_per_s: float) -> float:
-        """Bandwidth at which a device's operators read their operands (bytes/s): the SRAM's
-        where DRAM traffic is separate (:meth:`Network.sram_dataflow`), else the device memory's."""
-        raise NotImplementedError
-
-    def memory_pool_bytes(self, devices: int) -> float | None:
-        """Memory that ``devices`` devices (the first of the machine's order) share as one pool
-        (bytes), or None where each device has its own share (:meth:`device_memory_bytes`)."""
-        return None
-
-    def gemm_efficiency(self, rows: float, columns: float) -> float:
-        """Fraction of peak a ``rows x columns`` GEMM output keeps after the device's tiling
-        (1 unless the kind models tile and wave quantization)."""
-        return 1.0
 
 
 NETWORK_KINDS: dict[str, type[Network]] = {}
@@ -154,34 +316,24 @@ def network_kind(kind: str) -> Callable[[N], N]:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Hardware:
-    """One machine: device compute and memory, network, calibration.
+    """One machine, carved by what each part is: compute, memory, network, calibration.
 
     Attributes:
         name: preset or file name.
-        peak_flop_per_s: peak arithmetic rate of one device by precision
-            (keys among ``fp32``, ``fp16``, ``bf16``, ``int8``; int8 in op/s).
-        sram_bytes: on-chip SRAM of one device (a core's share of its die on a mesh).
-        sram_bandwidth_bytes_per_s: SRAM bandwidth of one device, used by memory-bound operators
-            whose operands stay on chip.
-        network: the :class:`Network` record (a mesh, a cluster, a torus...).
-        calibration: the achieved fractions of peak.
-        math_fidelity_phases: matrix-engine passes per product of each math fidelity the device
-            offers (Tenstorrent: ``LoFi`` 1, ``HiFi2`` 2, ``HiFi3`` 3, ``HiFi4`` 4; tt-metal
-            ``tech_reports/matrix_engine``); empty where the device has no such setting. The
-            peak is the one-pass rate.
-        unpacker: how fast the device's SRAM feeds its matrix engine, or None where no figure
-            is stated (the engine is then taken as fed at its peak).
-        sources: the ``source`` string of each quantity, by key path.
+        compute: one device's peaks and GEMM tiling (:class:`Compute`).
+        memory: one device's memory levels (:class:`Memory`).
+        network: the fabric joining the devices (a :class:`Network` record: a mesh, a cluster, a
+            torus...).
+        calibration: the achieved fractions of peak, measured on the whole machine.
+        sources: the ``source`` string of each quantity, by its file's key path
+            (``mesh.dram_bandwidth_GB_per_s``).
     """
 
     name: str
-    peak_flop_per_s: dict[str, float]
-    sram_bytes: float
-    sram_bandwidth_bytes_per_s: float
+    compute: Compute
+    memory: Memory
     network: Network
     calibration: Calibration
-    math_fidelity_phases: dict[str, int] = field(default_factory=dict)
-    unpacker: Unpacker | None = None
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -195,10 +347,10 @@ class Hardware:
         return self.network.kind
 
     def device_memory_bytes(self) -> float:
-        """Memory capacity available to one device for weights, states and activations (bytes)."""
-        return self.network.device_memory_bytes()
+        """Memory capacity available to one device for weights, states and activations (bytes):
+        :meth:`Memory.device_bytes`, a die's DRAM shared by the network's cores of a die."""
+        return self.memory.device_bytes(self.network.devices_per_node)
 
-    @property
-    def operand_bandwidth_bytes_per_s(self) -> float:
-        """Bandwidth at which operators read their operands (bytes/s), see :class:`Network`."""
-        return self.network.operand_bandwidth_bytes_per_s(self.sram_bandwidth_bytes_per_s)
+    def memory_pool_bytes(self, devices: int) -> float | None:
+        """Memory ``devices`` devices share as one pool (bytes), or None: :meth:`Memory.pool_bytes`."""
+        return self.memory.pool_bytes(devices, self.network.devices_per_node)

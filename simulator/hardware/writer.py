@@ -15,6 +15,8 @@ from typing import Any
 import tomli_w
 
 from simulator.config import SOURCE_SUFFIX, split_unit
+from simulator.errors import InputError
+from simulator.hardware.layout import IN_KIND_TABLE, SRAM, part_of
 from simulator.hardware.spec import Hardware
 
 _UNSOURCED = "written by palm-search: no source recorded for this value"
@@ -38,27 +40,41 @@ def _quantities(values: dict[str, Any], table: str, sources: dict[str, str]) -> 
     return out
 
 
-def _fields(record: object) -> dict[str, Any]:
-    """The record's fields but ``sources`` and optional ones left at their default."""
-    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)  # type: ignore[arg-type]
+def _fields(record: object, keys: dict[str, str] | None = None) -> dict[str, Any]:
+    """The record's fields but ``sources`` and optional ones left at their default, under their
+    file keys (``keys``: field -> key; their own names without)."""
+    return {(keys or {}).get(f.name, f.name): getattr(record, f.name)
+            for f in dataclasses.fields(record)  # type: ignore[arg-type]
             if f.name != "sources" and getattr(record, f.name) != f.default}
 
 
 def hardware_tables(hardware: Hardware) -> dict[str, Any]:
-    """The tables of a hardware file describing ``hardware`` (TOML- and JSON-ready)."""
+    """The tables of a hardware file describing ``hardware`` (TOML- and JSON-ready), in the file
+    layout of :mod:`simulator.hardware.layout`.
+
+    Raises:
+        InputError: the machine lacks a record its kind's table holds (a mesh without DRAM, a
+            cluster without HBM or GEMM tiling).
+    """
     calibration_sources = {f"calibration.{k}": v for k, v in hardware.calibration.sources.items()}
-    device = {"sram_bytes": hardware.sram_bytes, "sram_bandwidth_bytes_per_s": hardware.sram_bandwidth_bytes_per_s}
-    peak = {f"{p}_flop_per_s": v for p, v in hardware.peak_flop_per_s.items()}
-    subtables: dict[str, Any] = (
-        {"math_fidelity": _quantities(hardware.math_fidelity_phases, "device.math_fidelity", hardware.sources)}
-        if hardware.math_fidelity_phases else {})
-    if hardware.unpacker is not None:
-        subtables["unpacker"] = _quantities(_fields(hardware.unpacker), "device.unpacker", hardware.sources)
+    compute, kind = hardware.compute, hardware.kind
+    peak = {f"{p}_flop_per_s": v for p, v in compute.peak_flop_per_s.items()}
+    fidelity = ({"math_fidelity": _quantities(compute.math_fidelity_phases, "device.math_fidelity", hardware.sources)}
+                if compute.math_fidelity_phases else {})
+    if compute.unpacker is not None:
+        fidelity["unpacker"] = _quantities(_fields(compute.unpacker), "device.unpacker", hardware.sources)
+    network = _fields(hardware.network)
+    for filed in IN_KIND_TABLE.get(kind, ()):
+        record = part_of(hardware, filed)
+        if record is None:
+            raise InputError(f"hardware: a {kind} file gives its {filed.part[1]} in [{kind}], and"
+                             f" {hardware.name!r} has none")
+        network.update(_fields(record, filed.keys))
     return {
-        "kind": hardware.kind,
-        "device": {**_quantities(device, "device", hardware.sources),
-                   "peak": _quantities(peak, "device.peak", hardware.sources), **subtables},
-        hardware.kind: _quantities(_fields(hardware.network), hardware.kind, hardware.sources),
+        "kind": kind,
+        "device": {**_quantities(_fields(hardware.memory.sram, SRAM.keys), "device", hardware.sources),
+                   "peak": _quantities(peak, "device.peak", hardware.sources), **fidelity},
+        kind: _quantities(network, kind, hardware.sources),
         "calibration": _quantities(_fields(hardware.calibration), "calibration", calibration_sources),
     }
 

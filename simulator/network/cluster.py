@@ -8,13 +8,12 @@ cut from them in order (``line``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import TypeVar, overload
 
-from simulator.hardware.spec import Network, network_kind
+from simulator.hardware.spec import Dram, Network, network_kind
 from simulator.network.topology import Drawing, Edge, Mark, Topology, topology_for
 
 
@@ -23,6 +22,9 @@ from simulator.network.topology import Drawing, Edge, Mark, Topology, topology_f
 class Cluster(Network):
     """GPU nodes on a switched fabric (Narayanan et al. SC'21 §5; NVIDIA DGX A100 datasheet).
 
+    The fabric only: a GPU's HBM is the machine's :class:`~simulator.hardware.spec.Hbm`, its SMs and
+    GEMM tiles its :class:`~simulator.hardware.spec.GemmTiling`.
+
     Attributes:
         nodes: number of nodes.
         gpus_per_node: GPUs per node, all on one switch (NVSwitch).
@@ -30,11 +32,6 @@ class Cluster(Network):
         inter_node_bandwidth_bytes_per_s: one direction of one GPU's NIC.
         intra_node_latency_s: one switch traversal.
         inter_node_latency_s: one fabric traversal.
-        hbm_bandwidth_bytes_per_s: one GPU's memory bandwidth.
-        hbm_capacity_bytes: one GPU's memory capacity.
-        streaming_multiprocessors: SMs of one GPU; a GEMM runs in waves of this many output tiles.
-        gemm_tile_rows, gemm_tile_columns: the output tile one SM computes at a time (the GEMM
-            library's largest tile); see :meth:`gemm_efficiency`.
         inter_node_efficiency: achieved fraction of a NIC's line rate, for collectives and p2p
             alike (0, 1]; on NIC resources it replaces the calibration's collective and p2p
             efficiencies, which are measured on NVLink.
@@ -46,11 +43,6 @@ class Cluster(Network):
     inter_node_bandwidth_bytes_per_s: float
     intra_node_latency_s: float
     inter_node_latency_s: float
-    hbm_bandwidth_bytes_per_s: float
-    hbm_capacity_bytes: float
-    streaming_multiprocessors: int
-    gemm_tile_rows: int
-    gemm_tile_columns: int
     inter_node_efficiency: float
 
     @property
@@ -62,29 +54,6 @@ class Cluster(Network):
     def devices_per_node(self) -> int:
         """GPUs of one node (one NVSwitch)."""
         return self.gpus_per_node
-
-    def device_memory_bytes(self) -> float:
-        """One GPU's HBM (bytes)."""
-        return self.hbm_capacity_bytes
-
-    def operand_bandwidth_bytes_per_s(self, sram_bandwidth_bytes_per_s: float) -> float:
-        """One GPU's HBM: operators stream their operands from it."""
-        return self.hbm_bandwidth_bytes_per_s
-
-    def gemm_efficiency(self, rows: float, columns: float) -> float:
-        """Fraction of a GEMM's ``waves x SMs`` tile slots doing useful work (0..1].
-
-        A ``rows x columns`` output is cut into ``ceil(rows/Tr) ceil(columns/Tc)`` tiles, run
-        ``SMs`` at a time; the last, partial wave and the padding of edge tiles idle the rest
-        (NVIDIA Deep Learning Performance Guide, "Matrix Multiplication Background": tile and wave
-        quantization).
-        """
-        if rows <= 0 or columns <= 0:
-            return 1.0
-        tiles = math.ceil(rows / self.gemm_tile_rows) * math.ceil(columns / self.gemm_tile_columns)
-        waves = math.ceil(tiles / self.streaming_multiprocessors)
-        slots = waves * self.streaming_multiprocessors * self.gemm_tile_rows * self.gemm_tile_columns
-        return rows * columns / slots
 
 
 _V = TypeVar("_V")
@@ -124,7 +93,8 @@ class ClusterTopology(Topology):
     arithmetically: GPU ``g``'s ports are resources ``4g .. 4g + 3`` (:data:`PORTS`), nothing is
     built per GPU."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, dram: Dram | None) -> None:
+        """``dram`` is unused: a GPU's memory is its own HBM, timed inside compute."""
         super().__init__()
         self.cluster = cluster
         self.num_devices = cluster.num_devices

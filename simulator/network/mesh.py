@@ -3,10 +3,11 @@
 Mesh routing is dimension-ordered XY (PALM §IV-C; the authors' code routes X first). Each die has
 one or two DRAM ports on its west and east edges (PALM Fig. 1(c), Table VI), or ports beside the
 cores a hardware file names (a real chip's DRAM banks: Wormhole's sit in two columns of its NoC
-grid). A core's traffic goes to its nearest port (PALM, the authors' ``nearest_dram_of``) or is
-spread evenly over all its die's ports, as tt-metal's interleaved buffers place pages round-robin
-over the DRAM banks (tenstorrent/tt-metal ``tech_reports/tensor_layouts/tensor_layouts.md``
-@0570a01b, §4.1).
+grid). The DRAM behind the ports (bandwidth, latency, capacity, access) is the machine's memory
+record (:class:`~simulator.hardware.spec.Dram`); this module routes to it. A core's traffic goes
+to its nearest port (PALM, the authors' ``nearest_dram_of``) or is spread evenly over all its
+die's ports, as tt-metal's interleaved buffers place pages round-robin over the DRAM banks
+(tenstorrent/tt-metal ``tech_reports/tensor_layouts/tensor_layouts.md`` @0570a01b, §4.1).
 
 Named device orders (pipeline stages are cut from them, PALM §V-B, Fig. 8): ``line`` walks dies row
 by row, always west to east (row-major), and the cores inside each die the same way; ``s-shape``
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from simulator.errors import InputError
-from simulator.hardware.spec import Dataflow, DramAccess, Network, network_kind
+from simulator.hardware.spec import Dram, Network, network_kind
 from simulator.network.topology import Drawing, Mark, Topology, topology_for
 
 
@@ -50,17 +51,12 @@ class Mesh(Network):
         hop_latency_s: latency of one link hop.
         inter_die_hop_latency_s: latency of a hop crossing a die boundary, where it differs (chips
             joined by Ethernet: hundreds of ns, where a NoC hop takes a few); None: ``hop_latency_s``.
-        dram_ports_per_die: DRAM ports (controllers or banks) per die, sharing its bandwidth equally.
+        dram_ports_per_die: DRAM ports (controllers or banks) per die: where the fabric reaches
+            the die's DRAM, which shares its bandwidth equally among them (the DRAM itself,
+            bandwidth, latency, capacity and access, is the machine's
+            :class:`~simulator.hardware.spec.Dram`).
         dram_port_cores: die-local ``(x, y)`` of the core each port hangs on, one per port; empty:
             PALM's one or two ports on the die's west and east edges, middle row.
-        dram_access: ``nearest`` (a core uses the port closest to it, ties to the first) or
-            ``interleaved`` (a core's traffic spread evenly over its die's ports).
-        dram_bandwidth_bytes_per_s: DRAM bandwidth of one die, shared by its ports.
-        dram_latency_s: DRAM response time (PALM Eq. 4).
-        dram_capacity_bytes: DRAM capacity of one die.
-        dataflow: how operators move operands between DRAM and SRAM: ``palm-algorithm-1``
-            (PALM Algorithm 1, one-dimensional blocking: :mod:`simulator.workload.sram`) or
-            ``tiled`` (two-dimensional blocking with multicast: :mod:`simulator.workload.tiled_stage`).
 
     Raises:
         InputError: without ``dram_port_cores``, ``dram_ports_per_die`` is not 1 or 2; with them,
@@ -77,11 +73,6 @@ class Mesh(Network):
     inter_die_hop_latency_s: float | None = None
     dram_ports_per_die: int
     dram_port_cores: tuple[tuple[int, int], ...] = ()
-    dram_access: DramAccess = "nearest"
-    dram_bandwidth_bytes_per_s: float
-    dram_latency_s: float
-    dram_capacity_bytes: float
-    dataflow: Dataflow
 
     def __post_init__(self) -> None:
         cores = self.dram_port_cores
@@ -124,28 +115,6 @@ class Mesh(Network):
         """Cores of one die."""
         return self.cores_x * self.cores_y
 
-    def device_memory_bytes(self) -> float:
-        """A die's DRAM shared equally by its cores (bytes)."""
-        return self.dram_capacity_bytes / self.devices_per_node
-
-    def memory_pool_bytes(self, devices: int) -> float | None:
-        """With ``interleaved`` DRAM access, the DRAM of the dies ``devices`` cores touch: tt-metal
-        allocates an interleaved buffer's pages round-robin over every DRAM bank of the chip,
-        whichever core uses it (tenstorrent/tt-metal ``tech_reports/tensor_layouts``, §4.1), so a
-        die's cores share its capacity as one pool (counted as the fewest dies holding that many
-        cores: exact on a one-die chip). None with ``nearest`` access (PALM: a core's share)."""
-        if self.dram_access != "interleaved":
-            return None
-        return -(-devices // self.devices_per_node) * self.dram_capacity_bytes
-
-    def sram_dataflow(self) -> Dataflow:
-        """The mesh's :attr:`dataflow`: DRAM traffic is planned per stage and sent over the mesh."""
-        return self.dataflow
-
-    def operand_bandwidth_bytes_per_s(self, sram_bandwidth_bytes_per_s: float) -> float:
-        """The core's SRAM: DRAM traffic is planned (PALM Algorithm 1) and sent over the mesh."""
-        return sram_bandwidth_bytes_per_s
-
 
 @topology_for(Mesh)
 class MeshTopology(Topology):
@@ -153,19 +122,26 @@ class MeshTopology(Topology):
 
     Device ``d`` sits at ``Coord(d % width, d // width)``. Each die has ``dram_ports_per_die``
     ports beside the cores :attr:`Mesh.port_cores` names; a DRAM stream runs from its core to the
-    port's core over the mesh, then through the port (:meth:`dram_routes`).
+    port's core over the mesh, then through the port (:meth:`dram_routes`). Each port carries an
+    equal share of the die's DRAM bandwidth and adds the DRAM's latency
+    (:class:`~simulator.hardware.spec.Dram`, the machine's memory record).
+
+    Raises:
+        InputError: the machine has no DRAM (a mesh's cores reach memory through its ports).
     """
 
-    def __init__(self, mesh: Mesh) -> None:
+    def __init__(self, mesh: Mesh, dram: Dram | None) -> None:
         super().__init__()
-        self.mesh = mesh
+        if dram is None:
+            raise InputError("mesh: a mesh's cores reach their DRAM through its ports; this machine has no DRAM")
+        self.mesh, self.dram = mesh, dram
         self.num_devices = mesh.num_devices
         self._links: dict[tuple[int, int], int] = {}
         for device in range(self.num_devices):
             for neighbour in self._neighbours(device):
                 bandwidth = self._link_bandwidth(device, neighbour)
                 self._links[(device, neighbour)] = self._add(f"link {device}->{neighbour}", "link", bandwidth)
-        port_bandwidth = mesh.dram_bandwidth_bytes_per_s / mesh.dram_ports_per_die
+        port_bandwidth = dram.bandwidth_bytes_per_s / mesh.dram_ports_per_die
         self._ports = [
             self._add(f"dram die{die} port{p}", "dram", port_bandwidth)
             for die in range(mesh.dies_x * mesh.dies_y)
@@ -283,7 +259,7 @@ class MeshTopology(Topology):
 
     def _port_route(self, device: int, port: int, core: int) -> tuple[tuple[int, ...], float]:
         links, latency = self._route(device, core)
-        return links + (port,), latency + self.mesh.dram_latency_s
+        return links + (port,), latency + self.dram.latency_s
 
     def _dram_route(self, device: int) -> tuple[tuple[int, ...], float]:
         """The route to the nearest port (mesh hops; ties to the first port)."""
@@ -296,7 +272,7 @@ class MeshTopology(Topology):
     def dram_routes(self, device: int) -> list[tuple[tuple[int, ...], float, float]]:
         """(resources, latency, share) of ``device``'s DRAM traffic: all of it to the nearest
         port, or an equal share to every port of its die (``interleaved``)."""
-        if self.mesh.dram_access == "nearest":
+        if self.dram.access == "nearest":
             return super().dram_routes(device)
         ports = self._die_ports(device)
         return [(*self._port_route(device, port, core), 1.0 / len(ports)) for port, core in ports]

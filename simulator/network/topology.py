@@ -23,7 +23,7 @@ from functools import cache
 from typing import Literal, TypeVar
 
 from simulator.errors import InputError
-from simulator.hardware.spec import Hardware, Network
+from simulator.hardware.spec import Dram, Hardware, Network
 
 Edge = tuple[int, int] | tuple[int, int, float]
 """A ring edge (source, destination), or (source, destination, share of the edge's bytes)."""
@@ -177,13 +177,14 @@ class Topology:
 
 
 def topology_of(hardware: Hardware) -> Topology:
-    """The topology of ``hardware`` (built once per distinct network description)."""
-    return _topology(hardware.network)
+    """The topology of ``hardware`` (built once per distinct network and DRAM description): its
+    fabric, and the DRAM a mesh routes to (:class:`~simulator.hardware.spec.Dram`; None on HBM)."""
+    return _topology(hardware.network, hardware.memory.dram)
 
 
 @cache
-def _topology(network: Network) -> Topology:
-    return TOPOLOGIES[type(network)](network)  # type: ignore[call-arg]  # each kind takes its record
+def _topology(network: Network, dram: Dram | None) -> Topology:
+    return TOPOLOGIES[type(network)](network, dram)  # type: ignore[call-arg]  # each kind takes its record
 
 
 TOPOLOGIES: dict[type, type[Topology]] = {}

@@ -6,9 +6,10 @@ torus has ``Z = 1``); every dimension of size ``n > 1`` closes into a ring with 
 §2: a 3D torus of chips, 6 inter-chip links per chip). Routing is dimension-ordered (x, then y,
 then z), each dimension taking the shorter way around its ring (ties go the positive way), the
 usual deadlock-free routing of tori (Dally and Towles, "Principles and Practices of
-Interconnection Networks", 2004, §14). Memory is the chip's own HBM: no network resource, its
-traffic timed inside compute. Devices are chip ids; stages are cut from them in order, so a
-compact tensor-parallel group of ``X`` consecutive chips is one x ring whose every edge is one hop.
+Interconnection Networks", 2004, §14). Memory is the chip's own HBM (the machine's memory
+record): no network resource, its traffic timed inside compute. Devices are chip ids; stages are
+cut from them in order, so a compact tensor-parallel group of ``X`` consecutive chips is one x
+ring whose every edge is one hop.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from simulator.errors import InputError
-from simulator.hardware.spec import Network, network_kind
+from simulator.hardware.spec import Dram, Network, network_kind
 from simulator.network.topology import Drawing, Mark, Topology, topology_for
 
 
@@ -26,12 +27,12 @@ from simulator.network.topology import Drawing, Mark, Topology, topology_for
 class Torus(Network):
     """Chips on a 2D or 3D torus (TPU v4: ISCA'23; Google Cloud TPU v4 documentation).
 
+    The fabric only: a chip's HBM is the machine's :class:`~simulator.hardware.spec.Hbm`.
+
     Attributes:
         chips_x, chips_y, chips_z: chips along each dimension (``chips_z = 1``: a 2D torus).
         link_bandwidth_bytes_per_s: one direction of one inter-chip link.
         hop_latency_s: latency of one link hop.
-        hbm_bandwidth_bytes_per_s: one chip's memory bandwidth.
-        hbm_capacity_bytes: one chip's memory capacity.
 
     Raises:
         InputError: a dimension below 1.
@@ -42,8 +43,6 @@ class Torus(Network):
     chips_z: int
     link_bandwidth_bytes_per_s: float
     hop_latency_s: float
-    hbm_bandwidth_bytes_per_s: float
-    hbm_capacity_bytes: float
 
     def __post_init__(self) -> None:
         for name in ("chips_x", "chips_y", "chips_z"):
@@ -65,14 +64,6 @@ class Torus(Network):
         """Chips of one x ring, the group a tensor-parallel ring stays within."""
         return self.chips_x
 
-    def device_memory_bytes(self) -> float:
-        """One chip's HBM (bytes)."""
-        return self.hbm_capacity_bytes
-
-    def operand_bandwidth_bytes_per_s(self, sram_bandwidth_bytes_per_s: float) -> float:
-        """One chip's HBM: operators stream their operands from it."""
-        return self.hbm_bandwidth_bytes_per_s
-
 
 def ring_steps(source: int, target: int, size: int) -> list[int]:
     """Positions visited from ``source`` to ``target`` on a ring of ``size``, the shorter way
@@ -87,7 +78,8 @@ def ring_steps(source: int, target: int, size: int) -> list[int]:
 class TorusTopology(Topology):
     """Routes on a torus: one resource per link direction, dimension-ordered shortest routing."""
 
-    def __init__(self, torus: Torus) -> None:
+    def __init__(self, torus: Torus, dram: Dram | None) -> None:
+        """``dram`` is unused: a chip's memory is its own HBM, timed inside compute."""
         super().__init__()
         self.torus = torus
         self.num_devices = torus.num_devices

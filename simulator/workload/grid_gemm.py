@@ -57,7 +57,7 @@ def grid_gemm(hardware: Hardware, m: int, k: int, n: int, *, precision: str, fid
     Args:
         hardware: a mesh whose device is one core (peak at LoFi per precision).
         m, k, n: the GEMM (elements).
-        precision: the operands' format (a key of ``hardware.peak_flop_per_s``).
+        precision: the operands' format (a key of ``hardware.compute.peak_flop_per_s``).
         fidelity: a math fidelity the hardware offers (``LoFi``, ``HiFi2``, ``HiFi3``, ``HiFi4``).
         grid: cores along x (splitting ``N``) and y (splitting ``M``).
         in_dram: whether ``A``, ``B`` and ``C`` live in DRAM (else in the cores' SRAM).
@@ -65,26 +65,27 @@ def grid_gemm(hardware: Hardware, m: int, k: int, n: int, *, precision: str, fid
     Raises:
         InputError: not a mesh, a grid larger than the mesh, or an unknown format or fidelity.
     """
-    network = hardware.network
+    network, dram = hardware.network, hardware.memory.dram
     gx, gy = grid
-    if not isinstance(network, Mesh) or gx > network.width or gy > network.height:
+    if not isinstance(network, Mesh) or dram is None or gx > network.width or gy > network.height:
         raise InputError(f"grid_gemm: grid {grid} does not fit the cores of hardware {hardware.name!r}")
-    if precision not in hardware.peak_flop_per_s or fidelity not in hardware.math_fidelity_phases:
+    if precision not in hardware.compute.peak_flop_per_s or fidelity not in hardware.compute.math_fidelity_phases:
         raise InputError(f"grid_gemm: no peak for {precision!r} at fidelity {fidelity!r} on {hardware.name!r}")
     cal = hardware.calibration
     block_rows, block_columns = math.ceil(math.ceil(m / TILE_SIDE) / gy), math.ceil(math.ceil(n / TILE_SIDE) / gx)
     products = block_rows * block_columns * math.ceil(k / TILE_SIDE)
-    passes = hardware.math_fidelity_phases[fidelity]
-    h, w = subblock(block_rows, block_columns, hardware.unpacker.subblock_tiles if hardware.unpacker else 1)
-    times = {"compute": products * TILE_PRODUCT_FLOP * passes / hardware.peak_flop_per_s[precision],
+    passes = hardware.compute.math_fidelity_phases[fidelity]
+    feed = hardware.compute.unpacker
+    h, w = subblock(block_rows, block_columns, feed.subblock_tiles if feed else 1)
+    times = {"compute": products * TILE_PRODUCT_FLOP * passes / hardware.compute.peak_flop_per_s[precision],
              "unpack": products * unpack_s(hardware, precision, max(h, w)),
              "pack": pack_s(hardware, precision, block_rows * block_columns)}
     bound = max(times, key=lambda part: times[part])
     compute_s = times[bound] / cal.gemm_efficiency
     shape = GemmShape(m=m, k=k, n=n, bytes_per_element=BYTES_PER_ELEMENT[precision])
-    blocking = gemm_blocking(shape, hardware.sram_bytes, tile=TILE_SIDE, grid=(gy, gx))
+    blocking = gemm_blocking(shape, hardware.memory.sram.capacity_bytes, tile=TILE_SIDE, grid=(gy, gx))
     moved = sum(part for part, lives in zip((blocking.a_bytes, blocking.b_bytes, blocking.c_bytes), in_dram,
                                             strict=True) if lives)
-    bandwidth = network.dram_bandwidth_bytes_per_s * network.dies_x * network.dies_y
+    bandwidth = dram.bandwidth_bytes_per_s * network.dies_x * network.dies_y
     return GridGemm(compute_s=compute_s, dram_s=moved / (bandwidth * cal.memory_bound_efficiency),
                     dram_bytes=moved, overhead_s=cal.kernel_overhead_s, bound=bound)

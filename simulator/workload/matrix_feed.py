@@ -57,7 +57,7 @@ def unpacked_tile_bytes(precision: str) -> float:
 def unpack_s(hardware: Hardware, precision: str, reuse: int) -> float:
     """Time the unpackers take for one tile product's operands (s; 0 where the hardware states
     no :class:`~simulator.hardware.spec.Unpacker`), one operand tile reused ``reuse`` times."""
-    feed = hardware.unpacker
+    feed = hardware.compute.unpacker
     if feed is None:
         return 0.0
     per_tile = feed.instruction_setup_s + unpacked_tile_bytes(precision) / feed.read_bandwidth_bytes_per_s
@@ -67,7 +67,7 @@ def unpack_s(hardware: Hardware, precision: str, reuse: int) -> float:
 def pack_s(hardware: Hardware, precision: str, tiles: int) -> float:
     """Time the packers take to write ``tiles`` output tiles of ``precision`` to L1 (s; 0 without
     an :class:`~simulator.hardware.spec.Unpacker` record)."""
-    feed = hardware.unpacker
+    feed = hardware.compute.unpacker
     if feed is None:
         return 0.0
     return tiles * TILE_SIDE**2 * BYTES_PER_ELEMENT[precision] / feed.pack_bandwidth_bytes_per_s
@@ -77,7 +77,7 @@ def fed_flop_per_s(hardware: Hardware, precision: str, passes: int) -> float:
     """A core's matmul rate with its engine fed from SRAM at the largest subblock
     (``max(h, w) = subblock_tiles``, e.g. ``1 x 8``), flop/s: the peak over ``passes`` where the
     unpackers keep up, else the unpack-bound rate."""
-    peak = hardware.peak_flop_per_s[precision] / passes
-    if hardware.unpacker is None:
+    peak = hardware.compute.peak_flop_per_s[precision] / passes
+    if hardware.compute.unpacker is None:
         return peak
-    return min(peak, TILE_PRODUCT_FLOP / unpack_s(hardware, precision, hardware.unpacker.subblock_tiles))
+    return min(peak, TILE_PRODUCT_FLOP / unpack_s(hardware, precision, hardware.compute.unpacker.subblock_tiles))

@@ -100,14 +100,14 @@ def peak_flop_per_s(hardware: Hardware, strategy: Strategy) -> float:
     Raises:
         InputError: the hardware states no peak for that precision.
     """
-    passes = hardware.math_fidelity_phases[strategy.math_fidelity] if strategy.math_fidelity else 1
+    passes = hardware.compute.math_fidelity_phases[strategy.math_fidelity] if strategy.math_fidelity else 1
     precision = WORKING_PRECISION.get(strategy.precision, strategy.precision)
     try:
         return fed_flop_per_s(hardware, precision, passes)
     except KeyError:
         raise InputError(
             f"hardware {hardware.name!r} has no peak for precision {precision!r}"
-            f" (has {sorted(hardware.peak_flop_per_s)})"
+            f" (has {sorted(hardware.compute.peak_flop_per_s)})"
         ) from None
 
 
@@ -115,7 +115,7 @@ def operator_s(op: Operator, factor: float, kernels: int, hardware: Hardware, pe
     """Roofline time of ``factor`` x the operator's flops and bytes, plus ``kernels`` launches (s).
 
     On a GPU a GEMM also loses its tile and wave quantization
-    (:meth:`~simulator.network.cluster.Cluster.gemm_efficiency`); its backward GEMMs are
+    (:meth:`~simulator.hardware.spec.Compute.gemm_efficiency`); its backward GEMMs are
     charged the forward's quantization (their shapes are the forward's transposed pairs). An
     FP8 GEMM (:attr:`Operator.fp8`) runs at the hardware's FP8 peak and FP8 GEMM efficiency.
     """
@@ -123,13 +123,13 @@ def operator_s(op: Operator, factor: float, kernels: int, hardware: Hardware, pe
     moved = factor * (op.input_bytes + op.weight_bytes + op.output_bytes)
     efficiency = cal.gemm_efficiency
     if op.fp8:
-        peak, efficiency = hardware.peak_flop_per_s["fp8"], cal.fp8_gemm_efficiency or 0.0
+        peak, efficiency = hardware.compute.peak_flop_per_s["fp8"], cal.fp8_gemm_efficiency or 0.0
     if op.kind == "gemm":
-        efficiency *= hardware.network.gemm_efficiency(op.rows, op.columns)
+        efficiency *= hardware.compute.gemm_efficiency(op.rows, op.columns)
     elif op.kind == "attention":
         efficiency = cal.fused_attention_efficiency or cal.gemm_efficiency
     compute = factor * op.flops * op.executed_fraction / (peak * efficiency)
-    memory_s = moved / (hardware.operand_bandwidth_bytes_per_s * cal.memory_bound_efficiency)
+    memory_s = moved / (hardware.memory.operand_bandwidth_bytes_per_s * cal.memory_bound_efficiency)
     return max(compute, memory_s) + kernels * cal.kernel_overhead_s
 
 
@@ -244,7 +244,7 @@ def optimizer_step(parameters: float, dram_bytes: float, segments: int, hardware
     moved = updated * memory.optimizer_step_bytes_per_parameter(strategy)
     cal = hardware.calibration
     per_parameter = ADAM_FLOP_PER_PARAMETER if strategy.optimizer == "adam" else SGD_FLOP_PER_PARAMETER
-    compute_s = (moved / (hardware.operand_bandwidth_bytes_per_s * cal.memory_bound_efficiency)
+    compute_s = (moved / (hardware.memory.operand_bandwidth_bytes_per_s * cal.memory_bound_efficiency)
                  + cal.kernel_overhead_s)
     return PassCost(compute_s=compute_s, dram_bytes=dram_bytes, tp_collectives=(), segments=segments,
                     flops=updated * per_parameter)

@@ -56,7 +56,7 @@ def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy,
                        tied_on_one_stage: bool) -> tuple[UnitCost, UnitCost, UnitCost, UnitCost | None]:
     """(embedding, dense layer, logits, Mixture-of-Experts layer or None) units, each costed once."""
     send = _boundary_bytes(model, strategy)
-    shard = hardware.network.sram_dataflow() == "tiled"
+    shard = hardware.memory.sram_dataflow() == "tiled"
     layer = _layer_unit(model, hardware, strategy, False, send)
     moe_layer = _layer_unit(model, hardware, strategy, True, send) if model.is_moe else None
     embed = cost_unit(
@@ -78,7 +78,7 @@ def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy,
 
 def _layer_unit(model: ModelSpec, hardware: Hardware, strategy: Strategy, moe: bool, send: float) -> UnitCost:
     """A transformer layer's unit, dense or Mixture-of-Experts (``moe``)."""
-    shard = hardware.network.sram_dataflow() == "tiled"
+    shard = hardware.memory.sram_dataflow() == "tiled"
     layer_ops = operators.transformer_layer(model, strategy, shard_elementwise=shard, moe=moe)
     layer_collectives = operators.transformer_layer_collectives(model, strategy)
     return cost_unit(
@@ -195,7 +195,7 @@ def _zero3_per_microbatch(strategy: Strategy, hardware: Hardware) -> bool:
     memory (a GPU's HBM). On a mesh every pass streams its weights from the shared off-chip DRAM
     anyway (the dataflow's DRAM traffic, and the tiled dataflow's multicast to the replicas),
     which is what ZeRO-3's gather moves there."""
-    return strategy.shards_weights and strategy.weight_replicas > 1 and hardware.network.sram_dataflow() is None
+    return strategy.shards_weights and strategy.weight_replicas > 1 and hardware.memory.sram_dataflow() is None
 
 
 ZERO3_UNITS_IN_FLIGHT = 2
@@ -246,11 +246,11 @@ PLANNERS = {"palm-algorithm-1": sram.plan_stage, "tiled": plan_stage_tiled}
 def _sram_plan(groups: list[Group], hardware: Hardware,
                strategy: Strategy) -> sram.SramPlan | None:
     """The stage's DRAM traffic as the mesh's dataflow moves it (None off meshes)."""
-    dataflow = hardware.network.sram_dataflow()
+    dataflow = hardware.memory.sram_dataflow()
     if dataflow is None:
         return None
-    return PLANNERS[dataflow]([(unit.ops, count) for unit, count in groups], hardware.sram_bytes, strategy,
-                              [(unit.recomputed, count) for unit, count in groups if unit.recomputed])
+    return PLANNERS[dataflow]([(unit.ops, count) for unit, count in groups], hardware.memory.sram.capacity_bytes,
+                              strategy, [(unit.recomputed, count) for unit, count in groups if unit.recomputed])
 
 
 def _multicast(size_bytes: float) -> tuple[tuple[Collective, ...], int]:

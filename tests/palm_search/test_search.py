@@ -191,7 +191,9 @@ def test_a_trial_on_a_hardware_variant_keeps_its_machine(tmp_path):
     from spaces import Candidate
 
     search = open_search(_spec(), run_dir=tmp_path / "r")
-    variant = replace(search.hardware, name="bigger-sram", sram_bytes=2 * search.hardware.sram_bytes)
+    sram = search.hardware.memory.sram
+    bigger = replace(search.hardware.memory, sram=replace(sram, capacity_bytes=2 * sram.capacity_bytes))
+    variant = replace(search.hardware, name="bigger-sram", memory=bigger)
     candidate = Candidate(hardware=variant, strategy=Strategy(tp=2, pp=2, global_batch_size=8))
     record = palm_search.search.evaluate.evaluate(search.model, variant, candidate.strategy, "contention")
     tell(search, search.study.ask(), candidate, record, cached=False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from simulator.costs import MemoryBreakdown, PassCost, StageCost
-from simulator.hardware.spec import Calibration, Hardware
+from simulator.hardware.spec import Calibration, Compute, Dram, GemmTiling, Hardware, Hbm, Memory, Sram
 from simulator.network.cluster import Cluster
 from simulator.network.mesh import Mesh
 from simulator.network.torus import Torus
@@ -16,25 +16,28 @@ def mesh_hardware(*, dies=(2, 2), cores=(2, 2), intra=100e9, inter=50e9, hop=1e-
                   dram=200e9, dram_capacity=1e12) -> Hardware:
     """A small ideal mesh machine (all efficiencies 1)."""
     return Hardware(
-        name="test-mesh", peak_flop_per_s={"fp16": 1e12}, sram_bytes=1e6,
-        sram_bandwidth_bytes_per_s=1e12, calibration=IDEAL,
+        name="test-mesh", compute=Compute(peak_flop_per_s={"fp16": 1e12}), calibration=IDEAL,
+        memory=Memory(sram=Sram(capacity_bytes=1e6, bandwidth_bytes_per_s=1e12),
+                      dram=Dram(bandwidth_bytes_per_s=dram, latency_s=1e-7, capacity_bytes=dram_capacity,
+                                dataflow="palm-algorithm-1")),
         network=Mesh(dies_x=dies[0], dies_y=dies[1], cores_x=cores[0], cores_y=cores[1],
                      intra_die_link_bandwidth_bytes_per_s=intra, inter_die_link_bandwidth_bytes_per_s=inter,
-                     hop_latency_s=hop, dram_ports_per_die=2, dram_bandwidth_bytes_per_s=dram,
-                     dram_latency_s=1e-7, dram_capacity_bytes=dram_capacity, dataflow="palm-algorithm-1"),
+                     hop_latency_s=hop, dram_ports_per_die=2),
     )
 
 
 def cluster_hardware(*, nodes=2, gpus=8, nic_efficiency=1.0) -> Hardware:
     """A small ideal GPU cluster (its NICs reach ``nic_efficiency`` of line rate)."""
     return Hardware(
-        name="test-cluster", peak_flop_per_s={"fp16": 100e12}, sram_bytes=40e6,
-        sram_bandwidth_bytes_per_s=5e12, calibration=IDEAL,
+        name="test-cluster", calibration=IDEAL,
+        compute=Compute(peak_flop_per_s={"fp16": 100e12},
+                        gemm_tiling=GemmTiling(streaming_multiprocessors=108, gemm_tile_rows=256,
+                                               gemm_tile_columns=128)),
+        memory=Memory(sram=Sram(capacity_bytes=40e6, bandwidth_bytes_per_s=5e12),
+                      hbm=Hbm(bandwidth_bytes_per_s=2e12, capacity_bytes=80e9)),
         network=Cluster(nodes=nodes, gpus_per_node=gpus, intra_node_bandwidth_bytes_per_s=300e9,
                         inter_node_bandwidth_bytes_per_s=25e9, intra_node_latency_s=2e-6,
-                        inter_node_latency_s=5e-6, hbm_bandwidth_bytes_per_s=2e12,
-                        hbm_capacity_bytes=80e9, streaming_multiprocessors=108, gemm_tile_rows=256,
-                        gemm_tile_columns=128, inter_node_efficiency=nic_efficiency),
+                        inter_node_latency_s=5e-6, inter_node_efficiency=nic_efficiency),
     )
 
 
@@ -62,8 +65,9 @@ def uniform_cost(forward_s: float, backward_s: float, send_bytes: float = 0.0, *
 def torus_hardware(*, chips=(4, 4, 1), link=50e9, hop=1e-6) -> Hardware:
     """A small ideal torus of chips (TPU-v4-like, all efficiencies 1)."""
     return Hardware(
-        name="test-torus", peak_flop_per_s={"bf16": 275e12}, sram_bytes=128e6,
-        sram_bandwidth_bytes_per_s=1.2e12, calibration=IDEAL,
+        name="test-torus", compute=Compute(peak_flop_per_s={"bf16": 275e12}), calibration=IDEAL,
+        memory=Memory(sram=Sram(capacity_bytes=128e6, bandwidth_bytes_per_s=1.2e12),
+                      hbm=Hbm(bandwidth_bytes_per_s=1.2e12, capacity_bytes=32 * 2**30)),
         network=Torus(chips_x=chips[0], chips_y=chips[1], chips_z=chips[2], link_bandwidth_bytes_per_s=link,
-                      hop_latency_s=hop, hbm_bandwidth_bytes_per_s=1.2e12, hbm_capacity_bytes=32 * 2**30),
+                      hop_latency_s=hop),
     )

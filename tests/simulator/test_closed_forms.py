@@ -160,8 +160,8 @@ def test_a_line_of_four_closes_its_ring_over_three_hops():
     (100, 100, 100 * 100 / (108 * 256 * 128)),  # one padded tile in a wave of 108
 ])
 def test_gemm_wave_quantization(rows, columns, expected):
-    cluster = cluster_hardware().network
-    assert cluster.gemm_efficiency(rows, columns) == pytest.approx(expected)
+    compute = cluster_hardware().compute
+    assert compute.gemm_efficiency(rows, columns) == pytest.approx(expected)
 
 
 def test_a_ring_across_nodes_uses_every_nic_of_the_node():
@@ -178,8 +178,10 @@ def test_a_ring_across_nodes_uses_every_nic_of_the_node():
     assert flow.num_edges == 16
 
 
-def _ports(hw, **mesh):
-    return dataclasses.replace(hw, network=dataclasses.replace(hw.network, **mesh))
+def _ports(hw, access="nearest", **mesh):
+    dram = dataclasses.replace(hw.memory.dram, access=access)
+    return dataclasses.replace(hw, network=dataclasses.replace(hw.network, **mesh),
+                               memory=dataclasses.replace(hw.memory, dram=dram))
 
 
 def test_a_core_streams_from_its_nearest_named_port_at_its_share_of_the_bandwidth():
@@ -193,7 +195,7 @@ def test_a_core_streams_from_its_nearest_named_port_at_its_share_of_the_bandwidt
 
 def test_interleaved_traffic_spreads_evenly_over_every_port_of_the_die():
     hw = _ports(mesh_hardware(dies=(1, 1), cores=(4, 4), dram=300e9), dram_ports_per_die=3,
-                dram_port_cores=((0, 0), (3, 0), (1, 3)), dram_access="interleaved")
+                dram_port_cores=((0, 0), (3, 0), (1, 3)), access="interleaved")
     topo = topology_of(hw)
     flow = make_flow(topo, "dram", "dram", [(d, -1) for d in range(16)], efficiency=1.0)
     ports = {r: load for r, load in flow.loads.items() if topo.kinds[r] == "dram"}

@@ -35,7 +35,7 @@ def test_the_kv_cache_is_two_layers_kv_heads_head_size_context_users_bytes(users
 @pytest.mark.parametrize("hardware", [H100, N150], ids=["h100", "n150"])
 @pytest.mark.parametrize("users, context", [(1, 128), (32, 128), (8, 1024)])
 def test_a_decode_step_never_beats_its_bytes_at_the_memory_bandwidth_nor_its_flops_at_peak(hardware, users, context):
-    precision = "bfloat8_b" if "bfloat8_b" in hardware.peak_flop_per_s else "fp16"
+    precision = "bfloat8_b" if "bfloat8_b" in hardware.compute.peak_flop_per_s else "fp16"
     tp = 1 if hardware is H100 else 32
     strategy = _decode(users, context, tp=tp, precision=precision)
     result = simulate(LLAMA, hardware, strategy)
@@ -44,12 +44,12 @@ def test_a_decode_step_never_beats_its_bytes_at_the_memory_bandwidth_nor_its_flo
     parameters = 32 * (4 * 4096**2 + 3 * 4096 * 11008) + 2 * 32000 * 4096
     kv = 2 * 32 * 4096 * context * users * bpe
     if hardware is H100:
-        bandwidth = hardware.network.hbm_bandwidth_bytes_per_s
+        bandwidth = hardware.memory.hbm.bandwidth_bytes_per_s
     else:
-        bandwidth = hardware.network.dram_bandwidth_bytes_per_s  # the chip's, shared by its cores
+        bandwidth = hardware.memory.dram.bandwidth_bytes_per_s  # the chip's, shared by its cores
     assert result.iteration_time_s >= (parameters * bpe * 0.99 + kv) / bandwidth
     flops = 2 * parameters * users
-    assert result.iteration_time_s >= flops / (hardware.peak_flop_per_s[precision] * strategy.num_devices)
+    assert result.iteration_time_s >= flops / (hardware.compute.peak_flop_per_s[precision] * strategy.num_devices)
 
 
 def test_a_prefill_is_the_forward_of_a_model_whose_sequence_is_the_prompt():

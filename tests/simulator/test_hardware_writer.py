@@ -25,7 +25,8 @@ def test_every_preset_round_trips_with_its_sources(name, tmp_path):
 
 def test_a_variant_round_trips_through_json_as_best_json_carries_it():
     wafer = simulator.load_hardware("wafer")
-    variant = dataclasses.replace(wafer, sram_bytes=7.5e6,
+    variant = dataclasses.replace(wafer, memory=dataclasses.replace(wafer.memory, sram=dataclasses.replace(
+                                      wafer.memory.sram, capacity_bytes=7.5e6)),
                                   network=dataclasses.replace(wafer.network, dies_x=3, cores_y=8))
     tables = json.loads(json.dumps(hardware_tables(variant)))
     back = hardware_from_tables(tables, variant.name, "best.json [hardware]")

@@ -51,7 +51,7 @@ def cases(draw):
                         recompute=draw(st.sampled_from(["none", "selective", "full"])) if mode == "training"
                         else "none",
                         placement=draw(st.sampled_from(["line", "s-shape"])),
-                        precision="bf16" if "bf16" in hardware.peak_flop_per_s else "fp16")
+                        precision="bf16" if "bf16" in hardware.compute.peak_flop_per_s else "fp16")
     return model, hardware, strategy
 
 

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from simulator.config import MAX_INPUT_BYTES, parse_toml, split_unit
 from simulator.errors import InputError
 from simulator.hardware.loader import hardware_presets, load_hardware
+from simulator.hardware.spec import Hbm
 from simulator.network.cluster import Cluster
 from simulator.network.mesh import Mesh
 from simulator.strategy import Strategy
@@ -88,13 +89,13 @@ def test_wafer_matches_palm_table_vi():
     mesh = wafer.network
     assert isinstance(mesh, Mesh) and wafer.kind == "mesh"
     assert wafer.num_devices == 320
-    assert wafer.peak_flop_per_s["fp16"] == 16e12
-    assert wafer.peak_flop_per_s["int8"] == 32e12
-    assert wafer.sram_bytes == 3.75e6
+    assert wafer.compute.peak_flop_per_s["fp16"] == 16e12
+    assert wafer.compute.peak_flop_per_s["int8"] == 32e12
+    assert wafer.memory.sram.capacity_bytes == 3.75e6
     assert mesh.intra_die_link_bandwidth_bytes_per_s == 1024e9
     assert mesh.inter_die_link_bandwidth_bytes_per_s == 256e9
-    assert mesh.dram_bandwidth_bytes_per_s == 256e9
-    assert mesh.dram_capacity_bytes == 256e9
+    assert wafer.memory.dram.bandwidth_bytes_per_s == 256e9
+    assert wafer.memory.dram.capacity_bytes == 256e9
     assert mesh.hop_latency_s == 1e-9
     assert wafer.sources["mesh.intra_die_link_bandwidth_GB_per_s"].startswith("PALM Table VI")
 
@@ -103,11 +104,11 @@ def test_a100_cluster_matches_datasheets():
     a100 = load_hardware("a100-cluster")
     cluster = a100.network
     assert isinstance(cluster, Cluster) and a100.kind == "cluster"
-    assert a100.peak_flop_per_s["fp16"] == 312e12
+    assert a100.compute.peak_flop_per_s["fp16"] == 312e12
     assert a100.num_devices == 3072
     assert cluster.inter_node_bandwidth_bytes_per_s == 25e9
     assert cluster.intra_node_bandwidth_bytes_per_s == 300e9
-    assert cluster.hbm_capacity_bytes == 80 * 2**30
+    assert a100.memory.hbm.capacity_bytes == 80 * 2**30
     assert cluster.inter_node_latency_s == 5e-6
     assert 0 < a100.calibration.gemm_efficiency <= 1
 
@@ -115,10 +116,10 @@ def test_a100_cluster_matches_datasheets():
 def test_grayskull_has_120_cores_and_the_e150_specification_peaks():
     grayskull = load_hardware("grayskull")
     assert grayskull.num_devices == 120
-    assert math.isclose(grayskull.peak_flop_per_s["fp16"] * 120, 83e12, rel_tol=1e-9)
-    assert math.isclose(grayskull.peak_flop_per_s["int8"] * 120, 368e12, rel_tol=1e-9)
-    assert math.isclose(grayskull.peak_flop_per_s["bfloat8_b"] * 120, 83e12, rel_tol=1e-9)
-    assert "bfloat4_b" not in grayskull.peak_flop_per_s
+    assert math.isclose(grayskull.compute.peak_flop_per_s["fp16"] * 120, 83e12, rel_tol=1e-9)
+    assert math.isclose(grayskull.compute.peak_flop_per_s["int8"] * 120, 368e12, rel_tol=1e-9)
+    assert math.isclose(grayskull.compute.peak_flop_per_s["bfloat8_b"] * 120, 83e12, rel_tol=1e-9)
+    assert "bfloat4_b" not in grayskull.compute.peak_flop_per_s
 
 
 def test_hardware_from_path_equals_preset(tmp_path):
@@ -130,9 +131,10 @@ def test_hardware_from_path_equals_preset(tmp_path):
 def test_a_variant_states_only_what_differs_from_its_base_preset(tmp_path):
     variant = Path(__file__).parents[2] / "studies" / "hardware" / "wafer-tiled.toml"
     tiled, wafer = load_hardware(variant), load_hardware("wafer")
-    assert tiled.network == dataclasses.replace(wafer.network, dataflow="tiled")
-    assert (tiled.calibration, tiled.peak_flop_per_s, tiled.sram_bytes) == \
-        (wafer.calibration, wafer.peak_flop_per_s, wafer.sram_bytes)
+    assert tiled.network == wafer.network
+    assert tiled.memory.dram == dataclasses.replace(wafer.memory.dram, dataflow="tiled")
+    assert (tiled.calibration, tiled.compute.peak_flop_per_s, tiled.memory.sram.capacity_bytes) == \
+        (wafer.calibration, wafer.compute.peak_flop_per_s, wafer.memory.sram.capacity_bytes)
     assert "tt-metal" in tiled.sources["mesh.dataflow"]
     bad = tmp_path / "bad.toml"
     bad.write_text('base = "wafr"\n')
@@ -383,10 +385,10 @@ def test_bad_strategy_files(tmp_path, name, text, fragment):
 
 def test_h200_is_the_h100_cluster_with_more_and_faster_memory():
     h100, h200 = load_hardware("h100-cluster"), load_hardware("h200-cluster")
-    memory = {"hbm_bandwidth_bytes_per_s": 4.8e12, "hbm_capacity_bytes": 141e9}
-    assert dataclasses.replace(h100.network, **memory) == h200.network
+    assert h100.network == h200.network
+    assert h200.memory.hbm == Hbm(bandwidth_bytes_per_s=4.8e12, capacity_bytes=141e9)
     assert dataclasses.replace(h100.calibration, memory_bound_efficiency=0.835) == h200.calibration
-    assert h100.peak_flop_per_s == h200.peak_flop_per_s and h100.peak_flop_per_s["bf16"] == 989.4e12
+    assert h100.compute == h200.compute and h100.compute.peak_flop_per_s["bf16"] == 989.4e12
 
 
 @pytest.mark.parametrize(("key", "value", "shown"), [

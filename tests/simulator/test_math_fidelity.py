@@ -11,14 +11,14 @@ from simulator import InputError, Strategy, load_hardware, load_model, simulate
 from simulator.workload.roofline import peak_flop_per_s
 
 N150 = load_hardware("wormhole-n150")
-UNFED = dataclasses.replace(N150, unpacker=None)
+UNFED = dataclasses.replace(N150, compute=dataclasses.replace(N150.compute, unpacker=None))
 PASSES = {"LoFi": 1, "HiFi2": 2, "HiFi4": 4}
 
 
 @pytest.mark.parametrize(("fidelity", "passes"), [(None, 1), ("LoFi", 1), ("HiFi2", 2), ("HiFi3", 3), ("HiFi4", 4)])
 def test_the_peak_is_the_stated_one_over_the_passes(fidelity, passes):
     strategy = Strategy(precision="bf16", math_fidelity=fidelity)
-    assert peak_flop_per_s(UNFED, strategy) == UNFED.peak_flop_per_s["bf16"] / passes
+    assert peak_flop_per_s(UNFED, strategy) == UNFED.compute.peak_flop_per_s["bf16"] / passes
 
 
 @pytest.mark.parametrize(("fidelity", "passes"), [("LoFi", 1), ("HiFi2", 2), ("HiFi3", 3), ("HiFi4", 4)])
@@ -31,7 +31,8 @@ def test_the_unpackers_cap_the_rate_of_few_passes_only(fidelity, passes):
 
 def test_more_passes_are_never_faster_and_bound_the_model_flops_utilisation():
     # a compute-bound case: T-1.7B data parallel on a GPU cluster given a fidelity table
-    hardware = dataclasses.replace(load_hardware("a100-cluster"), math_fidelity_phases=PASSES)
+    a100 = load_hardware("a100-cluster")
+    hardware = dataclasses.replace(a100, compute=dataclasses.replace(a100.compute, math_fidelity_phases=PASSES))
     strategy = Strategy(tp=1, pp=1, dp=8, global_batch_size=64)
     results = [simulate(load_model("T-1.7B"), hardware, dataclasses.replace(strategy, math_fidelity=f))
                for f in PASSES]
@@ -43,7 +44,7 @@ def test_more_passes_are_never_faster_and_bound_the_model_flops_utilisation():
 
 def test_the_presets_offer_the_four_fidelities_of_the_matrix_engine():
     for name in ("wormhole-n150", "blackhole-p150"):
-        assert load_hardware(name).math_fidelity_phases == {"LoFi": 1, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4}
+        assert load_hardware(name).compute.math_fidelity_phases == {"LoFi": 1, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4}
 
 
 def test_a_fidelity_on_hardware_without_one_is_an_input_error():

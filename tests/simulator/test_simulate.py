@@ -80,10 +80,12 @@ def test_result_round_trips_through_json():
 
 def _scaled(hardware, factor):
     """``hardware`` with every link, NIC and DRAM bandwidth multiplied by ``factor``."""
-    net = hardware.network
-    names = [f for f in net.__dataclass_fields__ if f.endswith("bandwidth_bytes_per_s") and "hbm" not in f]
+    net, dram = hardware.network, hardware.memory.dram
+    names = [f for f in net.__dataclass_fields__ if f.endswith("bandwidth_bytes_per_s")]
     net = dataclasses.replace(net, **{f: getattr(net, f) * factor for f in names})
-    return dataclasses.replace(hardware, network=net)
+    if dram is not None:
+        dram = dataclasses.replace(dram, bandwidth_bytes_per_s=dram.bandwidth_bytes_per_s * factor)
+    return dataclasses.replace(hardware, network=net, memory=dataclasses.replace(hardware.memory, dram=dram))
 
 
 small_strategies = st.builds(

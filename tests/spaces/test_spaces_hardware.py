@@ -34,14 +34,15 @@ def test_every_point_is_a_machine_that_writes_back_as_a_hardware_file(params):
     assert hardware_from_tables(tomllib.loads(hardware_to_toml(hardware)), hardware.name, "t") == hardware
     mesh = hardware.network
     assert (mesh.dies_x, mesh.dies_y) == tuple(int(v) for v in params["hw.dies"].split("x"))
-    assert hardware.sram_bytes == params["hw.sram_MB_per_core"] * 1e6
-    assert mesh.dram_bandwidth_bytes_per_s == params["hw.dram_bandwidth_GB_per_s"] * 1e9
+    assert hardware.memory.sram.capacity_bytes == params["hw.sram_MB_per_core"] * 1e6
+    assert hardware.memory.dram.bandwidth_bytes_per_s == params["hw.dram_bandwidth_GB_per_s"] * 1e9
 
 
 def test_the_matrix_engine_scales_every_precision_and_the_sram_bandwidth_by_its_square_root():
     hardware = build_hardware(SPACE, {"hw.TFLOP_per_s_per_core": 32})
-    assert hardware.peak_flop_per_s == {p: 2 * v for p, v in BASE.peak_flop_per_s.items()}
-    assert hardware.sram_bandwidth_bytes_per_s == pytest.approx(BASE.sram_bandwidth_bytes_per_s * math.sqrt(2))
+    assert hardware.compute.peak_flop_per_s == {p: 2 * v for p, v in BASE.compute.peak_flop_per_s.items()}
+    sram_bandwidth = BASE.memory.sram.bandwidth_bytes_per_s
+    assert hardware.memory.sram.bandwidth_bytes_per_s == pytest.approx(sram_bandwidth * math.sqrt(2))
 
 
 def test_a_changed_value_cites_the_search_and_the_others_keep_their_source():

@@ -37,11 +37,11 @@ def test_only_the_linear_layers_gemms_run_in_fp8():
 
 def test_an_fp8_gemm_runs_at_the_fp8_peak_and_efficiency_and_the_rest_as_bf16():
     fp8, bf16 = _ops("fp8", attention="fused"), _ops("bf16", attention="fused")
-    cal, network = H100.calibration, H100.network
+    cal, compute = H100.calibration, H100.compute
     peak = peak_flop_per_s(H100, Strategy(precision="fp8"))
-    assert peak == H100.peak_flop_per_s["bf16"]
+    assert peak == H100.compute.peak_flop_per_s["bf16"]
     op = fp8["mlp_in"]
-    rate = H100.peak_flop_per_s["fp8"] * cal.fp8_gemm_efficiency * network.gemm_efficiency(op.rows, op.columns)
+    rate = H100.compute.peak_flop_per_s["fp8"] * cal.fp8_gemm_efficiency * compute.gemm_efficiency(op.rows, op.columns)
     assert operator_s(op, 1.0, 1, H100, peak) == pytest.approx(op.flops / rate + cal.kernel_overhead_s)
     for name in ("fused_attention", "input_norm", "gelu"):
         assert operator_s(fp8[name], 1.0, 1, H100, peak) == operator_s(bf16[name], 1.0, 1, H100, peak)
@@ -88,6 +88,6 @@ def test_fp8_speeds_training_up_by_less_than_its_gemm_speedup():
     model = load_model("LLaMA2-7B")
     base = Strategy(tp=1, dp=8, global_batch_size=64, zero_stage=1)
     bf16, fp8 = (simulate(model, H100, base.with_fields(precision=p)) for p in ("bf16", "fp8"))
-    gemm = (H100.peak_flop_per_s["fp8"] * H100.calibration.fp8_gemm_efficiency
-            / (H100.peak_flop_per_s["bf16"] * H100.calibration.gemm_efficiency))
+    gemm = (H100.compute.peak_flop_per_s["fp8"] * H100.calibration.fp8_gemm_efficiency
+            / (H100.compute.peak_flop_per_s["bf16"] * H100.calibration.gemm_efficiency))
     assert 1.2 < fp8.samples_per_s / bf16.samples_per_s < gemm

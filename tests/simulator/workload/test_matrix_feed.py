@@ -29,4 +29,4 @@ def test_the_fed_rate_is_the_peak_over_passes_where_the_unpackers_keep_up():
     assert fed_flop_per_s(N150, "bf16", 4) == pytest.approx(4.096e12 / 4)
     assert fed_flop_per_s(N150, "bf16", 1) == pytest.approx(2 * 32**3 / (1.125 * 34e-9))
     assert fed_flop_per_s(load_hardware("blackhole-p150"), "bf16", 1) == pytest.approx(
-        load_hardware("blackhole-p150").peak_flop_per_s["bf16"])
+        load_hardware("blackhole-p150").compute.peak_flop_per_s["bf16"])

@@ -10,7 +10,7 @@ from simulator import InputError, load_hardware
 from simulator.workload.grid_gemm import grid_gemm
 
 N150 = load_hardware("wormhole-n150")
-UNFED = dataclasses.replace(N150, unpacker=None)
+UNFED = dataclasses.replace(N150, compute=dataclasses.replace(N150.compute, unpacker=None))
 
 
 def test_hifi4_bf16_is_compute_bound_and_takes_the_compute_closed_form():

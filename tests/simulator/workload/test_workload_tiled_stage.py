@@ -93,7 +93,7 @@ def test_a_stage_that_fits_moves_nothing_under_both_dataflows():
 def test_t145b_on_the_wafer_moves_over_twice_fewer_bytes_tiled():
     model, strategy = gpt(), Strategy(tp=8, pp=20, dp=2, recompute="full")
     palm = build_stage_costs(model, wafer(), strategy)[1]
-    tiled_hw = replace(wafer(), network=replace(wafer().network, dataflow="tiled"))
+    tiled_hw = replace(wafer(), memory=replace(wafer().memory, dram=replace(wafer().memory.dram, dataflow="tiled")))
     tiled = build_stage_costs(model, tiled_hw, strategy)[1]
     assert tiled.forward.dram_bytes < palm.forward.dram_bytes / 2
     assert tiled.backward.dram_bytes < palm.backward.dram_bytes / 2

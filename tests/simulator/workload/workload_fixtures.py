@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from simulator.hardware.spec import Calibration, Hardware
+from simulator.hardware.spec import Calibration, Compute, Dram, GemmTiling, Hardware, Hbm, Memory, Sram
 from simulator.network.cluster import Cluster
 from simulator.network.mesh import Mesh
 from simulator.workload.spec import ModelSpec
@@ -14,25 +14,28 @@ CALIBRATION = Calibration(gemm_efficiency=0.8, memory_bound_efficiency=0.7, coll
 def wafer() -> Hardware:
     """A wafer-like mesh: 5x4 dies of 4x4 cores, 16 TFLOP/s fp16 and 3.75 MB SRAM per core."""
     return Hardware(
-        name="wafer-test", peak_flop_per_s={"fp16": 16e12, "fp32": 4e12, "int8": 32e12},
-        sram_bytes=3.75e6, sram_bandwidth_bytes_per_s=1e12, calibration=CALIBRATION,
+        name="wafer-test", compute=Compute(peak_flop_per_s={"fp16": 16e12, "fp32": 4e12, "int8": 32e12}),
+        memory=Memory(sram=Sram(capacity_bytes=3.75e6, bandwidth_bytes_per_s=1e12),
+                      dram=Dram(bandwidth_bytes_per_s=1e12, latency_s=1e-7, capacity_bytes=64 * 2**30,
+                                dataflow="palm-algorithm-1")),
+        calibration=CALIBRATION,
         network=Mesh(dies_x=5, dies_y=4, cores_x=4, cores_y=4, intra_die_link_bandwidth_bytes_per_s=1e11,
-                     inter_die_link_bandwidth_bytes_per_s=5e10, hop_latency_s=1e-8, dram_ports_per_die=2,
-                     dram_bandwidth_bytes_per_s=1e12, dram_latency_s=1e-7, dram_capacity_bytes=64 * 2**30,
-                     dataflow="palm-algorithm-1"),
+                     inter_die_link_bandwidth_bytes_per_s=5e10, hop_latency_s=1e-8, dram_ports_per_die=2),
     )
 
 
 def a100_cluster(nodes: int = 4) -> Hardware:
     """DGX-A100-like nodes: 312 TFLOP/s fp16, 2039 GB/s HBM, 80 GiB per GPU."""
     return Hardware(
-        name="a100-test", peak_flop_per_s={"fp16": 312e12, "bf16": 312e12, "fp32": 19.5e12},
-        sram_bytes=40e6, sram_bandwidth_bytes_per_s=19e12, calibration=CALIBRATION,
+        name="a100-test", calibration=CALIBRATION,
+        compute=Compute(peak_flop_per_s={"fp16": 312e12, "bf16": 312e12, "fp32": 19.5e12},
+                        gemm_tiling=GemmTiling(streaming_multiprocessors=108, gemm_tile_rows=256,
+                                               gemm_tile_columns=128)),
+        memory=Memory(sram=Sram(capacity_bytes=40e6, bandwidth_bytes_per_s=19e12),
+                      hbm=Hbm(bandwidth_bytes_per_s=2039e9, capacity_bytes=80 * 2**30)),
         network=Cluster(nodes=nodes, gpus_per_node=8, intra_node_bandwidth_bytes_per_s=300e9,
                         inter_node_bandwidth_bytes_per_s=25e9, intra_node_latency_s=2e-6,
-                        inter_node_latency_s=5e-6, hbm_bandwidth_bytes_per_s=2039e9,
-                        hbm_capacity_bytes=80 * 2**30, streaming_multiprocessors=108, gemm_tile_rows=256,
-                        gemm_tile_columns=128, inter_node_efficiency=1.0),
+                        inter_node_latency_s=5e-6, inter_node_efficiency=1.0),
     )
 
 
