@@ -41,7 +41,8 @@ def test_block_float_unpacks_its_mantissas_only():
 
 
 def test_a_faster_feed_is_never_slower_and_an_unstated_one_leaves_the_peak():
-    fast = dataclasses.replace(N150, unpacker=dataclasses.replace(N150.unpacker, read_bandwidth_bytes_per_s=1e12))
+    feed = dataclasses.replace(N150.compute.unpacker, read_bandwidth_bytes_per_s=1e12)
+    fast = dataclasses.replace(N150, compute=dataclasses.replace(N150.compute, unpacker=feed))
     times = [grid_gemm(h, 1024, 1024, 1024, precision="bf16", fidelity="LoFi", grid=(8, 8),
                        in_dram=(False, False, False)).compute_s for h in (N150, fast, UNFED)]
     assert times[0] > times[1] >= times[2]
