@@ -276,6 +276,29 @@ def tenstorrent_gemm_row(record: dict) -> ValidationRow:
                 group=f"{record['card']} {record['grid_x']}x{record['grid_y']} {where}")
 
 
+def _cnn_candidates(model: ModelSpec, hardware: Hardware, record: dict) -> Iterator[Strategy]:
+    """Every legal ``tp x pp x dp`` of the card whose ``dp`` replicas hold the row's batch
+    (microbatch ``batch / dp``), in the row's format and fidelity (none where the hardware
+    states no fidelity passes: its peak is the LoFi one)."""
+    batch = int(record["batch"])
+    fidelity = record["math_fidelity"] if hardware.compute.math_fidelity_phases else None
+    for d in enumerate_degrees(model, hardware, global_batch_size=batch):
+        b = batch // d.dp
+        yield Strategy(tp=d.tp, pp=d.pp, dp=d.dp, microbatch_size=b,
+                       global_batch_size=b * d.dp * STREAM_MICROBATCHES_PER_STAGE * d.pp, schedule="gpipe",
+                       mode="inference", precision=record["dtype"], math_fidelity=fidelity)
+
+
+def tenstorrent_cnn_row(record: dict) -> ValidationRow:
+    """tt-metal's CNN table: images/s of ResNet-50 on one card at the stated batch, format and
+    fidelity, fastest legal mapping (see the suite's SOURCE.md)."""
+    model, hardware = load_model(record["model"]), load_hardware(record["preset"])
+    samples_per_s, chosen = _best(model, hardware, _cnn_candidates(model, hardware, record))
+    return _row("tenstorrent-cnn", f"{record['model']} {record['card']} batch {record['batch']} {record['dtype']} "
+                f"{record['math_fidelity']}", "samples/s", float(record["published_samples_per_s"]), samples_per_s,
+                _describe(chosen), note=f"target {record['target_samples_per_s']}", group=record["card"])
+
+
 SERVING_SIMULATED = 4
 """Candidates of a serving row simulated event by event: the fastest by the closed-form estimate."""
 
@@ -328,6 +351,7 @@ SUITES: dict[str, tuple[str, Callable[[dict], ValidationRow]]] = {
     "palm-table7-tiled": ("palm/table7", partial(palm_table7_row, dataflow="tiled")),
     "tenstorrent-gemm": ("tenstorrent/gemm", tenstorrent_gemm_row),
     "tenstorrent-llm": ("tenstorrent/llm", tenstorrent_llm_row),
+    "tenstorrent-cnn": ("tenstorrent/cnn", tenstorrent_cnn_row),
     "megatron-bridge-h100": ("megatron-bridge/h100", megatron_bridge_row),
 }
 """Suite name -> (data folder under ``studies/validation``, row function). The ``-algorithm-1`` and

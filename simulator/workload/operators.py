@@ -25,6 +25,7 @@ from typing import Literal
 
 from simulator.costs import Collective, CollectiveKind
 from simulator.strategy import Strategy
+from simulator.workload import tt_conv
 from simulator.workload.spec import ModelSpec
 
 OperatorKind = Literal["gemm", "memory", "attention"]
@@ -64,12 +65,24 @@ class Operator:
             column-parallel GEMM or channel-split convolution: Megatron splits the weight's
             output columns), so a tiled chip may read it once per group and multicast it.
         executed_fraction: the part of ``flops`` the kernel executes (causal fused attention
-            skips the masked half of the scores; ``flops`` keeps the model's arithmetic).
+            skips the masked half of the scores; a tt-metal convolution executes its tile
+            padding too, a fraction above 1; ``flops`` keeps the model's arithmetic).
         fp8: a linear layer's GEMM under precision ``fp8``: Transformer Engine runs it in FP8
             (E4M3 forward, E5M2 gradients, its ``DelayedScaling`` recipe), its operands stored
             and moved in bfloat16 as the cast that feeds it reads them.
         expert: a routed expert's GEMM: its parameters are sharded over the expert-parallel
             group and reduced over the expert-data-parallel one (:func:`moe_mlp`).
+        serial_bytes: bytes the kernel moves through the device's SRAM in series with its
+            arithmetic, not overlapped with it (tt-metal's convolution tilizes each activation
+            block before multiplying it, :func:`simulator.workload.tt_conv.tilize_bytes`).
+        l1_only: the operator moves data only within the cores' SRAM (tt-metal's halo op): no
+            DRAM traffic in a tiled plan, and no activation held beyond its consumer.
+        shared_weight: the weights are the same on every device of the tensor-parallel group
+            (an image-split convolution under tt-metal's height sharding, whose weight reader
+            multicasts them to the cores), so a tiled chip reads them once per group.
+        sharded: its activations stay sharded in the cores' SRAM from the operator before to
+            the one after (tt-metal's CNNs run every layer on L1-sharded tensors, ``ttcnn.md``
+            "Sharding"): a tiled plan moves only its weights where its input and output fit.
     """
 
     name: str
@@ -87,6 +100,10 @@ class Operator:
     executed_fraction: float = 1.0
     fp8: bool = False
     expert: bool = False
+    serial_bytes: float = 0.0
+    l1_only: bool = False
+    shared_weight: bool = False
+    sharded: bool = False
 
     @property
     def parameter_bytes(self) -> float:
@@ -542,7 +559,7 @@ RESNET50_EXPANSION = 4
 
 
 def _conv(name: str, batch: int, size_in: int, c_in: int, c_out: int, kernel: int, stride: int,
-          strategy: Strategy) -> tuple[tuple[Operator, ...], int]:
+          strategy: Strategy, tt_metal: bool = False) -> tuple[tuple[Operator, ...], int]:
     """A convolution + batch norm + ReLU split over the TP group; returns ops, output size.
 
     PALM Table III lets each operator be split over the image (``i``) or the output channels
@@ -555,12 +572,21 @@ def _conv(name: str, batch: int, size_in: int, c_in: int, c_out: int, kernel: in
       (:attr:`Operator.halo_bytes`).
     * channels (``k``): every device holds ``K/t`` filters and the whole input; the output
       slices are all-gathered (:attr:`Operator.gather_bytes`, the whole output).
+
+    With ``tt_metal`` (hardware that runs tt-metal's kernels) the convolution is the implicit
+    GEMM of :mod:`simulator.workload.tt_conv`: the image split is its height sharding, the
+    channel split its width sharding (an image split's weights are multicast to the group,
+    :attr:`Operator.shared_weight`); it executes its device's tile-padded GEMM
+    (:attr:`Operator.executed_fraction`), tilizes its im2col activations in series
+    (:attr:`Operator.serial_bytes`) and, unless it is a plain matmul, is preceded by the halo op
+    (an :attr:`Operator.l1_only` copy of its input shard into a padded buffer).
     """
     size_out = size_in // stride
     t, bpe = strategy.tp, strategy.bytes_per_element
     inputs, weights = batch * size_in * size_in * c_in, kernel * kernel * c_in * c_out
     positions = batch * size_out * size_out
-    if t == 1 or inputs >= weights:
+    image_split = t == 1 or inputs >= weights
+    if image_split:
         conv = _gemm(name, positions / t, c_out, kernel * kernel * c_in, weights, inputs / t, bpe)
         halo = (kernel - 1) * batch * size_in * c_in * bpe if t > 1 else 0.0
         conv = replace(conv, halo_bytes=halo)
@@ -568,38 +594,61 @@ def _conv(name: str, batch: int, size_in: int, c_in: int, c_out: int, kernel: in
         conv = _gemm(name, positions, c_out / t, kernel * kernel * c_in, weights / t, inputs, bpe, shared=True)
         conv = replace(conv, gather_bytes=positions * c_out * bpe)
     norm = _elementwise(f"{name}_bn_relu", positions * c_out / t, 5.0, bpe, weight=2 * c_out / t)
-    return (conv, norm), size_out
+    if not tt_metal:
+        return (conv, norm), size_out
+    conv = replace(conv, shared_weight=image_split and t > 1)
+    return (*_tt_metal_conv(conv, c_in, kernel, stride, size_in, bpe), norm), size_out
+
+
+def _tt_metal_conv(conv: Operator, c_in: int, kernel: int, stride: int, size_in: int,
+                   bpe: float) -> tuple[Operator, ...]:
+    """``conv`` as tt-metal runs it (:mod:`simulator.workload.tt_conv`): its padded implicit
+    GEMM and serial tilize, after the halo op unless it is a plain matmul. The halo's buffer
+    holds the input shard's sticks at the aligned channel count with ``kernel // 2`` padding
+    sticks on each side of every image row and column."""
+    gemm = tt_conv.implicit_gemm(conv.rows, c_in, conv.columns, kernel, stride)
+    conv = replace(conv, executed_fraction=gemm.flops / gemm.logical_flops,
+                   serial_bytes=tt_conv.tilize_bytes(gemm, kernel, stride, bpe))
+    if tt_conv.is_matmul(kernel, stride):
+        return (conv,)
+    padded = ((size_in + 2 * (kernel // 2)) / size_in) ** 2 * tt_conv.aligned_channels(c_in, kernel, stride) / c_in
+    halo = Operator(name=f"{conv.name}_halo", kind="memory", flops=0.0, weight_bytes=0.0,
+                    input_bytes=conv.input_bytes, output_bytes=conv.input_bytes * padded, l1_only=True)
+    return (halo, conv)
 
 
 def _bottleneck(index: int, width: int, stride: int, c_in: int, size: int,
-                strategy: Strategy) -> tuple[Operator, ...]:
+                strategy: Strategy, tt_metal: bool) -> tuple[Operator, ...]:
     """One bottleneck: 1x1 (stride), 3x3, 1x1 expand; projection shortcut when shapes change."""
     b, name, c_out = strategy.microbatch_size, f"block{index}", width * RESNET50_EXPANSION
-    first, size1 = _conv(f"{name}_conv1", b, size, c_in, width, 1, stride, strategy)
-    second, _ = _conv(f"{name}_conv2", b, size1, width, width, 3, 1, strategy)
-    third, _ = _conv(f"{name}_conv3", b, size1, width, c_out, 1, 1, strategy)
+    first, size1 = _conv(f"{name}_conv1", b, size, c_in, width, 1, stride, strategy, tt_metal)
+    second, _ = _conv(f"{name}_conv2", b, size1, width, width, 3, 1, strategy, tt_metal)
+    third, _ = _conv(f"{name}_conv3", b, size1, width, c_out, 1, 1, strategy, tt_metal)
     shortcut: tuple[Operator, ...] = ()
     if stride != 1 or c_in != c_out:
-        shortcut, _ = _conv(f"{name}_projection", b, size, c_in, c_out, 1, stride, strategy)
+        shortcut, _ = _conv(f"{name}_projection", b, size, c_in, c_out, 1, stride, strategy, tt_metal)
     add = _elementwise(f"{name}_residual", b * size1 * size1 * c_out / strategy.tp, 2.0,
                        strategy.bytes_per_element, inputs=2)
     return (*first, *second, *third, *shortcut, add)
 
 
-def resnet50_units(model: ModelSpec, strategy: Strategy) -> list[tuple[str, tuple[Operator, ...]]]:
+def resnet50_units(model: ModelSpec, strategy: Strategy, *,
+                   tt_metal: bool = False) -> list[tuple[str, tuple[Operator, ...]]]:
     """ResNet-50 as 18 units: stem, 16 bottleneck blocks, head (He et al. 2016, Table 1).
 
     Input ``(b, 3, I, I)`` with ``I = model.image_size``. Stem: 7x7/2 conv to 64 channels, batch
     norm + ReLU, 3x3/2 max pool. Blocks of conv2_x..conv5_x, widths 64..512, outputs 4x width.
     Head: global average pool, fully connected ``2048 -> V`` (``V`` classes). Convolutions split
     each image spatially over the TP group (PALM Table III, Conv2 over ``i``, see :func:`_conv`);
-    the pooled vector is all-reduced and the FC layer split over classes.
+    the pooled vector is all-reduced and the FC layer split over classes. ``tt_metal``: each
+    convolution as tt-metal computes it (see :func:`_conv`), every operator
+    :attr:`Operator.sharded`.
 
     Returns:
         ``(unit name, operators)`` in model order.
     """
     b, bpe, t = strategy.microbatch_size, strategy.bytes_per_element, strategy.tp
-    stem, size = _conv("stem_conv", b, model.image_size, 3, 64, 7, 2, strategy)
+    stem, size = _conv("stem_conv", b, model.image_size, 3, 64, 7, 2, strategy, tt_metal)
     pooled = size // 2
     pool = _elementwise("stem_maxpool", b * pooled * pooled * 64 / t, 9.0, bpe, inputs=4)
     units: list[tuple[str, tuple[Operator, ...]]] = [("stem", (*stem, pool))]
@@ -607,7 +656,7 @@ def resnet50_units(model: ModelSpec, strategy: Strategy) -> list[tuple[str, tupl
     for blocks, width, stride in RESNET50_STAGES:
         for block in range(blocks):
             first_stride = stride if block == 0 else 1
-            units.append((f"block{index}", _bottleneck(index, width, first_stride, c_in, size, strategy)))
+            units.append((f"block{index}", _bottleneck(index, width, first_stride, c_in, size, strategy, tt_metal)))
             c_in, size, index = width * RESNET50_EXPANSION, size // first_stride, index + 1
     pooled_inputs = b * c_in * size * size
     avgpool = Operator(name="avgpool", kind="memory", flops=pooled_inputs / t, weight_bytes=0.0,
@@ -615,6 +664,8 @@ def resnet50_units(model: ModelSpec, strategy: Strategy) -> list[tuple[str, tupl
     fc = _gemm("fc", b, model.vocab_size / t, c_in, c_in * model.vocab_size / t + model.vocab_size / t,
                b * c_in, bpe, shared=True)
     units.append(("head", (avgpool, fc)))
+    if tt_metal:
+        return [(name, tuple(replace(op, sharded=True) for op in ops)) for name, ops in units]
     return units
 
 

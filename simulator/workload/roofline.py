@@ -118,6 +118,8 @@ def operator_s(op: Operator, factor: float, kernels: int, hardware: Hardware, pe
     (:meth:`~simulator.hardware.spec.Compute.gemm_efficiency`); its backward GEMMs are
     charged the forward's quantization (their shapes are the forward's transposed pairs). An
     FP8 GEMM (:attr:`Operator.fp8`) runs at the hardware's FP8 peak and FP8 GEMM efficiency.
+    An operator's :attr:`~Operator.serial_bytes` (a tt-metal convolution's tilize) add their
+    time at the same bandwidth after the roofline's ``max``.
     """
     cal = hardware.calibration
     moved = factor * (op.input_bytes + op.weight_bytes + op.output_bytes)
@@ -129,8 +131,9 @@ def operator_s(op: Operator, factor: float, kernels: int, hardware: Hardware, pe
     elif op.kind == "attention":
         efficiency = cal.fused_attention_efficiency or cal.gemm_efficiency
     compute = factor * op.flops * op.executed_fraction / (peak * efficiency)
-    memory_s = moved / (hardware.memory.operand_bandwidth_bytes_per_s * cal.memory_bound_efficiency)
-    return max(compute, memory_s) + kernels * cal.kernel_overhead_s
+    bandwidth = hardware.memory.operand_bandwidth_bytes_per_s * cal.memory_bound_efficiency
+    serial_s = factor * op.serial_bytes / bandwidth
+    return max(compute, moved / bandwidth) + serial_s + kernels * cal.kernel_overhead_s
 
 
 FUSED_ATTENTION_BACKWARD = 2.5

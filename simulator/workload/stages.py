@@ -97,19 +97,21 @@ def _resnet_activation(ops: tuple[Operator, ...], strategy: Strategy) -> float:
     """Stashed activations of a ResNet unit: every operator's output (full recompute: the input).
 
     Inference keeps the largest output in flight. Same accounting as Korthikanti §4 (store what
-    the backward reads) applied to convolution, batch norm and ReLU outputs.
+    the backward reads) applied to convolution, batch norm and ReLU outputs; a halo's buffer
+    (:attr:`~simulator.workload.operators.Operator.l1_only`) is not stashed.
     """
     if not strategy.training:
         return max(op.output_bytes for op in ops)
     if strategy.recompute == "full":
         return ops[0].input_bytes
-    return sum(op.output_bytes for op in ops)
+    return sum(op.output_bytes for op in ops if not op.l1_only)
 
 
 def _resnet_units(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> list[Item]:
     units = []
     full = strategy.recompute == "full"
-    for name, ops in operators.resnet50_units(model, strategy):
+    tt_metal = hardware.memory.sram_dataflow() == "tiled"
+    for name, ops in operators.resnet50_units(model, strategy, tt_metal=tt_metal):
         forward, backward = operators.convolution_collectives(ops, strategy)
         unit = cost_unit(
             ops, recomputed=ops if full else (),

@@ -30,7 +30,13 @@ tt-metal's reuse-mcast matmul). The weight gradient shares ``A^T`` the same way.
 on the ``dp`` data-parallel replicas of a stage, which run in lockstep on the same chip: a weighted
 product is computed by a ``dp x t`` grid, ``B`` read once per replica column and multicast to the
 replicas (the data gradient's ``B^T`` too), costed as an all-gather of those bytes over the stage's
-data-parallel group under the pass's compute. Element-wise operators stream their inputs, weights
+data-parallel group under the pass's compute. An operator whose weights are the same on the
+whole tensor-parallel group (:attr:`~simulator.workload.operators.Operator.shared_weight`: a
+height-sharded convolution, tt-metal ``conv2d``'s weights "mcast sender" reader kernel) is
+computed by a ``dp t x 1`` grid that reads ``B`` once and multicasts it, costed as an all-gather
+over the tensor-parallel group. An operator whose activations stay sharded in SRAM
+(:attr:`~simulator.workload.operators.Operator.sharded`, tt-metal's CNN layers) and fit there
+moves only its weights forward, once per group sharing them. Element-wise operators stream their inputs, weights
 and outputs once forward and twice backward (the roofline's ``2x``), split over the tensor-parallel
 group's cores (:func:`~simulator.workload.operators.transformer_layer`); recomputed operators add
 their forward traffic to the backward.
@@ -42,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 from simulator.strategy import Strategy
@@ -121,7 +127,13 @@ def _layout(op: Operator, bytes_per_element: float) -> tuple[float, float, float
 
 
 def operator_traffic(op: Operator, strategy: Strategy, sram_bytes: float) -> tuple[Traffic, Traffic]:
-    """(forward, backward without recompute) traffic of one device for ``op``."""
+    """(forward, backward without recompute) traffic of one device for ``op`` (none for an
+    :attr:`~simulator.workload.operators.Operator.l1_only` one)."""
+    if op.l1_only:
+        return Traffic(), Traffic()
+    resident = op.sharded and op.input_bytes + op.output_bytes <= sram_bytes
+    if resident:
+        return _weights_only(op, strategy), operator_traffic(replace(op, sharded=False), strategy, sram_bytes)[1]
     if op.kind != "gemm":
         moved = Traffic(op.input_bytes + op.weight_bytes + op.output_bytes)
         return moved, moved.scaled(2.0)
@@ -129,10 +141,31 @@ def operator_traffic(op: Operator, strategy: Strategy, sram_bytes: float) -> tup
     m, k, n, batch, a_scale = _layout(op, e)
     tp = strategy.tp if op.shared_input else 1
     dp = strategy.dp if op.weight_bytes else 1
-    forward = product_traffic(m, k, n, e, sram_bytes, grid=(dp, tp), a_scale=a_scale)
-    data_gradient = product_traffic(m, n, k, e, sram_bytes, grid=(dp, 1), c_scale=a_scale)
+    rows = dp * (strategy.tp if op.shared_weight else 1)
+    forward = product_traffic(m, k, n, e, sram_bytes, grid=(rows, tp), a_scale=a_scale)
+    data_gradient = product_traffic(m, n, k, e, sram_bytes, grid=(rows, 1), c_scale=a_scale)
     weight_gradient = product_traffic(k, m, n, e, sram_bytes, grid=(1, tp), a_scale=a_scale)
+    if op.shared_weight:
+        forward, data_gradient = _weights_over_group(forward), _weights_over_group(data_gradient)
     return forward.scaled(batch), (data_gradient + weight_gradient).scaled(batch)
+
+
+def _weights_only(op: Operator, strategy: Strategy) -> Traffic:
+    """Forward traffic of a :attr:`~simulator.workload.operators.Operator.sharded` operator whose
+    activations fit in SRAM: its weights, read once by the devices sharing them (its ``dp``
+    replicas, and its tensor-parallel group where it has ``shared_weight``) and multicast to them."""
+    group = strategy.tp if op.shared_weight else 1
+    sharing = strategy.dp * group
+    if sharing == 1:
+        return Traffic(op.weight_bytes)
+    multicast = op.weight_bytes if group > 1 else 0.0
+    return Traffic(op.weight_bytes / sharing, multicast, op.weight_bytes - multicast)
+
+
+def _weights_over_group(traffic: Traffic) -> Traffic:
+    """``traffic`` with its weight multicast timed over the tensor-parallel group (a height-sharded
+    convolution's weights go to its group's cores and their replicas; timed over the group)."""
+    return Traffic(traffic.dram_bytes, traffic.multicast_bytes + traffic.replica_bytes, 0.0, traffic.order)
 
 
 def plan_stage_tiled(groups: Sequence[OperatorGroup], capacity: float, strategy: Strategy,

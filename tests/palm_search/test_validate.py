@@ -58,6 +58,25 @@ def test_palm_table5_resnet50_on_grayskull_within_15_percent():
     assert rows["BERT-base-SST-2"].predicted > 0 and "b=128" in rows["BERT-base-SST-2"].chosen
 
 
+# tt-metal's published ResNet-50 (README "CNNs": n150 batch 16 4,700 fps, e150 batch 20 5,100 fps,
+# bfloat8_b LoFi) under the tt-metal convolution model: both predicted above the silicon, the n150
+# at +201% and the e150 at +38% (fastest expressible mapping, not tt-metal's layer-by-layer
+# sharding; see the suite's SOURCE.md). Unseen by any calibration; held near what the model gives.
+CNN_GUARDS = [("n150", 2.05), ("e150", 0.40)]
+
+
+@pytest.fixture(scope="module")
+def cnn_rows():
+    return run_suites(["tenstorrent-cnn"], data_dir=REPOSITORY_DATA, jobs=2)
+
+
+@pytest.mark.parametrize("group, worst", CNN_GUARDS, ids=[g[0] for g in CNN_GUARDS])
+def test_tenstorrent_cnn_rows_within_their_guard(group, worst, cnn_rows):
+    stats = summary(cnn_rows)["tenstorrent-cnn"]
+    assert stats["rows"] == 2 and all(r.error > 0 for r in cnn_rows)
+    assert stats["groups"][group]["max_abs_error"] <= worst
+
+
 # The tenstorrent-gemm targets of the tiled-dataflow issue (n150 BF16 DRAM rows: mean <= 10%, max
 # <= 25%) are not met yet. With the unpackers' L1 read rate (HiFi2 bf16 and LoFi bfloat8_b rows
 # unpack-bound) and the op-to-op latency per operation, those rows are at 23.0% mean and 37.0% max
