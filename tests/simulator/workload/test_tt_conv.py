@@ -76,7 +76,7 @@ def test_the_tilize_runs_in_series_with_the_gemm():
     conv = next(op for _, unit in operators.resnet50_units(resnet50(), strategy, tt_metal=True) for op in unit
                 if op.name == "block0_conv2")
     peak = peak_flop_per_s(N150, strategy)
-    bandwidth = N150.operand_bandwidth_bytes_per_s * N150.calibration.memory_bound_efficiency
+    bandwidth = N150.memory.operand_bandwidth_bytes_per_s * N150.calibration.memory_bound_efficiency
     without = operator_s(replace(conv, serial_bytes=0.0), 1.0, 1, N150, peak)
     assert operator_s(conv, 1.0, 1, N150, peak) == pytest.approx(without + conv.serial_bytes / bandwidth)
 
@@ -98,10 +98,10 @@ def test_sharded_activations_that_fit_move_only_the_weights():
     strategy = _inference(tp=4)
     units = operators.resnet50_units(resnet50(), strategy, tt_metal=True)
     conv = next(op for _, unit in units for op in unit if op.name == "block0_conv2")
-    assert conv.shared_weight and conv.input_bytes + conv.output_bytes <= N150.sram_bytes
-    forward, _ = operator_traffic(conv, strategy, N150.sram_bytes)
+    assert conv.shared_weight and conv.input_bytes + conv.output_bytes <= N150.memory.sram.capacity_bytes
+    forward, _ = operator_traffic(conv, strategy, N150.memory.sram.capacity_bytes)
     # read once by the group of 4 and multicast to it
     assert forward.dram_bytes == pytest.approx(conv.weight_bytes / 4)
     assert forward.multicast_bytes == pytest.approx(conv.weight_bytes)
     halo = next(op for _, unit in units for op in unit if op.l1_only)
-    assert operator_traffic(halo, strategy, N150.sram_bytes)[0].dram_bytes == 0.0
+    assert operator_traffic(halo, strategy, N150.memory.sram.capacity_bytes)[0].dram_bytes == 0.0
