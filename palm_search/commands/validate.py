@@ -69,7 +69,7 @@ class ValidationRow:
     measured: bool = True
     note: str = ""
     group: str = ""
-    excluded_as: str = "cross-check"
+    excluded_as: str = ""
 
 
 def _best(model: ModelSpec, hardware: Hardware, strategies: Iterator[Strategy]) -> tuple[float, Strategy | None]:
@@ -210,10 +210,13 @@ def _bridge_strategy(record: dict, ep: int = 1) -> Strategy:
                     attention="fused", partition="uniform", recompute=record.get("recompute", "none"))
 
 
-def _tokens_per_s_per_gpu(model: ModelSpec, strategy: Strategy, gpus: int) -> float:
-    """Tokens/s per GPU of ``strategy`` on ``h100-cluster`` (0 if it does not fit)."""
+def _tokens_per_s_per_gpu(model: ModelSpec, strategy: Strategy, gpus: int) -> tuple[float, str]:
+    """Tokens/s per GPU of ``strategy`` on ``h100-cluster`` (0 if it does not fit) and, if it
+    does not, why ("" if it does)."""
     result = simulate(model, load_hardware("h100-cluster"), strategy)
-    return result.samples_per_s * model.sequence_length / gpus if result.feasible else 0.0
+    if not result.feasible:
+        return 0.0, f"does not fit: {result.reason}"
+    return result.samples_per_s * model.sequence_length / gpus, ""
 
 
 def megatron_bridge_row(record: dict) -> ValidationRow:
@@ -226,9 +229,10 @@ def megatron_bridge_row(record: dict) -> ValidationRow:
                       sequence_length=int(record["seq_length"]), vocab_size=int(record["vocab"]),
                       global_batch_size=int(record["gbs"]))
     strategy = _bridge_strategy(record)
+    predicted, unfit = _tokens_per_s_per_gpu(model, strategy, gpus)
     return _row(record["suite"], f"{record['model']} {record['precision']} {gpus} GPUs", "tokens/s per GPU",
-                record["tokens_per_s_per_gpu"], _tokens_per_s_per_gpu(model, strategy, gpus), _describe(strategy),
-                note=f"release {record['version']}")
+                record["tokens_per_s_per_gpu"], predicted, _describe(strategy),
+                note="; ".join(filter(None, (f"release {record['version']}", unfit))))
 
 
 def megatron_bridge_moe_row(record: dict) -> ValidationRow:
@@ -255,8 +259,10 @@ def megatron_bridge_moe_row(record: dict) -> ValidationRow:
         return _row(*args, 0.0, "not expressible", measured=False, excluded_as="not expressible",
                     note=f"{source}: {error}")
     reported = isinstance(later, str)
-    return _row(*args, _tokens_per_s_per_gpu(model, strategy, gpus), _describe(strategy), measured=not reported,
-                excluded_as="reported", note=source + (f"; reported, {later} counts" if reported else ""))
+    predicted, unfit = _tokens_per_s_per_gpu(model, strategy, gpus)
+    note = "; ".join(filter(None, (source, f"reported, {later} counts" if reported else "", unfit)))
+    return _row(*args, predicted, _describe(strategy), measured=not reported,
+                excluded_as="reported" if reported else "", note=note)
 
 
 STREAM_MICROBATCHES_PER_STAGE = 1000
@@ -304,7 +310,8 @@ def palm_table7_row(record: dict, dataflow: str | None = None) -> ValidationRow:
     predicted = simulate(model, hardware, fitting).samples_per_s if fitting else 0.0
     palm = record["palm_samples_per_s"]
     return _row(record["suite"], record["model"], "samples/s", record["scaled_megatron_samples_per_s"], predicted,
-                _describe(fitting), measured=False, note=f"PALM predicted {palm} (ours/PALM {predicted / palm:.2f})")
+                _describe(fitting), measured=False, excluded_as="cross-check",
+                note=f"PALM predicted {palm} (ours/PALM {predicted / palm:.2f})")
 
 
 TENSTORRENT_CARDS = {"n150": "wormhole-n150", "p150": "blackhole-p150"}
