@@ -37,8 +37,11 @@ from simulator.network import topology_of
 from simulator.workload import model_flops_per_iteration
 from spaces import enumerate_degrees
 
-DATA_DIR = Path(str(files("palm_search.validation_data")))
-"""The suites' data: ``studies/validation`` of the repository, installed as package data."""
+_CHECKOUT_DATA = Path(__file__).resolve().parents[2] / "studies" / "validation"
+DATA_DIR = _CHECKOUT_DATA if _CHECKOUT_DATA.is_dir() else Path(str(files("palm_search.validation_data")))
+"""The suites' data: ``studies/validation`` of the checkout this module runs from, else (a
+wheel) the same folder installed as package data (an editable install maps that to the
+checkout it was installed from, which need not be this one)."""
 MICROBATCH_SIZES = (1, 2, 4, 8)
 INFERENCE_MICROBATCH_SIZES = (1, 2, 4, 8, 16, 32)
 HIGHLY_DIVISIBLE_BATCH = 720720
@@ -49,9 +52,11 @@ HIGHLY_DIVISIBLE_BATCH = 720720
 class ValidationRow:
     """One case: the published figure, ours, and the relative error ``predicted/published - 1``.
 
-    ``measured`` is False for cross-checks against a non-measurement (PALM Table VII), which do
-    not enter a suite's error statistics. ``group`` splits a suite's statistics (e.g. by card and
-    by where the operands live).
+    ``measured`` is False for rows that do not enter a suite's error statistics, ``excluded_as``
+    saying why: a cross-check against a non-measurement (PALM Table VII), a measurement
+    ``reported`` beside a later release's of the same configuration, or a configuration ``not
+    expressible`` as a strategy (not simulated). ``group`` splits a suite's statistics (e.g. by
+    card and by where the operands live).
     """
 
     suite: str
@@ -64,6 +69,7 @@ class ValidationRow:
     measured: bool = True
     note: str = ""
     group: str = ""
+    excluded_as: str = ""
 
 
 def _best(model: ModelSpec, hardware: Hardware, strategies: Iterator[Strategy]) -> tuple[float, Strategy | None]:
@@ -103,8 +109,9 @@ def _describe(strategy: Strategy | None) -> str:
              (strategy.p2p_blocking, " blocking-p2p"))
     extras = "".join(text for on, text in flags if on)
     context = f" cp={strategy.cp}" if strategy.cp > 1 else ""
+    experts = f" ep={strategy.ep}" if strategy.ep > 1 else ""
     precision = f" {strategy.precision}" if strategy.precision == "fp8" else ""
-    return (f"tp={strategy.tp} pp={strategy.pp} dp={strategy.dp}{context} b={strategy.microbatch_size} "
+    return (f"tp={strategy.tp} pp={strategy.pp} dp={strategy.dp}{context}{experts} b={strategy.microbatch_size} "
             f"{strategy.schedule}{chunks}{zero}{recompute}{extras}{precision}")
 
 
@@ -185,27 +192,77 @@ def korthikanti_row(record: dict) -> ValidationRow:
                 _describe(strategy), note=f"{record['iteration_time_s']} s per iteration")
 
 
+def _bridge_strategy(record: dict, ep: int = 1) -> Strategy:
+    """The stated mapping of a Megatron-Bridge row as its recipe runs it: the printed TP, PP, CP,
+    VP (interleaved 1F1B with ``vp`` chunks when > 1), EP, GBS and MBS, DP = GPUs / (TP PP CP);
+    Megatron-core's distributed optimizer (ZeRO-1) or, FSDP printed 1, its FSDP (ZeRO-3);
+    sequence parallelism and overlapped TP communication with TP, FlashAttention, even layers per
+    (virtual) stage.
+
+    Raises:
+        InputError: a mapping the strategy cannot express (e.g. ``ep`` not dividing ``dp * cp``).
+    """
+    tp, pp, cp, vp = (int(record[k]) for k in ("tp", "pp", "cp", "vp"))
+    return Strategy(tp=tp, pp=pp, cp=cp, dp=int(record["gpus"]) // (tp * pp * cp), ep=ep,
+                    microbatch_size=int(record["mbs"]), global_batch_size=int(record["gbs"]),
+                    schedule="interleaved-1f1b" if vp > 1 else "1f1b", num_chunks=vp, precision=record["precision"],
+                    zero_stage=3 if int(record["fsdp"]) else 1, sequence_parallel=tp > 1, tp_overlap=tp > 1,
+                    attention="fused", partition="uniform", recompute=record.get("recompute", "none"))
+
+
+def _tokens_per_s_per_gpu(model: ModelSpec, strategy: Strategy, gpus: int) -> tuple[float, str]:
+    """Tokens/s per GPU of ``strategy`` on ``h100-cluster`` (0 if it does not fit) and, if it
+    does not, why ("" if it does)."""
+    result = simulate(model, load_hardware("h100-cluster"), strategy)
+    if not result.feasible:
+        return 0.0, f"does not fit: {result.reason}"
+    return result.samples_per_s * model.sequence_length / gpus, ""
+
+
 def megatron_bridge_row(record: dict) -> ValidationRow:
     """NVIDIA's Megatron-Bridge performance summary on DGX H100: tokens/s per GPU of the stated
-    pre-training recipe on ``h100-cluster``, as the recipes run (see the suite's SOURCE.md):
-    Megatron-core's distributed optimizer (ZeRO-1) or its FSDP (ZeRO-3), sequence parallelism
-    and overlapped TP communication with TP, FlashAttention, even layers per (virtual) stage."""
-    seq, gpus = int(record["seq_length"]), int(record["gpus"])
+    pre-training recipe on ``h100-cluster`` (:func:`_bridge_strategy`; see the suite's SOURCE.md)."""
+    gpus = int(record["gpus"])
     model = ModelSpec(name=record["model"], architecture="llama", num_layers=int(record["layers"]),
                       hidden_size=int(record["hidden"]), num_heads=int(record["heads"]),
                       num_kv_heads=int(record["kv_heads"]), ffn_hidden_size=int(record["ffn"]),
-                      sequence_length=seq, vocab_size=int(record["vocab"]), global_batch_size=int(record["gbs"]))
-    tp, pp, cp, vp = (int(record[k]) for k in ("tp", "pp", "cp", "vp"))
-    strategy = Strategy(tp=tp, pp=pp, cp=cp, dp=gpus // (tp * pp * cp), microbatch_size=int(record["mbs"]),
-                        global_batch_size=int(record["gbs"]), schedule="interleaved-1f1b" if vp > 1 else "1f1b",
-                        num_chunks=vp, precision=record["precision"], zero_stage=3 if int(record["fsdp"]) else 1,
-                        sequence_parallel=tp > 1, tp_overlap=tp > 1, attention="fused", partition="uniform",
-                        recompute=record.get("recompute", "none"))
-    result = simulate(model, load_hardware("h100-cluster"), strategy)
-    predicted = result.samples_per_s * seq / gpus if result.feasible else 0.0
+                      sequence_length=int(record["seq_length"]), vocab_size=int(record["vocab"]),
+                      global_batch_size=int(record["gbs"]))
+    strategy = _bridge_strategy(record)
+    predicted, unfit = _tokens_per_s_per_gpu(model, strategy, gpus)
     return _row(record["suite"], f"{record['model']} {record['precision']} {gpus} GPUs", "tokens/s per GPU",
                 record["tokens_per_s_per_gpu"], predicted, _describe(strategy),
-                note=f"release {record['version']}")
+                note="; ".join(filter(None, (f"release {record['version']}", unfit))))
+
+
+def megatron_bridge_moe_row(record: dict) -> ValidationRow:
+    """The Megatron-Bridge summary's DGX-H100 Mixture-of-Experts rows: a model preset (its
+    Hugging Face config) at the row's sequence and batch, the stated mapping with expert
+    parallelism (:func:`_bridge_strategy`). A row whose configuration a later release printed
+    again (``superseded_by``) is reported, not counted. A mapping the strategy cannot express
+    (expert tensor parallelism ``etp`` other than ``tp``, which the strategy's experts take, or
+    an ``ep`` it rejects) is kept, not simulated, not counted (see the suite's SOURCE.md)."""
+    from simulator import InputError
+
+    gpus, release, later = int(record["gpus"]), record["version"], record["superseded_by"]
+    model = dataclasses.replace(load_model(record["model"]), sequence_length=int(record["seq_length"]),
+                                global_batch_size=int(record["gbs"]))
+    args = (record["suite"], f"{record['model']} {record['precision']} {gpus} GPUs {release}", "tokens/s per GPU",
+            record["tokens_per_s_per_gpu"])
+    source = f"release {release} (L{record['line']})"
+    try:
+        if int(record["etp"]) != int(record["tp"]):
+            raise InputError(f"expert tensor parallelism {record['etp']} != tp {record['tp']}: experts split over"
+                             f" tp only, ep groups within dp * cp")
+        strategy = _bridge_strategy(record, ep=int(record["ep"]))
+    except InputError as error:
+        return _row(*args, 0.0, "not expressible", measured=False, excluded_as="not expressible",
+                    note=f"{source}: {error}")
+    reported = isinstance(later, str)
+    predicted, unfit = _tokens_per_s_per_gpu(model, strategy, gpus)
+    note = "; ".join(filter(None, (source, f"reported, {later} counts" if reported else "", unfit)))
+    return _row(*args, predicted, _describe(strategy), measured=not reported,
+                excluded_as="reported" if reported else "", note=note)
 
 
 STREAM_MICROBATCHES_PER_STAGE = 1000
@@ -254,7 +311,8 @@ def palm_table7_row(record: dict, dataflow: str | None = None) -> ValidationRow:
     predicted = simulate(model, hardware, fitting).samples_per_s if fitting else 0.0
     palm = record["palm_samples_per_s"]
     return _row(record["suite"], record["model"], "samples/s", record["scaled_megatron_samples_per_s"], predicted,
-                _describe(fitting), measured=False, note=f"PALM predicted {palm} (ours/PALM {predicted / palm:.2f})")
+                _describe(fitting), measured=False, excluded_as="cross-check",
+                note=f"PALM predicted {palm} (ours/PALM {predicted / palm:.2f})")
 
 
 TENSTORRENT_CARDS = {"n150": "wormhole-n150", "p150": "blackhole-p150"}
@@ -353,6 +411,7 @@ SUITES: dict[str, tuple[str, Callable[[dict], ValidationRow]]] = {
     "tenstorrent-llm": ("tenstorrent/llm", tenstorrent_llm_row),
     "tenstorrent-cnn": ("tenstorrent/cnn", tenstorrent_cnn_row),
     "megatron-bridge-h100": ("megatron-bridge/h100", megatron_bridge_row),
+    "megatron-bridge-h100-moe": ("megatron-bridge/h100-moe", megatron_bridge_moe_row),
 }
 """Suite name -> (data folder under ``studies/validation``, row function). The ``-algorithm-1`` and
 ``-tiled`` suites rerun a PALM table under the other mesh dataflow than its preset's."""

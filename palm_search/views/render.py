@@ -257,7 +257,8 @@ def print_validation(rows, stats: dict, console: Console | None = None) -> None:
         for column in ("case", "unit", "published", "predicted", "error", "chosen", "note"):
             table.add_column(column)
         for r in (r for r in rows if r.suite == suite):
-            error = f"{r.error:+.1%}" + ("" if r.measured else " (cross-check)")
+            error = (f"{r.error:+.1%}" if r.measured or r.predicted > 0 else "-") + (
+                "" if r.measured else f" ({r.excluded_as})")
             table.add_row(r.case, r.unit, f"{r.published:.4g}", f"{r.predicted:.4g}", error, r.chosen, r.note)
         if s["mean_abs_error"] is not None:
             table.caption = f"mean absolute error {s['mean_abs_error']:.1%}, max {s['max_abs_error']:.1%}" + "".join(
