@@ -29,6 +29,7 @@ from simulator import (
     grid_gemm,
     load_hardware,
     load_model,
+    load_stack,
     simulate,
     simulate_with_records,
 )
@@ -138,6 +139,25 @@ def narayanan_row(record: dict) -> ValidationRow:
     predicted = flop * samples_per_s / batch / gpus / 1e12 if samples_per_s else 0.0
     return _row(record["suite"], record["model"], "TFLOP/s per GPU", record["tflops_per_gpu"], predicted,
                 _describe(chosen))
+
+
+ZERO3_STACK = "deepspeed-0.3-zero3"
+"""The stack of the Table 2 ZeRO-3 rows: DeepSpeed of April 2021 (the paper names no version)."""
+
+
+def narayanan_zero3_row(record: dict) -> ValidationRow:
+    """Narayanan SC'21 Table 2, ZeRO-3 rows: TFLOP/s per GPU (their Eq. 3) of ZeRO-3 without model
+    parallelism, one microbatch of the stated size per GPU, full recompute, fp16, under the
+    DeepSpeed 2021 stack (:data:`ZERO3_STACK`)."""
+    gpus, batch, size = int(record["gpus"]), int(record["global_batch_size"]), int(record["microbatch_size"])
+    model = _gpt(record["model"], record["layers"], record["hidden"], record["heads"], batch)
+    strategy = Strategy(dp=gpus, microbatch_size=size, global_batch_size=batch, zero_stage=3, recompute="full",
+                        precision="fp16")
+    result = simulate(model, load_hardware("a100-cluster"), strategy, stack=load_stack(ZERO3_STACK))
+    flop = model_flops_per_iteration(model, batch, recompute=True)
+    predicted = flop * result.samples_per_s / batch / gpus / 1e12 if result.feasible else 0.0
+    return _row(record["suite"], f"{record['model']} {gpus} GPUs", "TFLOP/s per GPU", record["tflops_per_gpu"],
+                predicted, _describe(strategy), note=f"stack {ZERO3_STACK}")
 
 
 def palm_table4_row(record: dict) -> ValidationRow:
@@ -319,6 +339,7 @@ def tenstorrent_llm_row(record: dict) -> ValidationRow:
 SUITES: dict[str, tuple[str, Callable[[dict], ValidationRow]]] = {
     "narayanan-table1": ("narayanan-sc21/table1", narayanan_row),
     "narayanan-table2": ("narayanan-sc21/table2", narayanan_row),
+    "narayanan-table2-zero3": ("narayanan-sc21/table2-zero3", narayanan_zero3_row),
     "korthikanti-table4": ("korthikanti-mlsys23/table4", korthikanti_layer_row),
     "korthikanti-table5": ("korthikanti-mlsys23/table5", korthikanti_row),
     "palm-table4": ("palm/table4", palm_table4_row),
