@@ -296,12 +296,15 @@ def zero3_buffer_bytes(stage_parameters: float, unit_parameters: float, strategy
     """Memory ZeRO-3 takes beyond its shards on one device (bytes): :data:`ZERO3_UNITS_IN_FLIGHT`
     gathered units (at the largest unit's ``unit_parameters``), or the whole stage's
     ``stage_parameters`` where the backward gathers nothing again (:func:`_regathered`), and one
-    unit's unsharded gradients awaiting their reduction; 0 unless ZeRO-3 runs per microbatch."""
+    unit's unsharded gradients awaiting their reduction; 0 unless ZeRO-3 runs per microbatch.
+    Parameters that persist whole on every device (``zero3_persistence_threshold``) are not
+    counted: biases and norms, under 0.1% of a layer of hidden 4096 and above."""
     if not _zero3_per_microbatch(strategy, hardware):
         return 0.0
     units = ZERO3_UNITS_IN_FLIGHT + (1 if strategy.training else 0)
     if strategy.training and _regathered(2, strategy, stack) == slice(0, 0):
-        return (stage_parameters + unit_parameters) * strategy.bytes_per_element
+        held = max(ZERO3_UNITS_IN_FLIGHT * unit_parameters, stage_parameters)
+        return (held + unit_parameters) * strategy.bytes_per_element
     return units * unit_parameters * strategy.bytes_per_element
 
 
