@@ -228,6 +228,43 @@ def megatron_bridge_row(record: dict) -> ValidationRow:
                 note=f"release {record['version']}")
 
 
+TORCHTITAN_MODELS = {"llama3.1-8b": "Llama-3.1-8B", "llama3.1-70b": "Llama-3.1-70B", "llama3.1-405b": "Llama-3.1-405B"}
+TORCHTITAN_STACK = "torchtitan-fsdp2"
+TORCHTITAN_RECOMPUTE = {"SAC": "selective", "per-op SAC": "selective", "full": "full"}
+"""torchtitan's activation checkpointing -> the simulator's recompute: its per-op selective policy
+(saves every op's output but every second matmul's) has no exact counterpart; ``selective``
+(the attention core) stands for it."""
+
+
+def torchtitan_row(record: dict) -> ValidationRow:
+    """torchtitan's Llama 3.1 H100 benchmarks: tokens/s per GPU under the FSDP2 stack on the hosts
+    the files describe (``grand-teton-h100.toml`` beside the data), FSDP (ZeRO-3) over ``fsdp`` x
+    ``cp`` ranks, sequence parallelism with TP, async TP as overlapped TP communication, float8 as
+    ``fp8``, fused attention, ``pp`` microbatches per iteration (torchtitan's default), two chunks
+    per rank for Interleaved1F1B; ``torch.compile`` is not modelled."""
+    tp, pp, cp, fsdp, local = (int(record[k]) for k in ("tp", "pp", "cp", "fsdp", "local_batch"))
+    seq, gpus = int(record["seq_len"]), int(record["num_gpus"])
+    batch = local * fsdp
+    model = dataclasses.replace(load_model(TORCHTITAN_MODELS[record["model"]]), sequence_length=seq,
+                                global_batch_size=batch)
+    interleaved = record["pp_schedule"] == "Interleaved1F1B"
+    strategy = Strategy(tp=tp, pp=pp, cp=cp, dp=fsdp, microbatch_size=local // pp, global_batch_size=batch,
+                        schedule="interleaved-1f1b" if interleaved else "1f1b", num_chunks=2 if interleaved else 1,
+                        zero_stage=3, recompute=TORCHTITAN_RECOMPUTE[record["ac"]], sequence_parallel=tp > 1,
+                        tp_overlap=record["async_tp"] == "yes", attention="fused",
+                        precision="bf16" if record["float8"] == "no" else "fp8")
+    hardware = load_hardware(Path(record["data"]) / "grand-teton-h100.toml")
+    result = simulate(model, hardware, strategy, stack=load_stack(TORCHTITAN_STACK))
+    predicted = result.samples_per_s * seq / gpus if result.feasible else 0.0
+    case = (f"{record['file']} {record['table']} {record['model']} {gpus} GPUs seq {seq}"
+            f"{' compile' if record['compile'] == 'yes' else ''}"
+            f"{' float8 ' + record['float8'] if record['float8'] != 'no' else ''}"
+            f"{' async-TP' if record['async_tp'] == 'yes' else ''}")
+    return _row(record["suite"], case, "tokens/s per GPU", float(record["tps_per_gpu"]), predicted,
+                _describe(strategy), note=result.reason if not result.feasible else f"stack {TORCHTITAN_STACK}",
+                group=record["model"])
+
+
 STREAM_MICROBATCHES_PER_STAGE = 1000
 """An inference row's stream: ``1000 p`` microbatches, whose fill and drain (``p - 1`` slots of
 ``1000 p + p - 1``) cost under 0.1%: PALM §V-A3 reports steady-state throughput, fill and drain
@@ -350,6 +387,7 @@ SUITES: dict[str, tuple[str, Callable[[dict], ValidationRow]]] = {
     "tenstorrent-gemm": ("tenstorrent/gemm", tenstorrent_gemm_row),
     "tenstorrent-llm": ("tenstorrent/llm", tenstorrent_llm_row),
     "megatron-bridge-h100": ("megatron-bridge/h100", megatron_bridge_row),
+    "torchtitan-h100": ("torchtitan/h100", torchtitan_row),
 }
 """Suite name -> (data folder under ``studies/validation``, row function). The ``-algorithm-1`` and
 ``-tiled`` suites rerun a PALM table under the other mesh dataflow than its preset's."""
@@ -372,7 +410,8 @@ def run_suites(names: list[str], data_dir: Path = DATA_DIR, jobs: int = -1) -> l
         path = data_dir / folder / "data.csv"
         if not path.is_file():
             raise InputError(f"validate: {path} does not exist")
-        tasks += [(row, {**record, "suite": name}) for record in pd.read_csv(path).to_dict(orient="records")]
+        tasks += [(row, {**record, "suite": name, "data": str(path.parent)})
+                  for record in pd.read_csv(path).to_dict(orient="records")]
     return Parallel(n_jobs=jobs, backend="loky")(delayed(row)(record) for row, record in tasks)
 
 

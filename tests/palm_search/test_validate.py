@@ -155,3 +155,15 @@ def test_table2_zero3_rows_under_the_deepspeed_2021_stack():
         predicted = [r.predicted for r in rows if r.case.startswith(model)]
         assert predicted == sorted(predicted, reverse=True) and len(set(predicted)) == 3
         assert predicted[-1] / predicted[0] < 0.6
+
+
+# torchtitan's Llama 3.1 H100 rows under the FSDP2 stack: no target; held near what the model
+# gives (67.7% mean, 156.6% max, by model 85.7% / 44.7% / 50.5%), every feasible row over-predicted
+# (the H100 calibration is Megatron-Core's kernels), the two bf16 8B rows on 8 GPUs over memory.
+def test_torchtitan_h100_rows_under_the_fsdp2_stack():
+    rows = run_suites(["torchtitan-h100"], data_dir=REPOSITORY_DATA, jobs=1)
+    stats = summary(rows)["torchtitan-h100"]
+    assert stats["rows"] == 30 and stats["mean_abs_error"] <= 0.68 and stats["max_abs_error"] <= 1.57
+    infeasible = [r.case for r in rows if r.predicted == 0]
+    assert infeasible == ["202412 T1 llama3.1-8b 8 GPUs seq 8192", "202412 T1 llama3.1-8b 8 GPUs seq 8192 compile"]
+    assert all(0.2 < r.error < 1.6 for r in rows if r.predicted > 0)
