@@ -185,7 +185,7 @@ def _attach(search, directory: Path) -> list[int]:
         return attach_artifacts(search.study, search.storage, search.model, search.hardware, search.spec.network,
                                 directory, search.spec.artifacts_top,
                                 lambda done, total: progress.update(task, completed=done, total=total),
-                                jobs=search.jobs)
+                                jobs=search.jobs, stack=search.stack)
 
 
 def _describe(p, unit: str = "samples/s") -> str:
