@@ -29,6 +29,7 @@ class Stack:
         overlap_data_parallel: ZeRO-3's gathers are prefetched under the previous unit's
             compute and its gradient reductions run under the next unit's backward; False: every
             one of them runs exposed, the device idle (a host synchronisation before each gather).
+            ZeRO 0-2's gradient collectives run at the iteration's end under every stack.
         reshard_after_forward: which units free their gathered parameters after the forward
             pass and gather them again in the backward: ``always``, ``except_last`` (the last
             unit, whose backward comes first, stays gathered: PyTorch FSDP2 as torchtitan wraps
