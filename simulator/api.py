@@ -32,6 +32,7 @@ from simulator.network.topology import Topology, topology_of
 from simulator.placement import StagePlacement, place, stage_devices
 from simulator.replicas import simulated_replicas
 from simulator.result import ResourceUsage, SimulationResult, StageReport
+from simulator.stacks.spec import MEGATRON_CORE, Stack
 from simulator.strategy import Strategy
 from simulator.timing import TIMINGS
 from simulator.trace import Timeline
@@ -50,7 +51,7 @@ ESTIMATE = "estimate"
 def simulate(
     model: ModelSpec, hardware: Hardware, strategy: Strategy, *, network: str = DEFAULT_NETWORK,
     steady_state: bool = True, record: bool = False, time_limit_s: float | None = None,
-    event_limit: int | None = None, every_replica: bool = False,
+    event_limit: int | None = None, every_replica: bool = False, stack: Stack = MEGATRON_CORE,
 ) -> SimulationResult:
     """Simulate one iteration of ``strategy`` for ``model`` on ``hardware``.
 
@@ -68,6 +69,10 @@ def simulate(
         event_limit: most events one engine run may take; None: unbounded.
         every_replica: build the flows of every data-parallel replica, even those known to be
             exact copies of the first few (:mod:`simulator.replicas`; the same result, slower).
+        stack: the software that runs the plan (:mod:`simulator.stacks`; default Megatron-Core,
+            the stack the hardware files are calibrated under). A separate argument, not a
+            strategy field: a stack is neither what the user maps nor what the machine is, and
+            the search keeps one for a whole study.
 
     Returns:
         The result; ``feasible`` is False (and nothing is simulated) when memory is exceeded.
@@ -78,23 +83,24 @@ def simulate(
     """
     return simulate_with_records(model, hardware, strategy, network=network, steady_state=steady_state,
                                  record=record, time_limit_s=time_limit_s, event_limit=event_limit,
-                                 every_replica=every_replica)[0]
+                                 every_replica=every_replica, stack=stack)[0]
 
 
 def simulate_with_records(
     model: ModelSpec, hardware: Hardware, strategy: Strategy, *, network: str = DEFAULT_NETWORK,
     steady_state: bool = True, record: bool = True, time_limit_s: float | None = None,
-    event_limit: int | None = None, every_replica: bool = False,
+    event_limit: int | None = None, every_replica: bool = False, stack: Stack = MEGATRON_CORE,
 ) -> tuple[SimulationResult, list[PassRecord]]:
     """Like :func:`simulate`, also returning the pass records of the (last) engine run."""
     done = _simulate(model, hardware, strategy, network, steady_state, record, _Budget(time_limit_s, event_limit),
-                     every_replica)
+                     every_replica, stack)
     return done.result, done.run.records if done.run else []
 
 
 def simulate_timeline(
     model: ModelSpec, hardware: Hardware, strategy: Strategy, *, network: str = DEFAULT_NETWORK,
     window_microbatches: int | None = None, steady_state: bool = True, time_limit_s: float | None = None,
+    stack: Stack = MEGATRON_CORE,
 ) -> Timeline:
     """Simulate ``strategy`` (as :func:`simulate`) and record a window of the iteration.
 
@@ -111,7 +117,7 @@ def simulate_timeline(
     if window_microbatches is not None and window_microbatches < 1:
         raise InputError(f"window_microbatches must be >= 1, got {window_microbatches}")
     done = _simulate(model, hardware, strategy, network, steady_state, False, _Budget(time_limit_s),
-                     every_replica=True)
+                     every_replica=True, stack=stack)
     if done.run is None or done.engine is None:
         return Timeline(result=done.result, passes=(), bookings=(), window_microbatches=0, window_s=0.0,
                         topology=done.topology, placements=done.placements, utilisation={})
@@ -170,7 +176,7 @@ class _Simulated:
     placements: tuple[StagePlacement, ...]
 
 
-def check_memory(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> str:
+def check_memory(model: ModelSpec, hardware: Hardware, strategy: Strategy, stack: Stack = MEGATRON_CORE) -> str:
     """Why ``strategy`` does not fit the devices' memory, or ``""`` when it fits: what
     :func:`simulate` checks before it simulates (no engine run; about 1 ms for T-145B), so a
     search can leave out what cannot fit.
@@ -178,44 +184,44 @@ def check_memory(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> st
     Raises:
         InputError: the strategy does not fit the model or machine (degrees, batch, precision).
     """
-    _, _, memory_bytes, in_flight = _memory(model, hardware, strategy)
+    _, _, memory_bytes, in_flight = _memory(model, hardware, strategy, stack)
     return legality.memory_shortfall(hardware, memory_bytes, in_flight, strategy.devices_per_stage)
 
 
-def _memory(model: ModelSpec, hardware: Hardware,
-            strategy: Strategy) -> tuple[int, tuple[StageCost, ...], list[float], list[list[int]]]:
+def _memory(model: ModelSpec, hardware: Hardware, strategy: Strategy,
+            stack: Stack) -> tuple[int, tuple[StageCost, ...], list[float], list[list[int]]]:
     """Microbatches, stage costs, bytes per device of each stage, microbatches in flight."""
     m = legality.check_plan(model, hardware, strategy)
-    costs = _stage_costs(model, hardware, strategy)
+    costs = _stage_costs(model, hardware, strategy, stack)
     in_flight = legality.microbatches_in_flight(strategy, m)
     return m, costs, legality.stage_memory_bytes(costs, strategy.pp, in_flight), in_flight
 
 
-_COSTS: OrderedDict[tuple[int, int, Strategy], tuple[ModelSpec, Hardware, tuple[StageCost, ...]]] = OrderedDict()
+_COSTS: OrderedDict[tuple[int, int, Strategy, Stack], tuple[ModelSpec, Hardware, tuple[StageCost, ...]]] = OrderedDict()
 _COSTS_KEPT = 256
 """Stage costs of the last few plans (a search evaluates one plan under many placements)."""
 PLACEMENT_FIELDS: dict[str, Any] = {f.name: f.default for f in fields(Strategy) if f.metadata["where"]}
 """Strategy fields the stage costs do not read (where stages sit and how they talk), at defaults."""
 
 
-def _stage_costs(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> tuple[StageCost, ...]:
+def _stage_costs(model: ModelSpec, hardware: Hardware, strategy: Strategy, stack: Stack) -> tuple[StageCost, ...]:
     """:func:`build_stage_costs`, kept for the last :data:`_COSTS_KEPT` plans (keyed by the model
-    and machine objects, held so their ids stay theirs, and the plan without its placement)."""
-    key = (id(model), id(hardware), replace(strategy, **PLACEMENT_FIELDS))
+    and machine objects, held so their ids stay theirs, the plan without its placement, and the stack)."""
+    key = (id(model), id(hardware), replace(strategy, **PLACEMENT_FIELDS), stack)
     kept = _COSTS.get(key)
     if kept is None:
-        kept = _COSTS[key] = (model, hardware, build_stage_costs(model, hardware, strategy))
+        kept = _COSTS[key] = (model, hardware, build_stage_costs(model, hardware, strategy, stack))
         if len(_COSTS) > _COSTS_KEPT:
             _COSTS.popitem(last=False)
     return kept[2]
 
 
 def _prepare(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str,
-             every_replica: bool = False) -> _Prepared:
+             every_replica: bool = False, stack: Stack = MEGATRON_CORE) -> _Prepared:
     """Check and cost the plan and place it: of the data-parallel replicas known identical, the
     few :func:`simulated_replicas` says (all of them with ``every_replica``)."""
     started = time.perf_counter()
-    m, costs, memory_bytes, in_flight = _memory(model, hardware, strategy)
+    m, costs, memory_bytes, in_flight = _memory(model, hardware, strategy, stack)
     topology = topology_of(hardware)
     replicas = strategy.dp if every_replica else simulated_replicas(topology, strategy)
     return _Prepared(model=model, hardware=hardware, strategy=strategy, network=network, num_microbatches=m,
@@ -236,11 +242,12 @@ class _Budget:
 
 
 def _simulate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str, steady_state: bool,
-              record: bool, budget: _Budget, every_replica: bool = False) -> _Simulated:
+              record: bool, budget: _Budget, every_replica: bool = False,
+              stack: Stack = MEGATRON_CORE) -> _Simulated:
     if network != ESTIMATE and network not in TIMINGS:
         raise InputError(f"network must be one of {[*sorted(TIMINGS), ESTIMATE]}, got {network!r}")
     deadline = budget.deadline_s()
-    prepared = _prepare(model, hardware, strategy, network, every_replica)
+    prepared = _prepare(model, hardware, strategy, network, every_replica, stack)
     topology, placements = prepared.topology, prepared.placements
     reason = legality.memory_shortfall(hardware, prepared.memory_bytes, prepared.in_flight, strategy.devices_per_stage)
     if reason:
@@ -268,7 +275,8 @@ def _engine(prepared: _Prepared, network: str, record: bool, deadline_s: float,
                   event_limit=event_limit)
 
 
-def estimate_samples_per_s(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> float:
+def estimate_samples_per_s(model: ModelSpec, hardware: Hardware, strategy: Strategy,
+                           stack: Stack = MEGATRON_CORE) -> float:
     """The ``samples_per_s`` of :func:`simulate` with ``network="estimate"`` (0 when the plan
     exceeds memory), without the rest of its result: what a screen ranking thousands of plans
     needs (:meth:`~simulator.engine.Engine.estimate`'s closed form).
@@ -276,7 +284,7 @@ def estimate_samples_per_s(model: ModelSpec, hardware: Hardware, strategy: Strat
     Raises:
         InputError: the strategy does not fit the model or machine (degrees, batch, precision).
     """
-    prepared = _prepare(model, hardware, strategy, ESTIMATE)
+    prepared = _prepare(model, hardware, strategy, ESTIMATE, stack=stack)
     if legality.memory_shortfall(hardware, prepared.memory_bytes, prepared.in_flight, strategy.devices_per_stage):
         return 0.0
     run, period = _engine(prepared, ESTIMATE, False, math.inf, None).estimate(prepared.num_microbatches)

@@ -202,6 +202,17 @@ class Table:
             raise self.error(f"key '{key}' must be one of {list(choices)}, got {_show(value)}")
         return value
 
+    def take_flag(self, key: str) -> bool:
+        """The boolean ``key``.
+
+        Raises:
+            InputError: missing, or not ``true`` / ``false``.
+        """
+        value = self._get(key)
+        if not isinstance(value, bool):
+            raise self.error(f"key '{key}' must be true or false, got {_show(value)}")
+        return value
+
     def take_strings(self, key: str) -> list[str]:
         """The list of strings ``key``.
 

@@ -14,6 +14,7 @@ from palm_search.commands.optimize import dashboard_cmd, optimize_command
 from palm_search.commands.worker import worker_cmd
 from palm_search.search.study import DEFAULT_EVAL_TIMEOUT_S, MAX_EVAL_TIMEOUT_S
 from simulator import (
+    MEGATRON_CORE,
     PLACEMENTS,
     PRECISIONS,
     BudgetExceeded,
@@ -22,12 +23,15 @@ from simulator import (
     ModelSpec,
     PalmError,
     SimulationResult,
+    Stack,
     Strategy,
     hardware_presets,
     load_hardware,
     load_model,
+    load_stack,
     load_strategy,
     read_best,
+    stack_presets,
     strategy_fields,
 )
 from simulator import __version__ as SIMULATOR_VERSION
@@ -136,6 +140,8 @@ def simulate_command(
     decode_context_length: Annotated[int | None, Opt(help="Inference: simulate one decode step, each sample's"
                                                      " new token attending to a KV cache of this many"
                                                      " tokens (0: the prompt's forward).")] = None,
+    stack: Annotated[str | None, Opt("--stack", help=f"Software stack preset ({', '.join(stack_presets())}) or TOML"
+                                     " file (default: megatron-core, the hardware files' calibration).")] = None,
     network: Annotated[str, Opt(help="sharing (links' and DRAM ports' bandwidth shared max-min fairly),"
                                      " contention (PALM: links and DRAM ports held exclusively), analytical (no"
                                      " contention) or estimate (closed form, no events).")] = "sharing",
@@ -153,7 +159,7 @@ def simulate_command(
         strategy = build_strategy(strategy_file, overrides, stage_layers, stage_devices)
         model_spec, hardware = _model_and_machine(model, hw, strategy_file)
         result = _simulate_and_draw(model_spec, hardware, strategy, network, steady_state, trace, plots,
-                                    eval_timeout)
+                                    eval_timeout, load_stack(stack) if stack else MEGATRON_CORE)
     except BudgetExceeded as error:
         fail(f"{error}; --eval-timeout {eval_timeout:g} s (give more to wait longer)")
     except PalmError as error:
@@ -182,18 +188,18 @@ def _model_and_machine(model: str | None, hw: str | None, strategy_file: Path | 
 
 def _simulate_and_draw(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str,
                        steady_state: bool, trace: Path | None, plots: Path | None,
-                       time_limit_s: float) -> SimulationResult:
-    """One simulation within ``time_limit_s``; with a trace or plots asked, the recorded one
-    (three engine runs in all)."""
+                       time_limit_s: float, stack: Stack = MEGATRON_CORE) -> SimulationResult:
+    """One simulation within ``time_limit_s`` under ``stack``; with a trace or plots asked, the
+    recorded one (three engine runs in all)."""
     from simulator import simulate, simulate_timeline  # numpy, SimPy and the engine: not at start-up
 
     if not (trace or plots):
         return simulate(model, hardware, strategy, network=network, steady_state=steady_state,
-                        time_limit_s=time_limit_s)
+                        time_limit_s=time_limit_s, stack=stack)
     from palm_search.views.report import write_visuals
 
     timeline = simulate_timeline(model, hardware, strategy, network=network, steady_state=steady_state,
-                                 time_limit_s=time_limit_s)
+                                 time_limit_s=time_limit_s, stack=stack)
     for path in write_visuals(timeline, trace, plots):
         typer.echo(f"wrote {path}", err=True)
     return timeline.result

@@ -79,6 +79,8 @@ def optimize_command(
         "Inference: ceiling on the time to first token (s, the batch's prefill)."))] = None,
     precision: Annotated[str | None, Opt(help=(
         "Number format of every mapping (a fixed Strategy field, e.g. bf16, bfloat8_b; simulate --help)."))] = None,
+    stack: Annotated[str | None, Opt(help=(
+        "Software stack preset or TOML file every trial runs under (default megatron-core; simulate --help)."))] = None,
 ) -> None:
     """Search the fastest mapping of MODEL on HW; re-running the same command resumes."""
     spec = resolve_spec(study_file, model, hw, trials=trials, sampler=sampler, seed=seed,
@@ -86,7 +88,7 @@ def optimize_command(
                         artifacts_top=artifacts_top, fidelity=fidelity, eval_timeout_s=eval_timeout, mode=mode,
                         prompt_length=prompt_length, decode_context_length=decode_context_length,
                         users=tuple(users) if users else None, min_tokens_per_s_per_user=min_tokens_per_s_per_user,
-                        max_ttft_s=max_ttft_s)
+                        max_ttft_s=max_ttft_s, stack=stack)
     if precision is not None:
         from simulator import Strategy
 
@@ -183,7 +185,7 @@ def _attach(search, directory: Path) -> list[int]:
         return attach_artifacts(search.study, search.storage, search.model, search.hardware, search.spec.network,
                                 directory, search.spec.artifacts_top,
                                 lambda done, total: progress.update(task, completed=done, total=total),
-                                jobs=search.jobs)
+                                jobs=search.jobs, stack=search.stack)
 
 
 def _describe(p, unit: str = "samples/s") -> str:

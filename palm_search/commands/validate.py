@@ -29,6 +29,7 @@ from simulator import (
     grid_gemm,
     load_hardware,
     load_model,
+    load_stack,
     simulate,
     simulate_with_records,
 )
@@ -147,6 +148,25 @@ def narayanan_row(record: dict) -> ValidationRow:
                 _describe(chosen))
 
 
+ZERO3_STACK = "deepspeed-0.3-zero3"
+"""The stack of the Table 2 ZeRO-3 rows: DeepSpeed of April 2021 (the paper names no version)."""
+
+
+def narayanan_zero3_row(record: dict) -> ValidationRow:
+    """Narayanan SC'21 Table 2, ZeRO-3 rows: TFLOP/s per GPU (their Eq. 3) of ZeRO-3 without model
+    parallelism, one microbatch of the stated size per GPU, full recompute, fp16, under the
+    DeepSpeed 2021 stack (:data:`ZERO3_STACK`)."""
+    gpus, batch, size = int(record["gpus"]), int(record["global_batch_size"]), int(record["microbatch_size"])
+    model = _gpt(record["model"], record["layers"], record["hidden"], record["heads"], batch)
+    strategy = Strategy(dp=gpus, microbatch_size=size, global_batch_size=batch, zero_stage=3, recompute="full",
+                        precision="fp16")
+    result = simulate(model, load_hardware("a100-cluster"), strategy, stack=load_stack(ZERO3_STACK))
+    flop = model_flops_per_iteration(model, batch, recompute=True)
+    predicted = flop * result.samples_per_s / batch / gpus / 1e12 if result.feasible else 0.0
+    return _row(record["suite"], f"{record['model']} {gpus} GPUs", "TFLOP/s per GPU", record["tflops_per_gpu"],
+                predicted, _describe(strategy), note=f"stack {ZERO3_STACK}")
+
+
 def palm_table4_row(record: dict) -> ValidationRow:
     """PALM Table IV: sequences per second against Megatron's published figure."""
     model, hardware = load_model(record["model"]), load_hardware("a100-cluster")
@@ -263,6 +283,43 @@ def megatron_bridge_moe_row(record: dict) -> ValidationRow:
     note = "; ".join(filter(None, (source, f"reported, {later} counts" if reported else "", unfit)))
     return _row(*args, predicted, _describe(strategy), measured=not reported,
                 excluded_as="reported" if reported else "", note=note)
+
+
+TORCHTITAN_MODELS = {"llama3.1-8b": "Llama-3.1-8B", "llama3.1-70b": "Llama-3.1-70B", "llama3.1-405b": "Llama-3.1-405B"}
+TORCHTITAN_STACK = "torchtitan-fsdp2"
+TORCHTITAN_RECOMPUTE = {"SAC": "selective", "per-op SAC": "selective", "full": "full"}
+"""torchtitan's activation checkpointing -> the simulator's recompute: its per-op selective policy
+(saves every op's output but every second matmul's) has no exact counterpart; ``selective``
+(the attention core) stands for it."""
+
+
+def torchtitan_row(record: dict) -> ValidationRow:
+    """torchtitan's Llama 3.1 H100 benchmarks: tokens/s per GPU under the FSDP2 stack on the hosts
+    the files describe (``grand-teton-h100.toml`` beside the data), FSDP (ZeRO-3) over ``fsdp`` x
+    ``cp`` ranks, sequence parallelism with TP, async TP as overlapped TP communication, float8 as
+    ``fp8``, fused attention, ``pp`` microbatches per iteration (torchtitan's default), two chunks
+    per rank for Interleaved1F1B; ``torch.compile`` is not modelled."""
+    tp, pp, cp, fsdp, local = (int(record[k]) for k in ("tp", "pp", "cp", "fsdp", "local_batch"))
+    seq, gpus = int(record["seq_len"]), int(record["num_gpus"])
+    batch = local * fsdp
+    model = dataclasses.replace(load_model(TORCHTITAN_MODELS[record["model"]]), sequence_length=seq,
+                                global_batch_size=batch)
+    interleaved = record["pp_schedule"] == "Interleaved1F1B"
+    strategy = Strategy(tp=tp, pp=pp, cp=cp, dp=fsdp, microbatch_size=local // pp, global_batch_size=batch,
+                        schedule="interleaved-1f1b" if interleaved else "1f1b", num_chunks=2 if interleaved else 1,
+                        zero_stage=3, recompute=TORCHTITAN_RECOMPUTE[record["ac"]], sequence_parallel=tp > 1,
+                        tp_overlap=record["async_tp"] == "yes", attention="fused",
+                        precision="bf16" if record["float8"] == "no" else "fp8")
+    hardware = load_hardware(Path(record["data"]) / "grand-teton-h100.toml")
+    result = simulate(model, hardware, strategy, stack=load_stack(TORCHTITAN_STACK))
+    predicted = result.samples_per_s * seq / gpus if result.feasible else 0.0
+    case = (f"{record['file']} {record['table']} {record['model']} {gpus} GPUs seq {seq}"
+            f"{' compile' if record['compile'] == 'yes' else ''}"
+            f"{' float8 ' + record['float8'] if record['float8'] != 'no' else ''}"
+            f"{' async-TP' if record['async_tp'] == 'yes' else ''}")
+    return _row(record["suite"], case, "tokens/s per GPU", float(record["tps_per_gpu"]), predicted,
+                _describe(strategy), note=result.reason if not result.feasible else f"stack {TORCHTITAN_STACK}",
+                group=record["model"])
 
 
 STREAM_MICROBATCHES_PER_STAGE = 1000
@@ -400,6 +457,7 @@ def tenstorrent_llm_row(record: dict) -> ValidationRow:
 SUITES: dict[str, tuple[str, Callable[[dict], ValidationRow]]] = {
     "narayanan-table1": ("narayanan-sc21/table1", narayanan_row),
     "narayanan-table2": ("narayanan-sc21/table2", narayanan_row),
+    "narayanan-table2-zero3": ("narayanan-sc21/table2-zero3", narayanan_zero3_row),
     "korthikanti-table4": ("korthikanti-mlsys23/table4", korthikanti_layer_row),
     "korthikanti-table5": ("korthikanti-mlsys23/table5", korthikanti_row),
     "palm-table4": ("palm/table4", palm_table4_row),
@@ -412,6 +470,7 @@ SUITES: dict[str, tuple[str, Callable[[dict], ValidationRow]]] = {
     "tenstorrent-cnn": ("tenstorrent/cnn", tenstorrent_cnn_row),
     "megatron-bridge-h100": ("megatron-bridge/h100", megatron_bridge_row),
     "megatron-bridge-h100-moe": ("megatron-bridge/h100-moe", megatron_bridge_moe_row),
+    "torchtitan-h100": ("torchtitan/h100", torchtitan_row),
 }
 """Suite name -> (data folder under ``studies/validation``, row function). The ``-algorithm-1`` and
 ``-tiled`` suites rerun a PALM table under the other mesh dataflow than its preset's."""
@@ -434,7 +493,8 @@ def run_suites(names: list[str], data_dir: Path = DATA_DIR, jobs: int = -1) -> l
         path = data_dir / folder / "data.csv"
         if not path.is_file():
             raise InputError(f"validate: {path} does not exist")
-        tasks += [(row, {**record, "suite": name}) for record in pd.read_csv(path).to_dict(orient="records")]
+        tasks += [(row, {**record, "suite": name, "data": str(path.parent)})
+                  for record in pd.read_csv(path).to_dict(orient="records")]
     return Parallel(n_jobs=jobs, backend="loky")(delayed(row)(record) for row, record in tasks)
 
 

@@ -22,6 +22,7 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from itertools import chain, islice
 from pathlib import Path
 from typing import Any
@@ -59,14 +60,17 @@ from palm_search.search.storage import (
 )
 from palm_search.search.study import DEFAULT_TRIALS, SCREENED_TRIALS, StudySpec, spec_to_attrs
 from simulator import (
+    MEGATRON_CORE,
     Hardware,
     InputError,
     ModelSpec,
+    Stack,
     Strategy,
     hardware_from_tables,
     hardware_tables,
     load_hardware,
     load_model,
+    load_stack,
     strategy_fields,
 )
 from spaces import Candidate
@@ -109,7 +113,10 @@ class Search:
     backend: str = "loky"
     """joblib backend the simulations run on: ``loky`` (local processes) or ``dask`` (a cluster)."""
     evaluator: Callable[..., dict] = evaluate
-    """``(model, hardware, strategy, network) -> record``; a module-level function (it is pickled)."""
+    """``(model, hardware, strategy, network) -> record``; a module-level function (it is pickled),
+    bound to the study's stack by :func:`functools.partial` where that is not the default."""
+    stack: Stack = MEGATRON_CORE
+    """The software stack of the study (``StudySpec.stack``), in the cache keys."""
     interrupted: bool = False
     """Set (e.g. by SIGINT) to stop asking: in-flight trials are told, then the run ends."""
     running: dict[int, int] = field(default_factory=dict)
@@ -190,8 +197,11 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
     study = optuna.create_study(study_name=spec.name, storage=opened,
                                 sampler=make_sampler(spec, points is not None or screened is not None),
                                 directions=spec.directions, load_if_exists=True)
+    stack = load_stack(spec.stack)
+    evaluator = evaluate_serving if spec.serving else evaluate
     search = Search(spec=spec, model=model, hardware=hardware, study=study, storage=opened, build=build, jobs=jobs,
-                    deterministic=deterministic, evaluator=evaluate_serving if spec.serving else evaluate)
+                    deterministic=deterministic, stack=stack,
+                    evaluator=evaluator if stack == MEGATRON_CORE else partial(evaluator, stack=stack))
     search.points, search.screened = points, screened
     if not study.trials or study.metric_names is None:  # a study begun without them gets them on resuming
         with warnings.catch_warnings():  # experimental since Optuna 3.2, unchanged through 5
@@ -296,7 +306,7 @@ def candidate_of(search: Search, trial: optuna.trial.FrozenTrial) -> Candidate:
 
 def key_of(search: Search, candidate: Candidate) -> str:
     """The cache key of evaluating ``candidate`` in this search."""
-    return cache_key(search.model, candidate.hardware, candidate.strategy, search.spec.network)
+    return cache_key(search.model, candidate.hardware, candidate.strategy, search.spec.network, search.stack)
 
 
 def load_cache(search: Search) -> None:

@@ -11,7 +11,17 @@ import json
 import traceback
 from typing import NamedTuple
 
-from simulator import Hardware, InputError, ModelSpec, SimulationResult, Strategy, estimate_samples_per_s, simulate
+from simulator import (
+    MEGATRON_CORE,
+    Hardware,
+    InputError,
+    ModelSpec,
+    SimulationResult,
+    Stack,
+    Strategy,
+    estimate_samples_per_s,
+    simulate,
+)
 from simulator import __version__ as SIMULATOR_VERSION
 
 RECORD_KEYS = ("feasible", "reason", "samples_per_s", "tokens_per_s", "iteration_time_s",
@@ -57,9 +67,12 @@ class ServingTarget(NamedTuple):
         return not self.reason(tokens_per_s_per_user, ttft_s)
 
 
-def cache_key(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str) -> str:
-    """Identity of an evaluation: strategy, model, hardware, network and simulator version."""
-    return json.dumps([strategy.to_dict(), repr(model), repr(hardware), network, SIMULATOR_VERSION],
+def cache_key(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str,
+              stack: Stack = MEGATRON_CORE) -> str:
+    """Identity of an evaluation: strategy, model, hardware, network, simulator version and the
+    software stack (where it is not the default, so that default keys stay what they were)."""
+    software = [] if stack == MEGATRON_CORE else [repr(stack)]
+    return json.dumps([strategy.to_dict(), repr(model), repr(hardware), network, SIMULATOR_VERSION, *software],
                       sort_keys=True, default=str)
 
 
@@ -107,12 +120,12 @@ def resident(model: ModelSpec, hardware: Hardware) -> tuple[ModelSpec, Hardware]
 
 
 def evaluate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str,
-             time_limit_s: float | None = None) -> dict:
-    """Simulate ``strategy`` within ``time_limit_s`` of wall clock (s; None: unbounded); never
-    raises (an exception, a budget exceeded included, becomes ``{"error": message}``)."""
+             time_limit_s: float | None = None, stack: Stack = MEGATRON_CORE) -> dict:
+    """Simulate ``strategy`` under ``stack`` within ``time_limit_s`` of wall clock (s; None:
+    unbounded); never raises (an exception, a budget exceeded included, becomes ``{"error": message}``)."""
     model, hardware = resident(model, hardware)
     try:
-        result = simulate(model, hardware, strategy, network=network, time_limit_s=time_limit_s)
+        result = simulate(model, hardware, strategy, network=network, time_limit_s=time_limit_s, stack=stack)
         return record_of(result, hardware.device_memory_bytes())
     except Exception as error:  # noqa: BLE001 - a failing evaluation must not stop a search
         last = traceback.extract_tb(error.__traceback__)[-1:]
@@ -121,16 +134,16 @@ def evaluate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: 
 
 
 def evaluate_serving(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str,
-                     time_limit_s: float | None = None) -> dict:
+                     time_limit_s: float | None = None, stack: Stack = MEGATRON_CORE) -> dict:
     """Simulate a serving point: ``strategy`` is the decode step of its users (``global_batch_size``
     users, one token each against ``decode_context_length`` tokens of KV cache), and the same
     mapping with ``decode_context_length = 0`` is the prefill of the whole batch (every user's
     prompt at once). The record is the decode step's (``tokens_per_s`` = users / step time)
     with :data:`SERVING_KEYS`, feasible when both fit memory (peak: the larger). Never raises."""
-    decode = evaluate(model, hardware, strategy, network, time_limit_s)
+    decode = evaluate(model, hardware, strategy, network, time_limit_s, stack)
     if decode.get("error"):
         return decode
-    prefill = evaluate(model, hardware, strategy.with_fields(decode_context_length=0), network, time_limit_s)
+    prefill = evaluate(model, hardware, strategy.with_fields(decode_context_length=0), network, time_limit_s, stack)
     if prefill.get("error"):
         return prefill
     step_s = decode["iteration_time_s"]

@@ -25,6 +25,7 @@ Study files are TOML (see ``studies/t145b-wafer.toml``)::
     top = 10                 # mappings shown at the end
     artifacts_top = 3        # top trials re-simulated for trace and pictures (Optuna artifacts); 0: none
     eval_timeout_s = 60      # wall-clock budget of one simulation (s): over it, the trial fails and the search goes on
+    stack = "megatron-core"  # software stack preset or TOML file (simulator.stacks): how ZeRO-3 runs
 
     [search]
     dimensions = ["degrees", "microbatch_size", "schedule", ...]   # spaces.training.DIMENSIONS
@@ -58,7 +59,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from simulator import InputError, Strategy
+from simulator import InputError, Strategy, load_stack
 from simulator.config import Table, read_toml
 
 OBJECTIVES = ("throughput", "memory", "tokens_per_s_per_user")
@@ -80,6 +81,8 @@ DEFAULT_USERS = (1, 2, 4, 8, 16, 32, 64, 128)
 """Concurrent users (global batch sizes) a serving search tries."""
 SERVING_KEYS = ("mode", "prompt_length", "decode_context_length", "global_batch_size")
 """Strategy fields a serving study sets itself (from ``[study]`` and ``users``), never ``[fixed]``."""
+DEFAULT_STACK = "megatron-core"
+"""The stack the hardware files are calibrated under (:data:`simulator.MEGATRON_CORE`)."""
 DEFAULT_EVAL_TIMEOUT_S = 60.0
 """Wall-clock budget of one simulation in a search (s): a T-145B wafer mapping takes 0.03-5 s, so a
 minute is an input built wrong, and its trial fails instead of holding a worker."""
@@ -120,6 +123,8 @@ class StudySpec:
     users: tuple[int, ...] = DEFAULT_USERS
     min_tokens_per_s_per_user: float | None = None
     max_ttft_s: float | None = None
+    stack: str = DEFAULT_STACK
+    """The software stack every trial runs under (a preset name or a TOML file)."""
 
     def __post_init__(self) -> None:
         _check("objectives", self.objectives, OBJECTIVES, many=True)
@@ -128,6 +133,7 @@ class StudySpec:
         _check("sampler", self.sampler, SAMPLERS)
         _check("network", self.network, NETWORKS)
         _check("fidelity", self.fidelity, FIDELITIES)
+        load_stack(self.stack)
         if self.fidelity == "screen" and self.sampler != "auto":
             raise InputError(f"study: `fidelity` \"screen\" chooses the points itself; it needs sampler \"auto\","
                              f" got {self.sampler!r}")
@@ -227,6 +233,8 @@ def load_study(path: str | Path) -> StudySpec:
     study = root.take_table("study")
     values = _study_values(study)
     values.update(model=beside(path, values["model"]), hardware=beside(path, values["hardware"]))
+    if "stack" in values:
+        values["stack"] = beside(path, values["stack"])
     if root.has("search"):
         values.update(_search_values(root.take_table("search")))
     for key in ("fixed", "baseline"):
@@ -243,7 +251,7 @@ def load_study(path: str | Path) -> StudySpec:
 
 def _study_values(study: Table) -> dict:
     values = {"model": study.take_string("model"), "hardware": study.take_string("hardware")}
-    for key in ("name", "sampler", "network", "fidelity", "mode"):
+    for key in ("name", "sampler", "network", "fidelity", "mode", "stack"):
         if study.has(key):
             values[key] = study.take_string(key)
     for key in ("prompt_length", "decode_context_length"):
@@ -303,7 +311,7 @@ def spec_to_attrs(spec: StudySpec) -> dict:
     """The whole spec as JSON-compatible data (the study's ``user_attrs["spec"]``), so another
     process (``palm-search worker``) can rebuild it with :func:`spec_from_attrs`."""
     data = dataclasses.asdict(spec)
-    for key in ("model", "hardware"):  # a file path must name the same file from another directory
+    for key in ("model", "hardware", "stack"):  # a file path must name the same file from another directory
         if Path(data[key]).is_file():
             data[key] = str(Path(data[key]).resolve())
     return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}

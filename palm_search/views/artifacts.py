@@ -24,7 +24,7 @@ from optuna.artifacts import FileSystemArtifactStore, get_all_artifact_meta, upl
 from palm_search.search.storage import ARTIFACTS, trial_id
 from palm_search.views.outputs import baseline_row, top_mappings, trials_frame
 from palm_search.views.plots import PICTURES, render_mapping, render_timeline, shared_timelines
-from simulator import Hardware, ModelSpec, Strategy
+from simulator import MEGATRON_CORE, Hardware, ModelSpec, Stack, Strategy
 
 MAPPINGS = "mappings"
 MIMETYPES = {".png": "image/png", ".svg": "image/svg+xml", ".json": "application/json"}
@@ -60,17 +60,17 @@ def chosen_trials(study: optuna.Study, k: int) -> list[int]:
 def attach_artifacts(study: optuna.Study, storage: optuna.storages.BaseStorage, model: ModelSpec,
                      hardware: Hardware, network: str, run_dir: Path, k: int,
                      on_progress: Callable[[int, int], None] = lambda done, total: None,
-                     jobs: int = 1) -> list[int]:
+                     jobs: int = 1, stack: Stack = MEGATRON_CORE) -> list[int]:
     """Render the files of :func:`chosen_trials` on ``jobs`` joblib worker processes and upload
     them from this process as they arrive; files a trial already holds (a resumed run) are not
     uploaded twice. ``storage`` is the one ``study`` was created or loaded with (the dashboard's
     notes and artifact links name the study and trials by their storage ids). Returns the trial
-    numbers illustrated."""
+    numbers illustrated. Every mapping is simulated under the study's ``stack``."""
     chosen = chosen_trials(study, k)
     store = artifact_store(run_dir)
     index = dict(study.user_attrs.get("artifacts", {}))
     numbers = [n for n in chosen if not ARTIFACT_FILES <= set(index.get(str(n), {}))]  # drawn once, not per run
-    tasks = (delayed(render_mapping)(model, hardware, _strategy(study, n), network, mapping_dir(run_dir, n))
+    tasks = (delayed(render_mapping)(model, hardware, _strategy(study, n), network, mapping_dir(run_dir, n), stack)
              for n in numbers)
     on_progress(0, len(numbers))
     rendered = Parallel(n_jobs=min(jobs, max(len(numbers), 1)), return_as="generator")(tasks)
@@ -82,7 +82,7 @@ def attach_artifacts(study: optuna.Study, storage: optuna.storages.BaseStorage, 
                 held[path.name] = _upload(study, store, path, f"trial-{number}-{path.name}")
     common = _share_time_axis(study, store, index, chosen, run_dir,
                               lambda n, path, window_s: render_timeline(model, hardware, _strategy(study, n),
-                                                                        network, path, window_s))
+                                                                        network, path, window_s, stack))
     for number in chosen:
         if index.get(str(number)):
             _show_on_trial_page(study, storage, number, index[str(number)], common.get(number))

@@ -21,7 +21,7 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from simulator import Hardware, ModelSpec, PassKind, Strategy, simulate_timeline
+from simulator import MEGATRON_CORE, Hardware, ModelSpec, PassKind, Stack, Strategy, simulate_timeline
 from simulator.trace import Timeline, stage_slices, write_chrome_trace
 
 K = TypeVar("K")
@@ -47,8 +47,8 @@ TIGHT_PAD_IN = 0.1
 
 
 def render_mapping(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str,
-                   directory: Path) -> list[Path]:
-    """Simulate ``strategy`` with records; write ``trace.json`` and the pictures (PNG) into
+                   directory: Path, stack: Stack = MEGATRON_CORE) -> list[Path]:
+    """Simulate ``strategy`` (under ``stack``) with records; write ``trace.json`` and the pictures (PNG) into
     ``directory``. The worker task of :func:`palm_search.views.artifacts.attach_artifacts`: it
     lives here, with what it needs, so that a worker draws without importing Optuna or pandas
     (0.4 s of CPU per worker process).
@@ -56,7 +56,7 @@ def render_mapping(model: ModelSpec, hardware: Hardware, strategy: Strategy, net
     Raises:
         InputError: the strategy does not fit the model or machine.
     """
-    timeline = simulate_timeline(model, hardware, strategy, network=network)
+    timeline = simulate_timeline(model, hardware, strategy, network=network, stack=stack)
     directory.mkdir(parents=True, exist_ok=True)
     if not timeline.result.feasible:
         return []
@@ -94,10 +94,10 @@ def shared_timelines(folders: Mapping[K, Path], draw: Callable[[K, Path, float],
 
 
 def render_timeline(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str, path: Path,
-                    window_s: float) -> Path:
+                    window_s: float, stack: Stack = MEGATRON_CORE) -> Path:
     """Simulate ``strategy`` with records and draw its timeline alone into ``path`` (PNG) on a
     time axis of ``window_s`` seconds (a window shared with another mapping's timeline)."""
-    figure = plot_timeline(simulate_timeline(model, hardware, strategy, network=network), window_s)
+    figure = plot_timeline(simulate_timeline(model, hardware, strategy, network=network, stack=stack), window_s)
     box = figure.get_tightbbox(FigureCanvasAgg(figure).get_renderer()).padded(TIGHT_PAD_IN)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110, bbox_inches=box)

@@ -13,11 +13,12 @@ Narayanan et al. SC'21 §2.2.2). Each unit is costed once by the roofline
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from simulator.costs import Collective, CollectiveKind, MemoryBreakdown, PassCost, StageCost
 from simulator.hardware.spec import Hardware
 from simulator.legality import attention_of, check_workload, num_microbatches
+from simulator.stacks.spec import MEGATRON_CORE, Stack
 from simulator.strategy import Strategy
 from simulator.workload import memory, operators, sram
 from simulator.workload.operators import Operator
@@ -206,39 +207,107 @@ ZERO3_UNITS_IN_FLIGHT = 2
 DeepSpeed prefetches the next submodule's parameters while one computes)."""
 
 
-def zero3_collectives(parameters: float, units: int, strategy: Strategy, hardware: Hardware,
-                      backward: bool) -> tuple[tuple[Collective, ...], tuple[Collective, ...]]:
+@dataclass(frozen=True, slots=True)
+class Zero3Pass:
+    """ZeRO-3's work in one pass of one microbatch on one device: collectives over the
+    data-parallel group prefetched under the pass's compute (``hidden``) and run after it
+    (``exposed``), and the host time of issuing them (``host_s``, s)."""
+
+    hidden: tuple[Collective, ...] = ()
+    exposed: tuple[Collective, ...] = ()
+    host_s: float = 0.0
+
+
+def zero3_tensors(groups: Sequence[Group], parameters: float, segments: int, strategy: Strategy,
+                  stack: Stack) -> tuple[tuple[float, ...], ...]:
+    """The bytes of each ZeRO-3 collective call of each unit of a stage, in model order: one
+    call per unit (``layer``; every unit at the stage's mean, ``parameters / segments``) or
+    one per parameter tensor of at least ``zero3_persistence_threshold`` elements (``parameter``;
+    an operator's parameters are one tensor, its bias under the threshold)."""
+    bpe = strategy.bytes_per_element
+    if stack.zero3_gather == "layer":
+        return ((parameters * bpe / segments,),) * segments
+    return tuple(tuple(op.parameter_bytes for op in unit.ops
+                       if op.parameter_bytes and op.parameter_bytes / bpe >= stack.zero3_persistence_threshold)
+                 for unit, count in groups for _ in range(count))
+
+
+def _regathered(units: int, strategy: Strategy, stack: Stack) -> slice:
+    """The units gathered again in the backward (after the forward freed them): all
+    (``always``), all but the last, whose backward comes first (``except_last``; none with
+    pipeline parallelism, torchtitan's default policy), or none (``never``)."""
+    if stack.reshard_after_forward == "always":
+        return slice(0, units)
+    if stack.reshard_after_forward == "except_last" and strategy.pp == 1:
+        return slice(0, units - 1)
+    return slice(0, 0)
+
+
+def zero3_collectives(tensors: tuple[tuple[float, ...], ...], strategy: Strategy, hardware: Hardware,
+                      backward: bool, stack: Stack = MEGATRON_CORE) -> Zero3Pass:
     """ZeRO-3's collectives over the data-parallel group in one pass of one microbatch (bytes),
-    as (prefetched under the pass's compute, exposed), one per unit (layer) of the stage, as the
-    frameworks wrap them (PyTorch FSDP, Zhao et al., VLDB'23, §3.2-3.4; DeepSpeed ZeRO-3,
-    Rajbhandari et al., SC'20, §7.2.2: 3x the data-parallel volume):
+    per unit of the stage (``tensors``: :func:`zero3_tensors`), as the frameworks wrap them
+    (PyTorch FSDP, Zhao et al., VLDB'23, §3.2-3.4; DeepSpeed ZeRO-3, Rajbhandari et al., SC'20,
+    §7.2.2: 3x the data-parallel volume):
 
     * forward: each unit's parameters all-gathered before it runs, the next one's prefetched
-      while one computes; the first unit's gather has nothing to hide under;
-    * backward (recompute included: the gathered unit serves both): each unit gathered again
-      and its gradients reduce-scattered after it, both under the next unit's backward; the
-      first gather and the last reduce-scatter are exposed.
+      while one computes; the first gather has nothing to hide under;
+    * backward (recompute included: the gathered unit serves both): the units the forward
+      freed (``stack.reshard_after_forward``) gathered again and every unit's gradients reduced
+      (``stack.zero3_gradient_reduction``) after it, both under the next unit's backward; the
+      first gather (where the last unit was freed) and the last reduction are exposed.
 
-    Both empty unless ZeRO-3 runs per microbatch (:func:`_zero3_per_microbatch`).
+    Without ``stack.overlap_data_parallel`` every call is exposed. Each call costs the stack's
+    ``collective_call_overhead_s`` of host time (``host_s``). Empty unless ZeRO-3 runs per
+    microbatch (:func:`_zero3_per_microbatch`).
     """
     if (not strategy.training and backward) or not _zero3_per_microbatch(strategy, hardware):
-        return (), ()
-    unit_bytes = parameters * strategy.bytes_per_element / units
-    kinds = ("all_gather", "reduce_scatter") if backward else ("all_gather",)
-    hidden = tuple(Collective(kind=kind, size_bytes=unit_bytes, count=units - 1)  # type: ignore[arg-type]
-                   for kind in kinds if units > 1)
-    exposed = tuple(Collective(kind=kind, size_bytes=unit_bytes) for kind in kinds)  # type: ignore[arg-type]
-    return hidden, exposed
+        return Zero3Pass()
+    regathered = tensors[_regathered(len(tensors), strategy, stack)] if backward else tensors
+    exposed_gather = not backward or stack.reshard_after_forward == "always"
+    calls: list[tuple[CollectiveKind, tuple[float, ...], int | None]] = [
+        ("all_gather", tuple(b for unit in regathered for b in unit), 0 if exposed_gather else None)]
+    if backward:
+        calls.append((stack.zero3_gradient_reduction, tuple(b for unit in tensors for b in unit), -1))
+    hidden: list[tuple[tuple[Collective, ...], int]] = []
+    exposed: list[tuple[tuple[Collective, ...], int]] = []
+    for kind, sizes, first in calls:
+        if not stack.overlap_data_parallel:
+            exposed.append((_calls(kind, sizes), 1))
+        elif first is None:
+            hidden.append((_calls(kind, sizes), 1))
+        elif sizes:
+            rest = list(sizes)
+            del rest[first]
+            hidden.append((_calls(kind, tuple(rest)), 1))
+            exposed.append((_calls(kind, (sizes[first],)), 1))
+    count = sum(len(sizes) for _, sizes, _ in calls)
+    return Zero3Pass(hidden=_merge(hidden), exposed=_merge(exposed), host_s=count * stack.collective_call_overhead_s)
 
 
-def zero3_buffer_bytes(unit_parameters: float, strategy: Strategy, hardware: Hardware) -> float:
+def _calls(kind: CollectiveKind, sizes: tuple[float, ...]) -> tuple[Collective, ...]:
+    """One collective of ``kind`` per size (bytes), identical ones counted together."""
+    counts: dict[float, int] = {}
+    for size in sizes:
+        counts[size] = counts.get(size, 0) + 1
+    return tuple(Collective(kind=kind, size_bytes=size, count=n) for size, n in counts.items())
+
+
+def zero3_buffer_bytes(stage_parameters: float, unit_parameters: float, strategy: Strategy, hardware: Hardware,
+                       stack: Stack = MEGATRON_CORE) -> float:
     """Memory ZeRO-3 takes beyond its shards on one device (bytes): :data:`ZERO3_UNITS_IN_FLIGHT`
-    gathered units and one unit's unsharded gradients awaiting their reduce-scatter, at the
-    largest unit's ``unit_parameters``; 0 unless ZeRO-3 runs per microbatch."""
+    gathered units (at the largest unit's ``unit_parameters``), or the whole stage's
+    ``stage_parameters`` where the backward gathers nothing again (:func:`_regathered`), and one
+    unit's unsharded gradients awaiting their reduction; 0 unless ZeRO-3 runs per microbatch.
+    Parameters that persist whole on every device (``zero3_persistence_threshold``) are not
+    counted: biases and norms, under 0.1% of a layer of hidden 4096 and above."""
     if not _zero3_per_microbatch(strategy, hardware):
         return 0.0
-    gradients = 1 if strategy.training else 0
-    return (ZERO3_UNITS_IN_FLIGHT + gradients) * unit_parameters * strategy.bytes_per_element
+    units = ZERO3_UNITS_IN_FLIGHT + (1 if strategy.training else 0)
+    if strategy.training and _regathered(2, strategy, stack) == slice(0, 0):
+        held = max(ZERO3_UNITS_IN_FLIGHT * unit_parameters, stage_parameters)
+        return (held + unit_parameters) * strategy.bytes_per_element
+    return units * unit_parameters * strategy.bytes_per_element
 
 
 PLANNERS = {"palm-algorithm-1": sram.plan_stage, "tiled": plan_stage_tiled}
@@ -261,11 +330,10 @@ def _multicast(size_bytes: float) -> tuple[tuple[Collective, ...], int]:
     return ((Collective(kind="all_gather", size_bytes=size_bytes),), 1) if size_bytes else ((), 1)
 
 
-def _forward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int,
-             zero3: tuple[tuple[Collective, ...], tuple[Collective, ...]]) -> PassCost:
-    """Forward pass of a stage per microbatch: its units' sums; multicast and ZeRO-3's gather
-    run under its compute."""
-    compute_s = sum(unit.forward_s * count for unit, count in groups)
+def _forward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int, zero3: Zero3Pass) -> PassCost:
+    """Forward pass of a stage per microbatch: its units' sums (with ZeRO-3's host time);
+    multicast and ZeRO-3's prefetched gathers run under its compute."""
+    compute_s = sum(unit.forward_s * count for unit, count in groups) + zero3.host_s
     multicast = plan.forward_multicast_bytes if plan else 0.0
     replicas = plan.forward_replica_bytes if plan else 0.0
     return PassCost(
@@ -274,7 +342,7 @@ def _forward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int,
         tp_collectives=_merge([(unit.forward_collectives, count) for unit, count in groups]),
         segments=segments, flops=sum(unit.forward_flops * count for unit, count in groups),
         overlapped_collectives=_merge([_multicast(multicast)]),
-        replica_collectives=_merge([_multicast(replicas), (zero3[0], 1)]), exposed_dp_collectives=zero3[1],
+        replica_collectives=_merge([_multicast(replicas), (zero3.hidden, 1)]), exposed_dp_collectives=zero3.exposed,
         cp_collectives=_merge([(unit.context_forward, count) for unit, count in groups]),
         cp_overlap_s=sum(unit.attention_forward_s * count for unit, count in groups),
         ep_collectives=_merge([(unit.expert_forward, count) for unit, count in groups]),
@@ -282,13 +350,13 @@ def _forward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int,
 
 
 def _backward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int, strategy: Strategy,
-              zero3: tuple[tuple[Collective, ...], tuple[Collective, ...]]) -> PassCost:
+              zero3: Zero3Pass) -> PassCost:
     """Backward pass of a stage per microbatch (recompute included; idle for inference). The TP
     collectives of ``tp_overlap`` run under the weight-gradient GEMMs; with multicast, both run
-    under the whole pass, as ZeRO-3's gather does; its reduce-scatter follows the pass."""
+    under the whole pass, as ZeRO-3's prefetched collectives do; its exposed ones follow the pass."""
     if not strategy.training:
         return idle_pass(segments)
-    compute_s = sum(unit.backward_s * count for unit, count in groups)
+    compute_s = sum(unit.backward_s * count for unit, count in groups) + zero3.host_s
     multicast = plan.backward_multicast_bytes if plan else 0.0
     replicas = plan.backward_replica_bytes if plan else 0.0
     overlapped = [(unit.overlapped_collectives, count) for unit, count in groups]
@@ -299,7 +367,7 @@ def _backward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int
         segments=segments, flops=sum(unit.backward_flops * count for unit, count in groups),
         recompute_s=sum(unit.recompute_s * count for unit, count in groups),
         overlapped_collectives=_merge([*overlapped, _multicast(multicast)]),
-        replica_collectives=_merge([_multicast(replicas), (zero3[0], 1)]), exposed_dp_collectives=zero3[1],
+        replica_collectives=_merge([_multicast(replicas), (zero3.hidden, 1)]), exposed_dp_collectives=zero3.exposed,
         cp_collectives=_merge([(unit.context_backward, count) for unit, count in groups]),
         cp_overlap_s=sum(unit.attention_backward_s * count for unit, count in groups),
         ep_collectives=_merge([(unit.expert_backward, count) for unit, count in groups]),
@@ -328,7 +396,7 @@ def _split_backward(backward: PassCost, groups: Sequence[Group], multicast: bool
     weight_flops = sum(unit.weight_gradient_flops * count for unit, count in groups)
     share = weight_s / backward.compute_s if backward.compute_s else 0.0
     input_s = backward.compute_s - weight_s
-    gradients = tuple(c for c in backward.exposed_dp_collectives if c.kind == "reduce_scatter")
+    gradients = tuple(c for c in backward.exposed_dp_collectives if c.kind != "all_gather")
     backward_input = replace(
         backward, compute_s=input_s, dram_bytes=backward.dram_bytes * (1.0 - share),
         flops=backward.flops - weight_flops, overlap_s=input_s if multicast else 0.0,
@@ -364,7 +432,7 @@ def expert_dp_collectives(experts: float, strategy: Strategy) -> tuple[Collectiv
     return (Collective(kind="all_reduce", size_bytes=size),)
 
 
-def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy) -> StageCost:
+def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy, stack: Stack) -> StageCost:
     """Cost of one virtual stage made of ``entries`` (name, unit)."""
     groups, segments = _groups(entries), len(entries)
     plan = _sram_plan(groups, hardware, strategy)
@@ -373,16 +441,17 @@ def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy)
     states = _state_bytes(parameters, experts, strategy)
     fp8_parameters = sum(op.parameter_bytes * count for unit, count in groups for op in unit.ops
                          if op.fp8) / strategy.bytes_per_element
-    buffers = zero3_buffer_bytes(max(unit.parameters for unit, _ in groups), strategy, hardware)
+    buffers = zero3_buffer_bytes(parameters, max(unit.parameters for unit, _ in groups), strategy, hardware, stack)
+    tensors = zero3_tensors(groups, parameters, segments, strategy, stack)
     gemm_flops = sum(unit.gemm_flops * count for unit, count in groups)
     backward = _backward(groups, plan, segments, strategy,
-                         zero3_collectives(parameters, segments, strategy, hardware, backward=True))
+                         zero3_collectives(tensors, strategy, hardware, True, stack))
     multicast = bool(plan and (plan.backward_multicast_bytes or plan.backward_replica_bytes))
     backward_input, backward_weight = _split_backward(backward, groups, multicast)
     return StageCost(
         units=tuple(name for name, _ in entries),
         forward=_forward(groups, plan, segments,
-                         zero3_collectives(parameters, segments, strategy, hardware, backward=False)),
+                         zero3_collectives(tensors, strategy, hardware, False, stack)),
         backward=backward, backward_input=backward_input, backward_weight=backward_weight,
         optimizer_step=optimizer_step(parameters, plan.update_dram_bytes if plan else 0.0, segments,
                                       hardware, strategy, experts),
@@ -402,7 +471,8 @@ def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy)
     )
 
 
-def build_stage_costs(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> tuple[StageCost, ...]:
+def build_stage_costs(model: ModelSpec, hardware: Hardware, strategy: Strategy,
+                      stack: Stack = MEGATRON_CORE) -> tuple[StageCost, ...]:
     """Per-device costs of each virtual pipeline stage, indexed by virtual stage ``c * pp + i``.
 
     Args:
@@ -410,6 +480,7 @@ def build_stage_costs(model: ModelSpec, hardware: Hardware, strategy: Strategy) 
         hardware: the machine (``mesh`` uses PALM Algorithm 1 for DRAM traffic; ``cluster``
             counts HBM traffic inside the compute time).
         strategy: the plan (tp, pp, num_chunks, microbatch, recompute, ZeRO, partition, ...).
+        stack: the software running it (how ZeRO-3's collectives are issued; default Megatron-Core).
 
     Returns:
         ``pp * num_chunks`` :class:`StageCost` in model order.
@@ -438,7 +509,7 @@ def build_stage_costs(model: ModelSpec, hardware: Hardware, strategy: Strategy) 
             entries.append(("logits", last))
         key = tuple((id(unit), n) for unit, n in _groups(entries))
         if key not in cache:
-            cache[key] = _stage_cost(entries, hardware, strategy)
+            cache[key] = _stage_cost(entries, hardware, strategy, stack)
         stages.append(replace(cache[key], units=tuple(name for name, _ in entries)))
     return _with_kv_cache(tuple(stages), model, strategy)
 

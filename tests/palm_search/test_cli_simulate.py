@@ -115,3 +115,16 @@ def test_simulate_takes_a_hugging_face_config_and_expert_parallelism():
     assert doc["feasible"] is True and doc["strategy"]["ep"] == 8 and doc["traffic_bytes"]["ep"] > 0
     bad = runner.invoke(app, ["simulate", "--model", str(config), "--hw", "h100-cluster", "--dp", "2", "--ep", "4"])
     assert bad.exit_code == 2 and "`ep` must divide dp * cp" in bad.output
+
+
+def test_simulate_runs_under_a_named_stack_and_rejects_an_unknown_one():
+    zero3 = [*SMALL, "--zero-stage", "3", "--json"]
+    default, deepspeed = (runner.invoke(app, [*zero3, *flags]) for flags in ([], ["--stack", "deepspeed-0.3-zero3"]))
+    assert default.exit_code == deepspeed.exit_code == 0, default.output + deepspeed.output
+    megatron = runner.invoke(app, [*zero3, "--stack", "megatron-core"])
+    rate = {name: json.loads(r.stdout)["samples_per_s"] for name, r in
+            (("default", default), ("deepspeed", deepspeed), ("megatron", megatron))}
+    assert rate["megatron"] == rate["default"] > rate["deepspeed"]
+    bad = runner.invoke(app, [*zero3, "--stack", "deepspeed"])
+    assert bad.exit_code == 2 and "unknown preset 'deepspeed'" in bad.output
+    assert len(bad.output.strip().splitlines()) == 1

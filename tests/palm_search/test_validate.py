@@ -185,3 +185,32 @@ def test_tenstorrent_llm_groups_within_their_guard(group, mean, worst, llm_rows)
     assert stats["rows"] == 8 and all(r.predicted > 0 for r in results)
     assert stats["groups"][group]["mean_abs_error"] <= mean
     assert stats["groups"][group]["max_abs_error"] <= worst
+
+
+# Narayanan SC'21 Table 2's ZeRO-3 rows under the DeepSpeed 2021 stack (simulator/stacks/presets/
+# deepspeed-0.3-zero3.toml: per-parameter gathers, each synchronised, 0.5 ms a call, gradients
+# all-reduced). The target (mean <= 20%) is not met: 65.6% mean, 123.7% max, every row
+# above the measurement (under Megatron-Core: 178% / 353%); held there. The throughput falls with
+# the GPU count at a fixed batch, as measured, but less: the largest run keeps 48% / 58% of the
+# smallest's TFLOP/s per GPU (measured 31% / 35%; Megatron-Core 95% / 99%).
+def test_table2_zero3_rows_under_the_deepspeed_2021_stack():
+    rows = run_suites(["narayanan-table2-zero3"], data_dir=REPOSITORY_DATA, jobs=1)
+    stats = summary(rows)["narayanan-table2-zero3"]
+    assert stats["rows"] == 6 and stats["mean_abs_error"] <= 0.66 and stats["max_abs_error"] <= 1.24
+    assert all(r.error > 0 for r in rows)
+    for model in ("GPT-174.6B", "GPT-529.6B"):
+        predicted = [r.predicted for r in rows if r.case.startswith(model)]
+        assert predicted == sorted(predicted, reverse=True) and len(set(predicted)) == 3
+        assert predicted[-1] / predicted[0] < 0.6
+
+
+# torchtitan's Llama 3.1 H100 rows under the FSDP2 stack: no target; held near what the model
+# gives (67.7% mean, 156.6% max, by model 85.7% / 44.7% / 50.5%), every feasible row over-predicted
+# (the H100 calibration is Megatron-Core's kernels), the two bf16 8B rows on 8 GPUs over memory.
+def test_torchtitan_h100_rows_under_the_fsdp2_stack():
+    rows = run_suites(["torchtitan-h100"], data_dir=REPOSITORY_DATA, jobs=1)
+    stats = summary(rows)["torchtitan-h100"]
+    assert stats["rows"] == 30 and stats["mean_abs_error"] <= 0.68 and stats["max_abs_error"] <= 1.57
+    infeasible = [r.case for r in rows if r.predicted == 0]
+    assert infeasible == ["202412 T1 llama3.1-8b 8 GPUs seq 8192", "202412 T1 llama3.1-8b 8 GPUs seq 8192 compile"]
+    assert all(0.2 < r.error < 1.6 for r in rows if r.predicted > 0)

@@ -1,0 +1,81 @@
+"""Load a :class:`~simulator.stacks.spec.Stack` from a bundled preset or a TOML file.
+
+A stack file has one table, ``[stack]``; each key it gives replaces Megatron-Core's default and
+cites its source in a ``<key>_source`` sibling (a microbenchmark or the stack's documented
+behaviour, never a fit to a validation row)::
+
+    [stack]
+    zero3_gather = "parameter"
+    zero3_gather_source = "DeepSpeed v0.3.16 partition_parameters.py: one all_gather per parameter"
+    collective_call_overhead_us = 500
+    collective_call_overhead_us_source = "DeepSpeed issue #1069: about 0.5 ms per all_gather call"
+
+Keys: ``overlap_data_parallel`` and ``reshard_after_forward`` ... as :class:`Stack`'s
+attributes; ``collective_call_overhead`` carries a time unit (``_us`` or ``_s``).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from simulator.config import Table, parse_toml, read_toml
+from simulator.errors import InputError
+from simulator.stacks.spec import GATHERS, REDUCTIONS, RESHARDS, Stack
+
+_PRESET_DISPLAY = "simulator/stacks/presets/{}.toml"
+_CHOICES: dict[str, tuple[str, ...]] = {"reshard_after_forward": RESHARDS, "zero3_gather": GATHERS,
+                                        "zero3_gradient_reduction": REDUCTIONS}
+_FLAGS = ("overlap_data_parallel",)
+_OVERHEAD_KEYS = ("collective_call_overhead_us", "collective_call_overhead_s")
+_THRESHOLD = "zero3_persistence_threshold"
+KNOWN_KEYS = (*_FLAGS, *_CHOICES, _THRESHOLD, *_OVERHEAD_KEYS)
+"""The keys a ``[stack]`` table may give (each with its ``_source``)."""
+
+
+def stack_presets() -> list[str]:
+    """Names of the bundled stack presets, sorted (``["deepspeed-0.3-zero3", ...]``)."""
+    folder = resources.files("simulator.stacks").joinpath("presets")
+    return sorted(p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def load_stack(name_or_path: str | Path) -> Stack:
+    """A preset by name (``"megatron-core"``) or a TOML file by path (anything with ``/`` or
+    ending in ``.toml``), as :func:`simulator.load_hardware` reads them.
+
+    Raises:
+        InputError: unknown preset (listing the presets), unreadable file, missing ``[stack]``,
+            unknown key, missing ``_source``, or a value of the wrong type or out of range.
+    """
+    text = str(name_or_path)
+    if isinstance(name_or_path, Path) or "/" in text or text.endswith(".toml"):
+        return _build(read_toml(name_or_path), Path(text).stem)
+    if text not in stack_presets():
+        raise InputError(f"stack: unknown preset {text!r} (presets: {stack_presets()})")
+    resource = resources.files("simulator.stacks").joinpath("presets", f"{text}.toml")
+    return _build(parse_toml(resource.read_text(encoding="utf-8"), _PRESET_DISPLAY.format(text)), text)
+
+
+def _build(root: Table, name: str) -> Stack:
+    table = root.take_table("stack")
+    root.finish(("stack",))
+    values: dict[str, Any] = {}
+    sources: list[tuple[str, str]] = []
+    for key in [k for k in table.keys() if k in KNOWN_KEYS]:
+        field, value = _value(table, key)
+        values[field] = value
+        sources.append((field, table.take_source(key)))
+    table.finish(KNOWN_KEYS)
+    return Stack(name=name, sources=tuple(sources), **values)
+
+
+def _value(table: Table, key: str) -> tuple[str, Any]:
+    """(the :class:`Stack` attribute, its value in SI) of the file's ``key``."""
+    if key in _CHOICES:
+        return key, table.take_string(key, _CHOICES[key])
+    if key in _FLAGS:
+        return key, table.take_flag(key)
+    if key == _THRESHOLD:
+        return key, float(table.take_number(key, inclusive=True))
+    return table.take_quantity(key)
