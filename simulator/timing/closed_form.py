@@ -32,8 +32,9 @@ PASSES: dict[tuple[int, PassCost], PassAlone] = {}
 placement's flows (:func:`simulator.timing.flows.machine_flows`, built once per placement) under
 many plans, and plans differing in recompute, ZeRO or schedule share most passes (the default
 screen asks 3.3 times per distinct pass)."""
-PASSES_KEPT = 50_000
-"""Passes kept; :data:`PASSES` starts again when full."""
+PASSES_KEPT = 20_000
+"""Passes kept (a screen task of 400 points asks about 24,000 passes, 7,000 distinct); :data:`PASSES`
+starts again when full."""
 
 
 class ClosedForm:
