@@ -272,6 +272,10 @@ def test_a_screened_search_estimates_every_point_and_simulates_the_best_in_order
     study = optuna.load_study(study_name="small", storage=journal_storage(tmp_path / "s"))
     estimates = [t.user_attrs["screen_samples_per_s"] for t in study.trials if not t.user_attrs["baseline"]]
     assert len(estimates) == 5 and estimates == sorted(estimates, reverse=True)
+    # certified: the best point left out is estimated below every queued one, all 5 simulated
+    margin = doc["screen"]["margin"]
+    assert 0 < margin < 1 and doc["screen"]["queued_simulated"] == 5
+    assert (1 - margin) * estimates[0] <= estimates[-1]
 
 
 def test_the_study_names_its_objectives(tmp_path):
