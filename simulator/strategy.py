@@ -10,6 +10,7 @@ and comm-group options follow PALM (Fang et al., arXiv 2406.03868, §V-B, Fig. 8
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
+from functools import lru_cache
 from typing import Any, Literal
 
 from simulator.errors import InputError
@@ -383,12 +384,29 @@ def _fields(data: dict[str, Any]) -> dict[str, Any]:
 def strategy_fields(**metadata: bool) -> tuple[str, ...]:
     """Names of the :class:`Strategy` fields whose metadata (see :func:`_field`: ``placed``,
     ``where``, ``column``, ``flag``) has each given value, in declaration order."""
-    return tuple(f.name for f in fields(Strategy) if all(f.metadata[k] == v for k, v in metadata.items()))
+    return _selected(tuple(sorted(metadata.items())))
+
+
+@lru_cache(maxsize=64)
+def _selected(metadata: tuple[tuple[str, bool], ...]) -> tuple[str, ...]:
+    """:func:`strategy_fields` of sorted ``(key, value)`` pairs, found once (a screen asks per point)."""
+    return tuple(f.name for f in fields(Strategy) if all(f.metadata[k] == v for k, v in metadata))
+
+
+@lru_cache(maxsize=64)
+def _unselected_defaults(metadata: tuple[tuple[str, bool], ...]) -> dict[str, Any]:
+    """The defaults of the fields :func:`_selected` leaves out (a dict nobody changes)."""
+    kept = set(_selected(metadata))
+    return {f.name: f.default for f in fields(Strategy) if f.name not in kept}
 
 
 def projection(strategy: Strategy, **metadata: bool) -> Strategy:
     """``strategy`` with every field not selected by ``metadata`` (:func:`strategy_fields`) at its
-    default: a key for what reads only those fields (e.g. ``placed=True``: the placement)."""
-    kept = set(strategy_fields(**metadata))
-    defaults: dict[str, Any] = {f.name: f.default for f in fields(Strategy) if f.name not in kept}
-    return replace(strategy, **defaults)
+    default: a key for what reads only those fields (e.g. ``placed=True``: the placement). The
+    last few are kept (an estimate projects each strategy twice: its replicas and its placement)."""
+    return _projected(strategy, tuple(sorted(metadata.items())))
+
+
+@lru_cache(maxsize=256)
+def _projected(strategy: Strategy, metadata: tuple[tuple[str, bool], ...]) -> Strategy:
+    return replace(strategy, **_unselected_defaults(metadata))

@@ -195,11 +195,26 @@ def _degrees(strategy: Strategy) -> tuple[int, ...]:
 def enqueue_screened(study: optuna.Study, ranked: list[tuple[dict, float]], count: int,
                      seconds: float) -> None:
     """Queue the ``count`` best screened points with a positive estimate, each with its
-    estimate, and note the screen in the study's ``screen`` attribute."""
-    best = [(params, value) for params, value in ranked if value > 0][:count]
+    estimate, and note the screen in the study's ``screen`` attribute with its ``margin``
+    (:func:`certified_margin`)."""
+    positive = [(params, value) for params, value in ranked if value > 0]
+    best = positive[:count]
     for params, value in best:
         study.enqueue_trial(params, user_attrs={ESTIMATE_KEY: value})
-    study.set_user_attr("screen", {"points": len(ranked), "queued": len(best), "seconds": seconds})
+    study.set_user_attr("screen", {"points": len(ranked), "queued": len(best), "seconds": seconds,
+                                   "margin": certified_margin([v for _, v in best], [v for _, v in positive[count:]])})
+
+
+def certified_margin(queued: list[float], left: list[float]) -> float:
+    """The margin below the best estimate within which every point is queued: ``1 - l / b``
+    with ``b`` the best estimate and ``l`` the best of those ``left`` out (1 when none is left:
+    every point with a positive estimate is queued; 0 when nothing is queued). Once the queued
+    points are simulated, every point whose estimate is within that fraction of the best was
+    simulated (the certificate of ``benchmarks/fidelity.py --certify``, for this run's budget)."""
+    if not queued:
+        return 0.0
+    top = max(queued + left)
+    return 1.0 - max(left) / top if left else 1.0
 
 
 def serving_front_first(ranked: list[tuple[dict, float]]) -> list[tuple[dict, float]]:

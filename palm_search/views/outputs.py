@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 
 from palm_search.search.driver import Search, candidate_of
 from palm_search.search.evaluate import TABLE_KEYS
-from palm_search.search.screen import rank_agreement
+from palm_search.search.screen import ESTIMATE_KEY, rank_agreement
 from palm_search.search.storage import ARTIFACTS
 from palm_search.views.explain import explain, ranked
 from simulator import SCHEMA_VERSION, hardware_tables, strategy_fields
@@ -156,7 +156,10 @@ def _screen(study: optuna.Study) -> dict | None:
     screened = study.user_attrs.get("screen")
     if not screened:
         return None
-    agreement = rank_agreement(study.get_trials(deepcopy=False))
+    trials = study.get_trials(deepcopy=False)
+    simulated = sum(t.state == TrialState.COMPLETE and ESTIMATE_KEY in t.user_attrs for t in trials)
+    screened = {**screened, "queued_simulated": simulated}
+    agreement = rank_agreement(trials)
     if agreement is None:
         return {**screened, "spearman": None, "compared": 0}
     return {**screened, **dataclasses.asdict(agreement)}

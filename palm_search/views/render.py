@@ -90,6 +90,17 @@ def _resource_table(result: SimulationResult) -> Table:
     return table
 
 
+def _certificate(screened: dict) -> str:
+    """What the screen certifies once every queued point is simulated (:func:`.screen.certified_margin`),
+    or "" (an older study, or queued points not simulated yet)."""
+    margin = screened.get("margin")
+    if margin is None or not screened["queued"] or screened.get("queued_simulated", 0) < screened["queued"]:
+        return ""
+    if margin >= 1.0:
+        return "certified: every point with a positive estimate was simulated"
+    return f"certified: every point whose estimate is within {margin:.2%} of the best estimate was simulated"
+
+
 def print_search_summary(summary: dict, console: Console | None = None) -> None:
     """Print the best mappings of a search, the baseline, and where to look further."""
     console = console or _wide_console()
@@ -116,6 +127,9 @@ def print_search_summary(summary: dict, console: Console | None = None) -> None:
                           f" estimate within {screened['largest_gap']:.1%} of its simulation)")
         console.print(f"screen: {screened['points']:,} points estimated in {screened['seconds']:.1f} s, the best"
                       f" {screened['queued']} simulated; estimate vs simulation rank agreement: {agreement}")
+        certificate = _certificate(screened)
+        if certificate:
+            console.print(certificate)
     serving = summary.get("mode") == "inference"
     if base:
         rate = (f"{base.get('tokens_per_s') or 0:.4g} tokens/s, {base.get('tokens_per_s_per_user') or 0:.4g} per user"

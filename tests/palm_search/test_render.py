@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from rich.console import Console
 
 from palm_search.views.render import print_search_summary
@@ -105,3 +106,25 @@ def test_the_summary_says_how_close_the_simulations_a_low_rank_agreement_ranks_a
     line = next(line for line in console.export_text().splitlines() if line.startswith("screen:"))
     assert "Spearman 0.37 over 49 simulated (their samples/s within 0.1% of each other" in line
     assert "every estimate within 0.2% of its simulation)" in line
+
+
+def test_the_screen_certifies_the_margin_below_the_best_estimate_that_was_all_queued():
+    from palm_search.search.screen import certified_margin
+
+    assert certified_margin([1.0, 0.98], [0.95, 0.9]) == pytest.approx(0.05, rel=1e-12)  # 1 - 0.95 / 1.0
+    assert certified_margin([1.0], []) == 1.0  # every positive point queued
+    assert certified_margin([], [0.5]) == 0.0
+    assert certified_margin([0.9, 1.0], [0.95]) == pytest.approx(0.05, rel=1e-12)  # a front-first order
+
+
+@pytest.mark.parametrize(("simulated", "margin", "expected"), [
+    (49, 0.0123, "certified: every point whose estimate is within 1.23% of the best estimate was simulated"),
+    (49, 1.0, "certified: every point with a positive estimate was simulated"),
+    (48, 0.0123, None)])
+def test_the_summary_prints_the_certificate_only_once_every_queued_point_is_simulated(simulated, margin, expected):
+    summary = {**_summary([_row(1)]), "screen": {"points": 6732, "seconds": 6.5, "queued": 49, "spearman": None,
+                                                 "compared": 0, "margin": margin, "queued_simulated": simulated}}
+    console = Console(width=400, record=True, file=open("/dev/null", "w"))  # noqa: SIM115 - closed with the console
+    print_search_summary(summary, console)
+    lines = [line for line in console.export_text().splitlines() if line.startswith("certified:")]
+    assert lines == ([expected] if expected else [])

@@ -274,6 +274,10 @@ def test_a_screened_search_estimates_every_point_and_simulates_the_best_in_order
     study = optuna.load_study(study_name="small", storage=journal_storage(tmp_path / "s"))
     estimates = [t.user_attrs["screen_samples_per_s"] for t in study.trials if not t.user_attrs["baseline"]]
     assert len(estimates) == 5 and estimates == sorted(estimates, reverse=True)
+    # certified: the best point left out is estimated below every queued one, all 5 simulated
+    margin = doc["screen"]["margin"]
+    assert 0 < margin < 1 and doc["screen"]["queued_simulated"] == 5
+    assert (1 - margin) * estimates[0] <= estimates[-1]
 
 
 def test_the_study_names_its_objectives(tmp_path):
@@ -435,3 +439,41 @@ def test_the_baseline_uses_only_the_device_counts_the_study_allows():
     strategy, note = choose_baseline(spec, model, hardware)
     assert strategy.tp * strategy.cp * strategy.pp * strategy.dp == 128, note
     assert simulate(model, hardware, strategy, network="analytical").feasible
+
+
+class _Forgetful(dict):
+    """A memo that keeps nothing (every pass worked out afresh)."""
+
+    def __setitem__(self, key, value) -> None:
+        pass
+
+
+WAFER_TP32_PP5 = dict(model="T-145B", hardware="wafer", fixed={"tp": 32, "pp": 5, "dp": 2, "global_batch_size": 8},
+                      searched=("microbatch_size", "schedule", "recompute", "sequence_parallel", "zero_stage",
+                                "groups", "placement"))
+"""The default search's best degrees (T-145B on the wafer, batch 8) with every other default dimension."""
+
+
+@pytest.mark.parametrize("changes", [dict(model="T-18B"), WAFER_TP32_PP5], ids=["T-18B-mini-mesh", "T-145B-wafer"])
+def test_the_screens_estimates_are_each_points_estimate_alone(changes, monkeypatch):
+    # the screen's tasks share passes across points (closed_form.PASSES); each value must be what
+    # the point's estimate gives with nothing remembered, to 1e-12 (bytes moved are replayed sums)
+    import simulator
+    from palm_search.search.evaluate import estimate_points
+    from palm_search.search.screen import _chunks
+    from palm_search.search.space import DegreeWalk
+    from simulator.timing import closed_form
+
+    spec = _spec().replace(**changes) if "hardware" in changes else _spec(**changes)
+    model_spec, hardware = simulator.load_model(spec.model), simulator.load_hardware(spec.hardware)
+    walk = list(DegreeWalk(spec, model_spec, hardware))
+    closed_form.PASSES.clear()
+    screened = {}
+    for chunk in _chunks((i, params, c) for i, (params, c) in enumerate(walk)):
+        values = estimate_points(model_spec, [(c.hardware, c.strategy) for _, _, c in chunk])
+        screened.update((i, value) for (i, _, _), value in zip(chunk, values, strict=True))
+    remembered = len(closed_form.PASSES)
+    monkeypatch.setattr(closed_form, "PASSES", _Forgetful())
+    alone = [simulator.estimate_samples_per_s(model_spec, hardware, c.strategy) for _, c in walk]
+    assert sum(v > 0 for v in alone) > 10 and 0 < remembered
+    assert [screened[i] for i in range(len(walk))] == pytest.approx(alone, rel=1e-12, abs=0)
