@@ -51,6 +51,10 @@ BASES["serving study"] = {"study": {"name": "serving-small", "model": "T-1.7B", 
 (LLM inference: prompt and KV-cache context), a training and a serving study."""
 BASES["multi-chip hardware"] = tomllib.loads((ROOT / "simulator/hardware/presets/wormhole-n300.toml").read_text())
 """A machine of two chips: its inter-chip hop latency and interleaved DRAM are keys the mini mesh lacks."""
+BASES["moe model"] = {"model": {k: v for k, v in MODELS["Mixtral-8x7B"].items() if k != "aliases"}}
+"""A Mixture-of-Experts model: its expert keys are keys a dense model lacks."""
+BASES["stack"] = tomllib.loads((ROOT / "simulator/stacks/presets/deepspeed-0.3-zero3.toml").read_text())
+"""A software stack file, given to ``simulate --stack``."""
 BAD_VALUES = ["text", "", -1, 0, -0.5, math.nan, math.inf, -math.inf, 1e308, 1e300, 1e-300, 10**18, 2**63 - 1,
               True, 2.5, [], [1, "x"], {"nested": 1}]
 PRESET_FILES = [ROOT / "simulator/hardware/presets/wafer.toml", ROOT / "simulator/hardware/presets/h100-cluster.toml",
@@ -144,10 +148,12 @@ def _value(value) -> str:
 
 
 def simulate_case(files: dict[str, bytes | str], source: str) -> Case:
-    """``simulate`` of the given files; the missing ones are the valid bases."""
+    """``simulate`` of the given files (a ``stack`` file only when given); the missing ones are the
+    valid bases."""
     for kind in ("model", "hardware", "strategy"):
         files.setdefault(kind, to_toml(BASES[kind]).encode())
-    argv = ["simulate", "--model", "{model}", "--hw", "{hardware}", "--strategy", "{strategy}", *SIMULATE]
+    stack = ["--stack", "{stack}"] if "stack" in files else []
+    argv = ["simulate", "--model", "{model}", "--hw", "{hardware}", "--strategy", "{strategy}", *stack, *SIMULATE]
     return Case(argv=argv, files=files, source=source)
 
 
@@ -158,8 +164,8 @@ def optimize_case(study: bytes | str, source: str) -> Case:
 
 @st.composite
 def schema_cases(draw) -> Case:
-    kind = draw(st.sampled_from(["model", "hardware", "multi-chip hardware", "strategy", "decode strategy", "study",
-                                 "serving study"]), label="kind")
+    kind = draw(st.sampled_from(["model", "moe model", "hardware", "multi-chip hardware", "strategy",
+                                 "decode strategy", "stack", "study", "serving study"]), label="kind")
     text = to_toml(draw(mutated(kind))).encode()
     if kind.endswith("study"):
         return optimize_case(text, f"schema {kind}")
