@@ -25,7 +25,7 @@ import os
 import subprocess
 import sys
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hypothesis import strategies as st
@@ -53,6 +53,8 @@ BASES["multi-chip hardware"] = tomllib.loads((ROOT / "simulator/hardware/presets
 """A machine of two chips: its inter-chip hop latency and interleaved DRAM are keys the mini mesh lacks."""
 BASES["moe model"] = {"model": {k: v for k, v in MODELS["Mixtral-8x7B"].items() if k != "aliases"}}
 """A Mixture-of-Experts model: its expert keys are keys a dense model lacks."""
+BASES["hf config"] = json.loads((ROOT / "tests/simulator/workload/hf_configs/Mixtral-8x7B.json").read_text())
+"""A Hugging Face ``config.json`` given to ``simulate --model`` (a JSON file, not TOML)."""
 BASES["stack"] = tomllib.loads((ROOT / "simulator/stacks/presets/deepspeed-0.3-zero3.toml").read_text())
 """A software stack file, given to ``simulate --stack``."""
 BAD_VALUES = ["text", "", -1, 0, -0.5, math.nan, math.inf, -math.inf, 1e308, 1e300, 1e-300, 10**18, 2**63 - 1,
@@ -164,8 +166,11 @@ def optimize_case(study: bytes | str, source: str) -> Case:
 
 @st.composite
 def schema_cases(draw) -> Case:
-    kind = draw(st.sampled_from(["model", "moe model", "hardware", "multi-chip hardware", "strategy",
+    kind = draw(st.sampled_from(["model", "moe model", "hf config", "hardware", "multi-chip hardware", "strategy",
                                  "decode strategy", "stack", "study", "serving study"]), label="kind")
+    if kind == "hf config":
+        case = simulate_case({"config": json.dumps(draw(mutated(kind))).encode()}, f"schema {kind}")
+        return replace(case, argv=[a.replace("{model}", "{config}") for a in case.argv])
     text = to_toml(draw(mutated(kind))).encode()
     if kind.endswith("study"):
         return optimize_case(text, f"schema {kind}")
@@ -264,7 +269,7 @@ class Outcome:
 def _materialise(case: Case, directory: Path) -> list[str]:
     paths = {"run": str(directory / "run")}
     for name, content in case.files.items():
-        path = directory / f"{name}.toml"
+        path = directory / (f"{name}.json" if name == "config" else f"{name}.toml")
         if content == "dir":
             path.mkdir()
         elif content == "fifo":
