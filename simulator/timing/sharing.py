@@ -61,7 +61,6 @@ class SharedPass:
     alone_communication_s: float
 
 
-
 class SharingTiming:
     """Passes, sends and updates as trains of transfers on ``network`` (see the module docstring).
 

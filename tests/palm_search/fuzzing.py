@@ -53,6 +53,8 @@ BASES["multi-chip hardware"] = tomllib.loads((ROOT / "simulator/hardware/presets
 """A machine of two chips: its inter-chip hop latency and interleaved DRAM are keys the mini mesh lacks."""
 BASES["moe model"] = {"model": {k: v for k, v in MODELS["Mixtral-8x7B"].items() if k != "aliases"}}
 """A Mixture-of-Experts model: its expert keys are keys a dense model lacks."""
+BASES["classifier model"] = {"model": {k: v for k, v in MODELS["BERT-base-SST-2"].items() if k != "aliases"}}
+"""A model with a classification head (``num_classes``)."""
 BASES["hf config"] = json.loads((ROOT / "tests/simulator/workload/hf_configs/Mixtral-8x7B.json").read_text())
 """A Hugging Face ``config.json`` given to ``simulate --model`` (a JSON file, not TOML)."""
 BASES["stack"] = tomllib.loads((ROOT / "simulator/stacks/presets/deepspeed-0.3-zero3.toml").read_text())
@@ -166,8 +168,9 @@ def optimize_case(study: bytes | str, source: str) -> Case:
 
 @st.composite
 def schema_cases(draw) -> Case:
-    kind = draw(st.sampled_from(["model", "moe model", "hf config", "hardware", "multi-chip hardware", "strategy",
-                                 "decode strategy", "stack", "study", "serving study"]), label="kind")
+    kind = draw(st.sampled_from(["model", "moe model", "classifier model", "hf config", "hardware",
+                                 "multi-chip hardware", "strategy", "decode strategy", "stack", "study",
+                                 "serving study"]), label="kind")
     if kind == "hf config":
         case = simulate_case({"config": json.dumps(draw(mutated(kind))).encode()}, f"schema {kind}")
         return replace(case, argv=[a.replace("{model}", "{config}") for a in case.argv])
@@ -225,9 +228,9 @@ def file_kind_cases(draw) -> Case:
 SIMULATE_FLAGS = ("tp", "pp", "dp", "cp", "microbatch_size", "global_batch_size", "schedule", "num_chunks", "recompute",
                   "zero_stage", "shard_group_size", "optimizer", "precision", "mode", "partition", "stage_layers",
                   "placement", "stage_devices", "group_layout", "group_order", "transfer_strategy", "math_fidelity",
-                  "attention", "eval_timeout")
+                  "attention", "eval_timeout", "ep", "stack", "prompt_length", "decode_context_length")
 OPTIMIZE_FLAGS = ("trials", "sampler", "seed", "objective", "network", "fidelity", "top", "artifacts_top", "jobs",
-                  "executor", "eval_timeout")
+                  "executor", "eval_timeout", "stack", "mode", "precision", "prompt_length", "users")
 FLAG_VALUES = st.one_of(st.sampled_from(["-1", "0", "1", "2", "3", "nan", "inf", "1e-300", "1e308",
                                          "99999999999999999999", "", "x", "1f1b", "gpipe", "full", "line",
                                          "0,1;2,3", "3,3", "-", "--", "\u00e9"]),
