@@ -238,6 +238,20 @@ class Table:
             raise self.error(f"key '{key}' must be a list of [x, y] pairs of integers >= 0, got {_show(value)}")
         return tuple((int(x), int(y)) for x, y in value)
 
+    def take_triples(self, key: str) -> tuple[tuple[int, int, int], ...]:
+        """The non-empty list of ``[a, b, c]`` triples of positive integers ``key``.
+
+        Raises:
+            InputError: missing, or not a non-empty list of such triples.
+        """
+        value = self._get(key)
+        def triple(v: Any) -> bool:
+            return (isinstance(v, list | tuple) and len(v) == 3
+                    and all(isinstance(i, int) and not isinstance(i, bool) and i >= 1 for i in v))
+        if not isinstance(value, list | tuple) or not value or not all(triple(v) for v in value):
+            raise self.error(f"key '{key}' must be a list of [a, b, c] triples of integers >= 1, got {_show(value)}")
+        return tuple((int(a), int(b), int(c)) for a, b, c in value)
+
     def take_number(
         self, key: str, *, integer: bool = False, minimum: float = 0.0, inclusive: bool = False,
         maximum: float = math.inf,

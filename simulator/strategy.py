@@ -76,6 +76,12 @@ Formats for Deep Learning", arXiv 2209.05433): the linear layers' GEMMs run in F
 activations and communication stay in bfloat16, so its element is bfloat16's 2 bytes (what it
 saves in memory is counted in :mod:`simulator.workload.memory`)."""
 
+FORMAT_BYTES: dict[str, float] = {**BYTES_PER_ELEMENT, "fp8_e4m3": 1}
+"""Bytes per element of the data formats a serving stack may store weights or the KV cache in
+(:class:`simulator.stacks.spec.Serving`): the precisions, and ``fp8_e4m3``, an FP8 value of one
+byte (E4M3; Micikevicius et al., arXiv 2209.05433, §3), stored as such (TensorRT-LLM's
+``--enable_fp8`` weights and ``--fp8_kv_cache``), unlike precision ``fp8``'s bfloat16 storage."""
+
 WORKING_PRECISION: dict[str, str] = {"fp8": "bf16"}
 """The precision of everything but the FP8 GEMMs, where it differs from the strategy's."""
 

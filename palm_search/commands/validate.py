@@ -322,6 +322,30 @@ def torchtitan_row(record: dict) -> ValidationRow:
                 group=record["model"])
 
 
+def trtllm_row(record: dict) -> ValidationRow:
+    """TensorRT-LLM's published static-batch throughput (gptSessionBenchmark): output tokens/s per
+    GPU of ``b`` users' prefill of ``s_in`` tokens (one microbatch; it gives the first output
+    token) and the ``s_out - 1`` decode steps after it, ``out_tps = s_out b / latency / tp``
+    (TensorRT-LLM ``docs/source/blogs/XQA-kernel.md``: "out_tps=output_seqlen*batch_size/
+    total_latency/tp"). Every decode step is simulated at the mean context of the steps, ``s_in +
+    s_out / 2`` (contexts ``s_in + 1 .. s_in + s_out - 1``): only the attention core's cached
+    keys and values grow with the context, so a step's time is affine in it and the mean
+    context's step is the mean step (a test checks this against the two ends)."""
+    model, hardware, stack = load_model(record["model"]), load_hardware(record["preset"]), load_stack(record["stack"])
+    users, s_in, s_out, tp = (int(record[k]) for k in ("batch", "input_length", "output_length", "tp"))
+    prefill = Strategy(tp=tp, microbatch_size=users, global_batch_size=users, mode="inference",
+                       precision=record["precision"], prompt_length=s_in)
+    step = prefill.with_fields(decode_context_length=s_in + s_out // 2)
+    first, decode = simulate(model, hardware, prefill, stack=stack), simulate(model, hardware, step, stack=stack)
+    feasible = first.feasible and decode.feasible
+    latency_s = first.iteration_time_s + (s_out - 1) * decode.iteration_time_s
+    predicted = s_out * users / latency_s / int(record["gpus"]) if feasible else 0.0
+    note = f"stack {record['stack']}, {record['release']}" if feasible else (first.reason or decode.reason)
+    return _row("trtllm-h100", f"{record['model']} TP{tp} batch {users} {s_in}/{s_out} {record['precision']}",
+                "output tokens/s per GPU", float(record["out_tok_per_s_per_gpu"]), predicted, _describe(step),
+                note=note, group="decode")
+
+
 STREAM_MICROBATCHES_PER_STAGE = 1000
 """An inference row's stream: ``1000 p`` microbatches, whose fill and drain (``p - 1`` slots of
 ``1000 p + p - 1``) cost under 0.1%: PALM §V-A3 reports steady-state throughput, fill and drain
@@ -471,6 +495,7 @@ SUITES: dict[str, tuple[str, Callable[[dict], ValidationRow]]] = {
     "megatron-bridge-h100": ("megatron-bridge/h100", megatron_bridge_row),
     "megatron-bridge-h100-moe": ("megatron-bridge/h100-moe", megatron_bridge_moe_row),
     "torchtitan-h100": ("torchtitan/h100", torchtitan_row),
+    "trtllm-h100": ("trtllm/h100", trtllm_row),
 }
 """Suite name -> (data folder under ``studies/validation``, row function). The ``-algorithm-1`` and
 ``-tiled`` suites rerun a PALM table under the other mesh dataflow than its preset's."""

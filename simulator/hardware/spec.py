@@ -110,19 +110,20 @@ class GemmTiling:
     gemm_tile_rows: int
     gemm_tile_columns: int
 
-    def efficiency(self, rows: float, columns: float) -> float:
+    def efficiency(self, rows: float, columns: float, tile: tuple[int, int] | None = None) -> float:
         """Fraction of a GEMM's ``waves x SMs`` tile slots doing useful work (0..1].
 
-        A ``rows x columns`` output is cut into ``ceil(rows/Tr) ceil(columns/Tc)`` tiles, run
-        ``SMs`` at a time; the last, partial wave and the padding of edge tiles idle the rest
-        (NVIDIA Deep Learning Performance Guide, "Matrix Multiplication Background": tile and wave
-        quantization). 1 for an empty output.
+        A ``rows x columns`` output is cut into ``ceil(rows/Tr) ceil(columns/Tc)`` tiles (of
+        ``tile``, by default the library's largest), run ``SMs`` at a time; the last, partial
+        wave and the padding of edge tiles idle the rest (NVIDIA Deep Learning Performance Guide,
+        "Matrix Multiplication Background": tile and wave quantization). 1 for an empty output.
         """
         if rows <= 0 or columns <= 0:
             return 1.0
-        tiles = math.ceil(rows / self.gemm_tile_rows) * math.ceil(columns / self.gemm_tile_columns)
+        tile_rows, tile_columns = tile or (self.gemm_tile_rows, self.gemm_tile_columns)
+        tiles = math.ceil(rows / tile_rows) * math.ceil(columns / tile_columns)
         waves = math.ceil(tiles / self.streaming_multiprocessors)
-        slots = waves * self.streaming_multiprocessors * self.gemm_tile_rows * self.gemm_tile_columns
+        slots = waves * self.streaming_multiprocessors * tile_rows * tile_columns
         return rows * columns / slots
 
 
@@ -151,10 +152,10 @@ class Compute:
     gemm_tiling: GemmTiling | None = None
     unpacker: Unpacker | None = None
 
-    def gemm_efficiency(self, rows: float, columns: float) -> float:
-        """Fraction of peak a ``rows x columns`` GEMM output keeps after the device's tiling
-        (:meth:`GemmTiling.efficiency`; 1 without a tiling)."""
-        return 1.0 if self.gemm_tiling is None else self.gemm_tiling.efficiency(rows, columns)
+    def gemm_efficiency(self, rows: float, columns: float, tile: tuple[int, int] | None = None) -> float:
+        """Fraction of peak a ``rows x columns`` GEMM output keeps after the device's tiling, in
+        ``tile``s where given (:meth:`GemmTiling.efficiency`; 1 without a tiling)."""
+        return 1.0 if self.gemm_tiling is None else self.gemm_tiling.efficiency(rows, columns, tile)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

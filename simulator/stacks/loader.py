@@ -11,7 +11,18 @@ behaviour, never a fit to a validation row)::
     collective_call_overhead_us_source = "DeepSpeed issue #1069: about 0.5 ms per all_gather call"
 
 Keys: ``overlap_data_parallel`` and ``reshard_after_forward`` ... as :class:`Stack`'s
-attributes; ``collective_call_overhead`` carries a time unit (``_us`` or ``_s``).
+attributes; ``collective_call_overhead`` carries a time unit (``_us`` or ``_s``). A serving
+stack's keys (:class:`~simulator.stacks.spec.Serving`, inference only) are ``kv_cache_format``,
+``small_m_gemm_tiles`` (``[[largest rows, tile rows, tile columns], ...]``) and two sub-tables
+of operator classes, each value with its own source::
+
+    [stack.weight_formats]
+    mlp_in = "bfloat4_b"
+    mlp_in_source = "tt-metal model_config.py: TensorGroup.FF1_FF3: PrecisionSetting.BFP4"
+
+    [stack.math_fidelities]
+    mlp_in = "LoFi"
+    mlp_in_source = "..."
 """
 
 from __future__ import annotations
@@ -22,7 +33,8 @@ from typing import Any
 
 from simulator.config import Table, parse_toml, read_toml
 from simulator.errors import InputError
-from simulator.stacks.spec import GATHERS, REDUCTIONS, RESHARDS, Stack
+from simulator.stacks.spec import FIDELITY_CLASSES, GATHERS, REDUCTIONS, RESHARDS, WEIGHT_CLASSES, Serving, Stack
+from simulator.strategy import FORMAT_BYTES, MATH_FIDELITIES
 
 _PRESET_DISPLAY = "simulator/stacks/presets/{}.toml"
 _CHOICES: dict[str, tuple[str, ...]] = {"reshard_after_forward": RESHARDS, "zero3_gather": GATHERS,
@@ -30,8 +42,11 @@ _CHOICES: dict[str, tuple[str, ...]] = {"reshard_after_forward": RESHARDS, "zero
 _FLAGS = ("overlap_data_parallel",)
 _OVERHEAD_KEYS = ("collective_call_overhead_us", "collective_call_overhead_s")
 _THRESHOLD = "zero3_persistence_threshold"
-KNOWN_KEYS = (*_FLAGS, *_CHOICES, _THRESHOLD, *_OVERHEAD_KEYS)
-"""The keys a ``[stack]`` table may give (each with its ``_source``)."""
+_CLASS_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "weight_formats": (WEIGHT_CLASSES, tuple(FORMAT_BYTES)), "math_fidelities": (FIDELITY_CLASSES, MATH_FIDELITIES)}
+_KV, _TILES = "kv_cache_format", "small_m_gemm_tiles"
+KNOWN_KEYS = (*_FLAGS, *_CHOICES, _THRESHOLD, *_OVERHEAD_KEYS, _KV, _TILES, *_CLASS_TABLES)
+"""The keys a ``[stack]`` table may give (each with its ``_source``, or a table of classes)."""
 
 
 def stack_presets() -> list[str]:
@@ -61,13 +76,35 @@ def _build(root: Table, name: str) -> Stack:
     table = root.take_table("stack")
     root.finish(("stack",))
     values: dict[str, Any] = {}
+    serving: dict[str, Any] = {}
     sources: list[tuple[str, str]] = []
     for key in [k for k in table.keys() if k in KNOWN_KEYS]:
+        if key in _CLASS_TABLES:
+            serving[key], cited = _classes(table.take_table(key), *_CLASS_TABLES[key])
+            sources += [(f"{key}.{c}", source) for c, source in cited]
+            continue
         field, value = _value(table, key)
-        values[field] = value
+        (serving if key in (_KV, _TILES) else values)[field] = value
         sources.append((field, table.take_source(key)))
     table.finish(KNOWN_KEYS)
-    return Stack(name=name, sources=tuple(sources), **values)
+    return Stack(name=name, sources=tuple(sources), serving=Serving(**serving), **values)
+
+
+def _classes(table: Table, classes: tuple[str, ...], choices: tuple[str, ...]) -> tuple[
+        tuple[tuple[str, str], ...], list[tuple[str, str]]]:
+    """``((class, value), ...)`` of a class table and the source of each."""
+    given = tuple((c, table.take_string(c, choices)) for c in table.keys() if c in classes)
+    cited = [(c, table.take_source(c)) for c, _ in given]
+    table.finish(classes)
+    return given, cited
+
+
+def _tiles(table: Table) -> tuple[tuple[int, int, int], ...]:
+    """``small_m_gemm_tiles``: triples of positive integers, increasing in their first."""
+    value = table.take_triples(_TILES)
+    if any(a[0] >= b[0] for a, b in zip(value, value[1:], strict=False)):
+        raise table.error(f"key '{_TILES}' must list increasing row bounds, got {[list(v) for v in value]}")
+    return value
 
 
 def _value(table: Table, key: str) -> tuple[str, Any]:
@@ -78,4 +115,8 @@ def _value(table: Table, key: str) -> tuple[str, Any]:
         return key, table.take_flag(key)
     if key == _THRESHOLD:
         return key, float(table.take_number(key, inclusive=True))
+    if key == _KV:
+        return key, table.take_string(key, tuple(FORMAT_BYTES))
+    if key == _TILES:
+        return key, _tiles(table)
     return table.take_quantity(key)

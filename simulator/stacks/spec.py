@@ -1,8 +1,10 @@
-"""What a training framework changes on the same hardware: the software stack as data.
+"""What a training or serving framework changes on the same hardware: the software stack as data.
 
 A :class:`Stack` holds how a framework (Megatron-Core, PyTorch FSDP2, DeepSpeed...) runs the
-data-parallel and ZeRO-3 collectives of a plan; the hardware file keeps what the silicon does,
-the strategy what the user chose. Its defaults are Megatron-Core's, the behaviour the simulator
+data-parallel and ZeRO-3 collectives of a plan, and how a serving stack (tt-metal's
+tt_transformers, TensorRT-LLM...) stores and multiplies an LLM's weights and KV cache at
+inference (:class:`Serving`); the hardware file keeps what the silicon does, the strategy what
+the user chose. Its defaults are Megatron-Core's, the behaviour the simulator
 had before stacks existed (:data:`MEGATRON_CORE`). Every value a stack file gives cites a
 source (:mod:`simulator.stacks.loader`).
 """
@@ -18,6 +20,50 @@ Reduction = Literal["reduce_scatter", "all_reduce"]
 RESHARDS: tuple[Reshard, ...] = ("always", "except_last", "never")
 GATHERS: tuple[Gather, ...] = ("layer", "parameter")
 REDUCTIONS: tuple[Reduction, ...] = ("reduce_scatter", "all_reduce")
+
+WEIGHT_CLASSES: tuple[str, ...] = ("attention", "mlp_in", "mlp_out", "logits", "expert_in", "expert_out")
+"""Operator classes a serving stack gives a weight format: ``attention`` (QKV, or MLA's down/up
+projections, and the output projection), ``mlp_in`` (gate and up, or GELU's first GEMM; shared
+experts too), ``mlp_out`` (down), ``logits`` (the LM head), ``expert_in`` / ``expert_out`` (a
+Mixture-of-Experts layer's routed experts' gate/up and down)."""
+
+FIDELITY_CLASSES: tuple[str, ...] = (*WEIGHT_CLASSES, "attention_core_decode", "attention_core_prefill")
+"""Operator classes a serving stack gives a math fidelity: the weight classes and the attention
+core (scores and values, tt-metal's SDPA) in a decode step or a prefill."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Serving:
+    """How a serving stack runs an LLM's inference (nothing here applies to training).
+
+    Attributes:
+        weight_formats: ``(class, format)`` of every class of :data:`WEIGHT_CLASSES` the stack
+            stores in its own format (a precision of :data:`simulator.strategy.FORMAT_BYTES`):
+            its weights are held and read in it, and its GEMM runs at that format's peak
+            (``fp8_e4m3``: the FP8 peak and FP8 GEMM efficiency). Classes not given keep the
+            strategy's precision.
+        math_fidelities: ``(class, fidelity)`` of :data:`FIDELITY_CLASSES`: the class's GEMMs
+            run at that fidelity's passes (on hardware that lists fidelities).
+        kv_cache_format: the format the KV cache is held and read in (None: the strategy's).
+        small_m_gemm_tiles: ``(largest rows, tile rows, tile columns)``, increasing: a GEMM of
+            at most that many output rows is cut into tiles of that shape (a serving GEMM
+            kernel's dispatch by ``M``), replacing the hardware's tile for its quantization.
+        sources: ``key -> citation`` of every value (``weight_formats.mlp_in``...).
+    """
+
+    weight_formats: tuple[tuple[str, str], ...] = ()
+    math_fidelities: tuple[tuple[str, str], ...] = ()
+    kv_cache_format: str | None = None
+    small_m_gemm_tiles: tuple[tuple[int, int, int], ...] = ()
+
+    @property
+    def active(self) -> bool:
+        """The stack changes something at inference (any key given)."""
+        return bool(self.weight_formats or self.math_fidelities or self.kv_cache_format or self.small_m_gemm_tiles)
+
+    def gemm_tile(self, rows: float) -> tuple[int, int] | None:
+        """The ``(rows, columns)`` tile of a GEMM of ``rows`` output rows, None past the last bound."""
+        return next(((r, c) for bound, r, c in self.small_m_gemm_tiles if rows <= bound), None)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +90,8 @@ class Stack:
             gradient everywhere, twice the ring traffic).
         collective_call_overhead_s: host time of one ZeRO-3 collective call that the device
             waits for (s): allocation, launch and synchronisation outside NCCL's own time.
+        serving: data formats, fidelities and GEMM tiles at inference (:class:`Serving`);
+            the default changes nothing.
         sources: ``key -> citation`` of every value the stack file gave.
     """
 
@@ -54,6 +102,7 @@ class Stack:
     zero3_persistence_threshold: float = 0.0
     zero3_gradient_reduction: Reduction = "reduce_scatter"
     collective_call_overhead_s: float = 0.0
+    serving: Serving = Serving()
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
 

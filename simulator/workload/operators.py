@@ -20,6 +20,7 @@ the original; 3.8e9 multiply-adds per 224x224 image), convolutions split over ou
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -83,6 +84,13 @@ class Operator:
         sharded: its activations stay sharded in the cores' SRAM from the operator before to
             the one after (tt-metal's CNNs run every layer on L1-sharded tensors, ``ttcnn.md``
             "Sharding"): a tiled plan moves only its weights where its input and output fit.
+        b_bytes_per_element: bytes of one element of a GEMM's second operand ``B`` (its weights,
+            or a decode step's cached keys or values) where a serving stack stores it in a format
+            of its own (:mod:`simulator.workload.formats`); 0: the strategy's precision.
+        peak_flop_per_s: the peak its serving stack's format and math fidelity give it (flop/s);
+            0: the unit's (:func:`simulator.workload.roofline.peak_flop_per_s`).
+        tile: the ``(rows, columns)`` output tile of its serving stack's GEMM kernel at its
+            rows (:attr:`simulator.stacks.spec.Serving.small_m_gemm_tiles`); None: the hardware's.
     """
 
     name: str
@@ -104,11 +112,24 @@ class Operator:
     l1_only: bool = False
     shared_weight: bool = False
     sharded: bool = False
+    b_bytes_per_element: float = 0.0
+    peak_flop_per_s: float = 0.0
+    tile: tuple[int, int] | None = None
 
     @property
     def parameter_bytes(self) -> float:
         """Parameters held (bytes): the table of a lookup, else the weights read."""
         return self.table_bytes or self.weight_bytes
+
+
+def parameter_count(ops: Sequence[Operator], bytes_per_element: float) -> float:
+    """Parameters the operators hold (elements): their parameter bytes over the strategy's
+    ``bytes_per_element``, or over their own :attr:`Operator.b_bytes_per_element` where a serving
+    stack stores their weights in another format."""
+    if not any(op.b_bytes_per_element for op in ops):
+        return sum(op.parameter_bytes for op in ops) / bytes_per_element
+    return sum(op.parameter_bytes / (op.b_bytes_per_element if op.weight_bytes and op.b_bytes_per_element
+                                     else bytes_per_element) for op in ops)
 
 
 def _gemm(name: str, m: float, n: float, k: float, weight: float, inputs: float, bpe: float, *,
@@ -154,19 +175,20 @@ def key_length(model: ModelSpec, strategy: Strategy) -> int:
     return strategy.decode_context_length or sequence_length(model, strategy)
 
 
-def kv_cache_bytes(model: ModelSpec, strategy: Strategy) -> float:
+def kv_cache_bytes(model: ModelSpec, strategy: Strategy, bytes_per_element: float | None = None) -> float:
     """One layer's KV cache of one microbatch on one device (bytes): keys and values of
     :func:`key_length` tokens for each of its ``b`` samples, ``2 b c h_kv / t`` elements
     (``h_kv = h kv_heads / a``, grouped-query attention; Pope et al. MLSys'23 §2.1); under
     multi-head latent attention the ``b c (d_c + d_rope)`` latent, whole on every device of the
-    group (:func:`latent_cache_width`). 0 in training, and for an encoder, which keeps no cache."""
+    group (:func:`latent_cache_width`). 0 in training, and for an encoder, which keeps no cache.
+    Each element takes ``bytes_per_element`` (a serving stack's KV-cache format), by default the
+    strategy's."""
     if strategy.training or model.architecture not in CAUSAL:
         return 0.0
+    element = strategy.bytes_per_element if bytes_per_element is None else bytes_per_element
     if model.uses_latent_attention:
-        return strategy.microbatch_size * key_length(model, strategy) * latent_cache_width(model) \
-            * strategy.bytes_per_element
-    return (2.0 * strategy.microbatch_size * key_length(model, strategy) * kv_width(model, strategy.tp)
-            * strategy.bytes_per_element)
+        return strategy.microbatch_size * key_length(model, strategy) * latent_cache_width(model) * element
+    return 2.0 * strategy.microbatch_size * key_length(model, strategy) * kv_width(model, strategy.tp) * element
 
 
 def kv_width(model: ModelSpec, tp: int) -> float:

@@ -22,7 +22,7 @@ from simulator.hardware.spec import Hardware
 from simulator.strategy import WORKING_PRECISION, Strategy
 from simulator.workload import memory
 from simulator.workload.matrix_feed import fed_flop_per_s
-from simulator.workload.operators import Operator
+from simulator.workload.operators import Operator, parameter_count
 
 ADAM_FLOP_PER_PARAMETER = 10.0
 """Adam update arithmetic per parameter: moments 3 + 4, step 3 (Kingma & Ba 2015, Alg. 1)."""
@@ -82,6 +82,9 @@ class UnitCost:
     """Time of its weight-gradient GEMMs, part of ``backward_s`` (s; 0 for inference)."""
     weight_gradient_flops: float = 0.0
     """Their flops, part of ``backward_flops`` (flop; 0 for inference)."""
+    parameter_bytes: float = 0.0
+    """Bytes its ``parameters`` are held in where a serving stack stores some of them in a format
+    of their own (:attr:`Operator.b_bytes_per_element`); 0: ``parameters`` x the strategy's."""
 
     @property
     def training_s(self) -> float:
@@ -100,8 +103,18 @@ def peak_flop_per_s(hardware: Hardware, strategy: Strategy) -> float:
     Raises:
         InputError: the hardware states no peak for that precision.
     """
-    passes = hardware.compute.math_fidelity_phases[strategy.math_fidelity] if strategy.math_fidelity else 1
-    precision = WORKING_PRECISION.get(strategy.precision, strategy.precision)
+    return format_peak_flop_per_s(hardware, WORKING_PRECISION.get(strategy.precision, strategy.precision),
+                                  strategy.math_fidelity)
+
+
+def format_peak_flop_per_s(hardware: Hardware, precision: str, fidelity: str | None) -> float:
+    """The device's peak for operands in ``precision`` at the passes of math ``fidelity`` (None:
+    one pass), as :func:`peak_flop_per_s` (flop/s).
+
+    Raises:
+        InputError: the hardware states no peak for that precision.
+    """
+    passes = hardware.compute.math_fidelity_phases[fidelity] if fidelity else 1
     try:
         return fed_flop_per_s(hardware, precision, passes)
     except KeyError:
@@ -119,15 +132,17 @@ def operator_s(op: Operator, factor: float, kernels: int, hardware: Hardware, pe
     charged the forward's quantization (their shapes are the forward's transposed pairs). An
     FP8 GEMM (:attr:`Operator.fp8`) runs at the hardware's FP8 peak and FP8 GEMM efficiency.
     An operator's :attr:`~Operator.serial_bytes` (a tt-metal convolution's tilize) add their
-    time at the same bandwidth after the roofline's ``max``.
+    time at the same bandwidth after the roofline's ``max``. A serving stack's operator runs at
+    its own :attr:`~Operator.peak_flop_per_s` and :attr:`~Operator.tile` where it has them.
     """
     cal = hardware.calibration
     moved = factor * (op.input_bytes + op.weight_bytes + op.output_bytes)
     efficiency = cal.gemm_efficiency
+    peak = op.peak_flop_per_s or peak
     if op.fp8:
         peak, efficiency = hardware.compute.peak_flop_per_s["fp8"], cal.fp8_gemm_efficiency or 0.0
     if op.kind == "gemm":
-        efficiency *= hardware.compute.gemm_efficiency(op.rows, op.columns)
+        efficiency *= hardware.compute.gemm_efficiency(op.rows, op.columns, op.tile)
     elif op.kind == "attention":
         efficiency = cal.fused_attention_efficiency or cal.gemm_efficiency
     compute = factor * op.flops * op.executed_fraction / (peak * efficiency)
@@ -195,14 +210,14 @@ def cost_unit(ops: tuple[Operator, ...], *, recomputed: tuple[Operator, ...], co
     overlapped = collectives.backward if overlap and training else ()
     backward = () if overlapped else collectives.backward
     if parameters is None:
-        parameters = sum(op.parameter_bytes for op in ops) / strategy.bytes_per_element
+        parameters = parameter_count(ops, strategy.bytes_per_element)
     attention_forward_s, attention_backward_s = _pass_times([op for op in ops if op.kind == "attention"],
                                                             hardware, peak)
     recompute_experts = collectives.expert if strategy.recompute == "full" else ()
     return UnitCost(
         expert_forward=collectives.expert,
         expert_backward=(*collectives.expert, *recompute_experts) if training else (),
-        expert_parameters=sum(op.parameter_bytes for op in ops if op.expert) / strategy.bytes_per_element,
+        expert_parameters=parameter_count([op for op in ops if op.expert], strategy.bytes_per_element),
         context_forward=collectives.context_forward,
         context_backward=collectives.context_backward if training else (),
         attention_forward_s=attention_forward_s,
@@ -222,6 +237,7 @@ def cost_unit(ops: tuple[Operator, ...], *, recomputed: tuple[Operator, ...], co
         parameters=parameters, activation_bytes=activation_bytes, send_bytes=send_bytes,
         weight_gradient_s=_weight_gradient_s(ops, hardware, peak) if training else 0.0,
         weight_gradient_flops=_weight_gradient_flops(ops) if training else 0.0,
+        parameter_bytes=sum(op.parameter_bytes for op in ops) if any(op.b_bytes_per_element for op in ops) else 0.0,
     )
 
 

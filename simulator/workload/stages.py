@@ -19,8 +19,8 @@ from simulator.costs import Collective, CollectiveKind, MemoryBreakdown, PassCos
 from simulator.hardware.spec import Hardware
 from simulator.legality import attention_of, check_workload, num_microbatches
 from simulator.stacks.spec import MEGATRON_CORE, Stack
-from simulator.strategy import Strategy
-from simulator.workload import memory, operators, sram
+from simulator.strategy import FORMAT_BYTES, Strategy
+from simulator.workload import formats, memory, operators, sram
 from simulator.workload.operators import Operator
 from simulator.workload.partition import balanced_partition, uniform_partition
 from simulator.workload.roofline import UnitCollectives, UnitCost, cost_unit, idle_pass, optimizer_step
@@ -53,34 +53,40 @@ def _boundary_bytes(model: ModelSpec, strategy: Strategy) -> float:
             * strategy.bytes_per_element / strategy.tp)
 
 
-def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy,
-                       tied_on_one_stage: bool) -> tuple[UnitCost, UnitCost, UnitCost, UnitCost | None]:
-    """(embedding, dense layer, logits, Mixture-of-Experts layer or None) units, each costed once."""
+def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy, tied_on_one_stage: bool,
+                       stack: Stack) -> tuple[UnitCost, UnitCost, UnitCost, UnitCost | None]:
+    """(embedding, dense layer, logits, Mixture-of-Experts layer or None) units, each costed once
+    with the stack's serving formats (:func:`formats.serve`)."""
     send = _boundary_bytes(model, strategy)
     shard = hardware.memory.sram_dataflow() == "tiled"
-    layer = _layer_unit(model, hardware, strategy, False, send)
-    moe_layer = _layer_unit(model, hardware, strategy, True, send) if model.is_moe else None
+    layer = _layer_unit(model, hardware, strategy, False, send, stack)
+    moe_layer = _layer_unit(model, hardware, strategy, True, send, stack) if model.is_moe else None
     embed = cost_unit(
-        operators.embedding(model, strategy, shard_elementwise=shard), recomputed=(),
-        collectives=UnitCollectives(forward=operators.embedding_collectives(model, strategy)),
+        formats.serve(operators.embedding(model, strategy, shard_elementwise=shard), model, hardware, strategy, stack),
+        recomputed=(), collectives=UnitCollectives(forward=operators.embedding_collectives(model, strategy)),
         activation_bytes=memory.embedding_activation_bytes(model, strategy), send_bytes=send,
         hardware=hardware, strategy=strategy)
-    logits_ops = operators.logits(model, strategy, shard_elementwise=shard)
-    logits_parameters = sum(op.weight_bytes for op in logits_ops) / strategy.bytes_per_element
+    logits_ops = formats.serve(operators.logits(model, strategy, shard_elementwise=shard), model, hardware, strategy,
+                               stack)
+    logits_parameters = operators.parameter_count(logits_ops, strategy.bytes_per_element)
     if tied_on_one_stage:
-        logits_parameters -= logits_ops[1].weight_bytes / strategy.bytes_per_element
+        logits_parameters -= operators.parameter_count(logits_ops[1:2], strategy.bytes_per_element)
     logits = cost_unit(
         logits_ops, recomputed=(),
         collectives=UnitCollectives(forward=operators.logits_collectives(model, strategy)),
         activation_bytes=memory.logits_activation_bytes(model, strategy), send_bytes=send,
         hardware=hardware, strategy=strategy, parameters=logits_parameters)
+    if tied_on_one_stage and logits.parameter_bytes:
+        logits = replace(logits, parameter_bytes=logits.parameter_bytes - logits_ops[1].parameter_bytes)
     return embed, layer, logits, moe_layer
 
 
-def _layer_unit(model: ModelSpec, hardware: Hardware, strategy: Strategy, moe: bool, send: float) -> UnitCost:
+def _layer_unit(model: ModelSpec, hardware: Hardware, strategy: Strategy, moe: bool, send: float,
+                stack: Stack) -> UnitCost:
     """A transformer layer's unit, dense or Mixture-of-Experts (``moe``)."""
     shard = hardware.memory.sram_dataflow() == "tiled"
-    layer_ops = operators.transformer_layer(model, strategy, shard_elementwise=shard, moe=moe)
+    layer_ops = formats.serve(operators.transformer_layer(model, strategy, shard_elementwise=shard, moe=moe),
+                              model, hardware, strategy, stack)
     layer_collectives = operators.transformer_layer_collectives(model, strategy)
     return cost_unit(
         layer_ops, recomputed=_recomputed(layer_ops, strategy),
@@ -123,13 +129,13 @@ def _resnet_units(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> l
     return units
 
 
-def _units_per_item(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> tuple[
+def _units_per_item(model: ModelSpec, hardware: Hardware, strategy: Strategy, stack: Stack) -> tuple[
         list[Item], UnitCost | None, UnitCost | None]:
     """(partitionable items, unit prepended to the first stage, unit appended to the last)."""
     if not model.is_transformer:
         return _resnet_units(model, hardware, strategy), None, None
     tied = model.architecture != "llama" and not model.num_classes and strategy.pp * strategy.num_chunks == 1
-    embed, layer, logits, moe_layer = _transformer_units(model, hardware, strategy, tied)
+    embed, layer, logits, moe_layer = _transformer_units(model, hardware, strategy, tied, stack)
     return [(f"layer{index}", moe_layer if moe_layer and model.is_moe_layer(index) else layer)
             for index in range(model.num_layers)], embed, logits
 
@@ -448,6 +454,10 @@ def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy,
                          zero3_collectives(tensors, strategy, hardware, True, stack))
     multicast = bool(plan and (plan.backward_multicast_bytes or plan.backward_replica_bytes))
     backward_input, backward_weight = _split_backward(backward, groups, multicast)
+    weights = states.weights_bytes
+    if any(unit.parameter_bytes for unit, _ in groups):
+        weights = sum((unit.parameter_bytes or unit.parameters * strategy.bytes_per_element) * count
+                      for unit, count in groups) / (strategy.zero_shards if strategy.shards_weights else 1)
     return StageCost(
         units=tuple(name for name, _ in entries),
         forward=_forward(groups, plan, segments,
@@ -463,7 +473,7 @@ def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy,
         hardware_flops_per_microbatch=gemm_flops * (3.0 if strategy.training else 1.0)
         + sum(unit.recompute_gemm_flops * count for unit, count in groups),
         memory=MemoryBreakdown(
-            weights_bytes=states.weights_bytes + memory.fp8_weight_copy_bytes(fp8_parameters, strategy) + buffers,
+            weights_bytes=weights + memory.fp8_weight_copy_bytes(fp8_parameters, strategy) + buffers,
             gradients_bytes=states.gradients_bytes,
             optimizer_bytes=states.optimizer_bytes,
             activation_bytes_per_microbatch=_live_activation_bytes(groups, strategy),
@@ -495,7 +505,7 @@ def build_stage_costs(model: ModelSpec, hardware: Hardware, strategy: Strategy,
     attention = attention_of(model, hardware, strategy)
     if attention != strategy.attention:
         strategy = replace(strategy, attention=attention)  # type: ignore[arg-type]
-    items, first, last = _units_per_item(model, hardware, strategy)
+    items, first, last = _units_per_item(model, hardware, strategy, stack)
     counts = _partition(items, first, last, strategy)
     stages: list[StageCost] = []
     start = 0
@@ -511,13 +521,17 @@ def build_stage_costs(model: ModelSpec, hardware: Hardware, strategy: Strategy,
         if key not in cache:
             cache[key] = _stage_cost(entries, hardware, strategy, stack)
         stages.append(replace(cache[key], units=tuple(name for name, _ in entries)))
-    return _with_kv_cache(tuple(stages), model, strategy)
+    return _with_kv_cache(tuple(stages), model, strategy, stack)
 
 
-def _with_kv_cache(stages: tuple[StageCost, ...], model: ModelSpec, strategy: Strategy) -> tuple[StageCost, ...]:
+def _with_kv_cache(stages: tuple[StageCost, ...], model: ModelSpec, strategy: Strategy,
+                   stack: Stack) -> tuple[StageCost, ...]:
     """``stages`` holding the KV cache of their layers for every microbatch of the replica (each
-    user's cache stays resident between steps: :func:`operators.kv_cache_bytes`)."""
-    per_layer = operators.kv_cache_bytes(model, strategy) * num_microbatches(model, strategy)
+    user's cache stays resident between steps: :func:`operators.kv_cache_bytes`), in the stack's
+    KV-cache format where it gives one."""
+    kv_format = stack.serving.kv_cache_format
+    element = FORMAT_BYTES[kv_format] if kv_format else None
+    per_layer = operators.kv_cache_bytes(model, strategy, element) * num_microbatches(model, strategy)
     if not per_layer:
         return stages
     return tuple(replace(s, memory=replace(s.memory, kv_cache_bytes=per_layer * sum(

@@ -87,7 +87,8 @@ def _blocking(shape: GemmShape, sram_bytes: float, grid: tuple[int, int]) -> Blo
 
 
 def product_traffic(m: float, k: float, n: float, bytes_per_element: float, sram_bytes: float, *,
-                    grid: tuple[int, int] = (1, 1), a_scale: float = 1.0, c_scale: float = 1.0) -> Traffic:
+                    grid: tuple[int, int] = (1, 1), a_scale: float = 1.0, c_scale: float = 1.0,
+                    b_scale: float = 1.0) -> Traffic:
     """DRAM traffic of one device for a product ``(m x k) (k x n)`` computed by a ``gm x gn``
     grid of devices as ``(gm m, k, gn n)``: ``A`` shared (multicast) along each row of ``gn``
     devices, ``B`` along each column of ``gm`` (``(1, 1)``: nothing shared).
@@ -99,6 +100,8 @@ def product_traffic(m: float, k: float, n: float, bytes_per_element: float, sram
         grid: ``(gm, gn)``.
         a_scale, c_scale: bytes of ``A`` and ``C`` actually in DRAM per byte of the matrix
             (a convolution's feature map against its im2col matrix).
+        b_scale: bytes of ``B`` in DRAM per byte of the matrix (a serving stack's own format of
+            the weights or KV cache, :attr:`~simulator.workload.operators.Operator.b_bytes_per_element`).
 
     Returns:
         The device's share of the grid's DRAM bytes; ``multicast_bytes`` the ``A`` bytes one row
@@ -109,10 +112,10 @@ def product_traffic(m: float, k: float, n: float, bytes_per_element: float, sram
     shape = GemmShape(m=max(math.ceil(m * rows), 1), k=max(math.ceil(k), 1), n=max(math.ceil(n * columns), 1),
                       bytes_per_element=bytes_per_element)
     blocking = _blocking(shape, sram_bytes, grid)
-    a_bytes = blocking.a_bytes * a_scale
-    total = a_bytes + blocking.b_bytes + blocking.c_bytes * c_scale
+    a_bytes, b_bytes = blocking.a_bytes * a_scale, blocking.b_bytes * b_scale
+    total = a_bytes + b_bytes + blocking.c_bytes * c_scale
     return Traffic(total / (rows * columns), a_bytes / rows if columns > 1 else 0.0,
-                   blocking.b_bytes / columns if rows > 1 else 0.0, blocking.order)
+                   b_bytes / columns if rows > 1 else 0.0, blocking.order)
 
 
 def _layout(op: Operator, bytes_per_element: float) -> tuple[float, float, float, int, float]:
@@ -122,6 +125,8 @@ def _layout(op: Operator, bytes_per_element: float) -> tuple[float, float, float
     if op.weight_bytes:
         return m, k, n, 1, min(1.0, op.input_bytes / (bytes_per_element * m * k))
     second = op.input_bytes / bytes_per_element - m * k
+    if op.b_bytes_per_element:  # the second operand (cached keys or values) in a format of its own
+        second = (op.input_bytes - bytes_per_element * m * k) / op.b_bytes_per_element
     batch = max(1, round(second / (k * n)))
     return m / batch, k, n, batch, 1.0
 
@@ -142,7 +147,8 @@ def operator_traffic(op: Operator, strategy: Strategy, sram_bytes: float) -> tup
     tp = strategy.tp if op.shared_input else 1
     dp = strategy.dp if op.weight_bytes else 1
     rows = dp * (strategy.tp if op.shared_weight else 1)
-    forward = product_traffic(m, k, n, e, sram_bytes, grid=(rows, tp), a_scale=a_scale)
+    forward = product_traffic(m, k, n, e, sram_bytes, grid=(rows, tp), a_scale=a_scale,
+                              b_scale=(op.b_bytes_per_element or e) / e)
     data_gradient = product_traffic(m, n, k, e, sram_bytes, grid=(rows, 1), c_scale=a_scale)
     weight_gradient = product_traffic(k, m, n, e, sram_bytes, grid=(1, tp), a_scale=a_scale)
     if op.shared_weight:

@@ -1,0 +1,108 @@
+"""A serving stack's data formats, math fidelities and GEMM tiles on a unit's operators.
+
+At inference a serving stack stores each class of weights in a format of its own (tt-metal's
+tt_transformers: the MLP's gate and up in ``bfloat4_b``, the rest in ``bfloat8_b``; TensorRT-LLM:
+FP8), runs each class's GEMMs at a math fidelity of its own, holds the KV cache in its own
+format and picks its GEMM kernel's tile by the product's rows
+(:class:`simulator.stacks.spec.Serving`). :func:`serve` rewrites the operators of
+:mod:`simulator.workload.operators`, built at the strategy's one precision, accordingly: the
+bytes of the weights held and read, the peak of the GEMM, the bytes of the cached keys and
+values a decode step reads, and the tile. Training, and a stack without serving keys, keep the
+operators as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from simulator.errors import InputError
+from simulator.hardware.spec import Hardware
+from simulator.stacks.spec import Serving, Stack
+from simulator.strategy import FORMAT_BYTES, WORKING_PRECISION, Strategy
+from simulator.workload.operators import Operator, kv_cache_bytes
+from simulator.workload.roofline import format_peak_flop_per_s
+from simulator.workload.spec import ModelSpec
+
+OPERATOR_CLASSES: dict[str, str] = {
+    **dict.fromkeys(("qkv", "attention_projection", "q_down", "q_up", "q_proj", "kv_down", "kv_up"), "attention"),
+    **dict.fromkeys(("mlp_gate", "mlp_up", "mlp_in", "shared_expert_gate", "shared_expert_up"), "mlp_in"),
+    **dict.fromkeys(("mlp_out", "shared_expert_out"), "mlp_out"),
+    "logits": "logits", "expert_gate": "expert_in", "expert_up": "expert_in", "expert_out": "expert_out"}
+"""The class (:data:`simulator.stacks.spec.WEIGHT_CLASSES`) of each weighted GEMM of
+:mod:`simulator.workload.operators` by name; the router, a classification head and convolutions
+have none (they keep the strategy's precision)."""
+
+CORE_OPERATORS = ("fused_attention", "attention_scores", "attention_values")
+"""The attention core's products, which read the cached keys (scores) and values (values)."""
+
+FP8 = "fp8_e4m3"
+"""The one-byte FP8 format, whose GEMMs run at the hardware's ``fp8`` peak and FP8 efficiency."""
+
+
+def operator_class(op: Operator, strategy: Strategy) -> str | None:
+    """The serving class of ``op``: its weight class, ``attention_core_decode`` /
+    ``attention_core_prefill`` for the attention core's products, None for the rest."""
+    if op.name in CORE_OPERATORS:
+        return "attention_core_decode" if strategy.decoding else "attention_core_prefill"
+    return OPERATOR_CLASSES.get(op.name)
+
+
+def serve(ops: tuple[Operator, ...], model: ModelSpec, hardware: Hardware, strategy: Strategy,
+          stack: Stack) -> tuple[Operator, ...]:
+    """``ops`` as ``stack``'s serving part runs them (the module's docstring); unchanged in
+    training or without serving keys.
+
+    Raises:
+        InputError: a format or fidelity the hardware has no peak for (naming the stack, the
+            class and the value).
+    """
+    serving = stack.serving
+    if strategy.training or not serving.active:
+        return ops
+    return tuple(_served(op, model, hardware, strategy, stack) for op in ops)
+
+
+def _served(op: Operator, model: ModelSpec, hardware: Hardware, strategy: Strategy, stack: Stack) -> Operator:
+    serving, kind = stack.serving, operator_class(op, strategy)
+    changes: dict[str, Any] = {}
+    weight_format = dict(serving.weight_formats).get(kind or "") if op.weight_bytes else None
+    if weight_format:
+        ratio = FORMAT_BYTES[weight_format] / strategy.bytes_per_element
+        changes.update(weight_bytes=op.weight_bytes * ratio, table_bytes=op.table_bytes * ratio,
+                       b_bytes_per_element=FORMAT_BYTES[weight_format])
+        if weight_format == FP8:
+            _need_fp8(hardware, stack, kind)
+            changes["fp8"] = True
+    fidelity = dict(serving.math_fidelities).get(kind or "")
+    fidelity = fidelity if fidelity in hardware.compute.math_fidelity_phases else None
+    if op.kind != "memory" and weight_format != FP8 and (fidelity or weight_format):
+        precision = weight_format or WORKING_PRECISION.get(strategy.precision, strategy.precision)
+        try:
+            changes["peak_flop_per_s"] = format_peak_flop_per_s(hardware, precision, fidelity)
+        except InputError as error:
+            raise InputError(f"stack {stack.name!r}: class {kind!r}: {error}") from None
+    if serving.kv_cache_format and strategy.decoding and op.name in CORE_OPERATORS:
+        changes.update(_kv_read(op, model, strategy, serving))
+    tile = serving.gemm_tile(op.rows) if op.kind == "gemm" else None
+    if tile:
+        changes["tile"] = tile
+    return replace(op, **changes) if changes else op
+
+
+def _need_fp8(hardware: Hardware, stack: Stack, kind: str | None) -> None:
+    if "fp8" not in hardware.compute.peak_flop_per_s or not hardware.calibration.fp8_gemm_efficiency:
+        raise InputError(f"stack {stack.name!r}: class {kind!r}: weight format {FP8!r} needs an fp8 peak and"
+                         f" fp8_gemm_efficiency, hardware {hardware.name!r} has none")
+
+
+def _kv_read(op: Operator, model: ModelSpec, strategy: Strategy, serving: Serving) -> dict[str, float]:
+    """The input bytes of an attention-core product of a decode step with its cached keys
+    (scores) and values (values), or both (fused), in the KV-cache format, and that format's
+    bytes per element as its second operand's."""
+    element = FORMAT_BYTES[serving.kv_cache_format or ""]
+    cached = kv_cache_bytes(model, strategy)
+    keys = cached if model.uses_latent_attention else cached / 2.0
+    read = {"fused_attention": cached, "attention_scores": keys, "attention_values": cached - keys}[op.name]
+    return {"input_bytes": op.input_bytes + read * (element / strategy.bytes_per_element - 1.0),
+            "b_bytes_per_element": element}
