@@ -14,6 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from simulator.errors import InputError
+from simulator.strategy import FORMAT_BYTES, MATH_FIDELITIES
+
 Reshard = Literal["always", "except_last", "never"]
 Gather = Literal["layer", "parameter"]
 Reduction = Literal["reduce_scatter", "all_reduce"]
@@ -48,13 +51,32 @@ class Serving:
         small_m_gemm_tiles: ``(largest rows, tile rows, tile columns)``, increasing: a GEMM of
             at most that many output rows is cut into tiles of that shape (a serving GEMM
             kernel's dispatch by ``M``), replacing the hardware's tile for its quantization.
-        sources: ``key -> citation`` of every value (``weight_formats.mlp_in``...).
+
+    The :class:`Stack`'s ``sources`` cite each value (``weight_formats.mlp_in``...).
+
+    Raises:
+        InputError: an unknown class, format or fidelity, or tiles whose row bounds do not increase.
     """
 
     weight_formats: tuple[tuple[str, str], ...] = ()
     math_fidelities: tuple[tuple[str, str], ...] = ()
     kv_cache_format: str | None = None
     small_m_gemm_tiles: tuple[tuple[int, int, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        checks = (("weight_formats", self.weight_formats, WEIGHT_CLASSES, tuple(FORMAT_BYTES)),
+                  ("math_fidelities", self.math_fidelities, FIDELITY_CLASSES, MATH_FIDELITIES))
+        for key, pairs, classes, values in checks:
+            for kind, value in pairs:
+                if kind not in classes or value not in values:
+                    raise InputError(f"stack: `{key}` takes classes {list(classes)} and values {list(values)},"
+                                     f" got {kind!r} = {value!r}")
+        if self.kv_cache_format is not None and self.kv_cache_format not in FORMAT_BYTES:
+            raise InputError(f"stack: `kv_cache_format` must be one of {list(FORMAT_BYTES)}, got"
+                             f" {self.kv_cache_format!r}")
+        bounds = [bound for bound, _, _ in self.small_m_gemm_tiles]
+        if bounds != sorted(set(bounds)):
+            raise InputError(f"stack: `small_m_gemm_tiles` must list increasing row bounds, got {bounds}")
 
     @property
     def active(self) -> bool:

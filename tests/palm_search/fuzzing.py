@@ -59,6 +59,8 @@ BASES["hf config"] = json.loads((ROOT / "tests/simulator/workload/hf_configs/Mix
 """A Hugging Face ``config.json`` given to ``simulate --model`` (a JSON file, not TOML)."""
 BASES["stack"] = tomllib.loads((ROOT / "simulator/stacks/presets/deepspeed-0.3-zero3.toml").read_text())
 """A software stack file, given to ``simulate --stack``."""
+BASES["serving stack"] = tomllib.loads((ROOT / "simulator/stacks/presets/tt-transformers-performance.toml").read_text())
+"""A serving stack file: its tables of operator classes (weight formats, math fidelities) and KV-cache format."""
 BAD_VALUES = ["text", "", -1, 0, -0.5, math.nan, math.inf, -math.inf, 1e308, 1e300, 1e-300, 10**18, 2**63 - 1,
               True, 2.5, [], [1, "x"], {"nested": 1}]
 PRESET_FILES = [ROOT / "simulator/hardware/presets/wafer.toml", ROOT / "simulator/hardware/presets/h100-cluster.toml",
@@ -169,8 +171,8 @@ def optimize_case(study: bytes | str, source: str) -> Case:
 @st.composite
 def schema_cases(draw) -> Case:
     kind = draw(st.sampled_from(["model", "moe model", "classifier model", "hf config", "hardware",
-                                 "multi-chip hardware", "strategy", "decode strategy", "stack", "study",
-                                 "serving study"]), label="kind")
+                                 "multi-chip hardware", "strategy", "decode strategy", "stack", "serving stack",
+                                 "study", "serving study"]), label="kind")
     if kind == "hf config":
         case = simulate_case({"config": json.dumps(draw(mutated(kind))).encode()}, f"schema {kind}")
         return replace(case, argv=[a.replace("{model}", "{config}") for a in case.argv])
