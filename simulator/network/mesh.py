@@ -121,8 +121,12 @@ class MeshTopology(Topology):
     """A 2D mesh of dies of cores with XY routing and DRAM ports on the grid (PALM Fig. 1(c)).
 
     Device ``d`` sits at ``Coord(d % width, d // width)``. Each die has ``dram_ports_per_die``
-    ports beside the cores :attr:`Mesh.port_cores` names; a DRAM stream runs from its core to the
-    port's core over the mesh, then through the port (:meth:`dram_routes`). Each port carries an
+    ports beside the cores :attr:`Mesh.port_cores` names; a DRAM stream runs through the port,
+    then over the mesh from the port's core to the device by XY routing, the way read data travels
+    (:meth:`dram_routes`): a NoC read's response is routed from the DRAM endpoint to the
+    requesting core (tenstorrent/tt-isa-documentation ``NoC/README.md``: a read request's data
+    returns from the remote endpoint), and reads dominate DRAM traffic (a decode step reads its
+    weights and KV cache; a GEMM reads two operands and writes one). Writes take the same links. Each port carries an
     equal share of the die's DRAM bandwidth and adds the DRAM's latency
     (:class:`~simulator.hardware.spec.Dram`, the machine's memory record).
 
@@ -258,7 +262,7 @@ class MeshTopology(Topology):
                 for p, (x, y) in enumerate(mesh.port_cores)]
 
     def _port_route(self, device: int, port: int, core: int) -> tuple[tuple[int, ...], float]:
-        links, latency = self._route(device, core)
+        links, latency = self._route(core, device)
         return links + (port,), latency + self.dram.latency_s
 
     def _dram_route(self, device: int) -> tuple[tuple[int, ...], float]:

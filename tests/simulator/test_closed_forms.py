@@ -193,6 +193,16 @@ def test_a_core_streams_from_its_nearest_named_port_at_its_share_of_the_bandwidt
         assert flow.step_time_s(1e6) == pytest.approx(hops * 1e-9 + 1e-7 + 1e6 / 100e9, rel=1e-12)
 
 
+def test_dram_data_travels_from_the_port_to_the_core_by_xy_routing():
+    # one port on core (0, 0); core (3, 1) = device 7 reads: X first from the port along row 0,
+    # then south in column 3 (the read response's path), not the path its request takes
+    hw = _ports(mesh_hardware(dies=(1, 1), cores=(4, 4), dram=300e9, hop=1e-9),
+                dram_ports_per_die=1, dram_port_cores=((0, 0),))
+    topo = topology_of(hw)
+    links = {r for r in make_flow(topo, "dram", "dram", [(7, -1)], efficiency=1.0).loads if topo.kinds[r] == "link"}
+    assert links == {topo._links[hop] for hop in ((0, 1), (1, 2), (2, 3), (3, 7))}
+
+
 def test_interleaved_traffic_spreads_evenly_over_every_port_of_the_die():
     hw = _ports(mesh_hardware(dies=(1, 1), cores=(4, 4), dram=300e9), dram_ports_per_die=3,
                 dram_port_cores=((0, 0), (3, 0), (1, 3)), access="interleaved")
