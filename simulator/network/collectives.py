@@ -142,8 +142,9 @@ def two_level_flow(flat: Flow, within: Flow, across: Flow) -> Flow:
             loads[r] = loads.get(r, 0.0) + weight * load
             occupancy[r] = occupancy.get(r, 0.0) + weight * flow.occupancy[r]
     return Flow(name=flat.name, kind=flat.kind, group_size=flat.group_size, loads=loads,
-                latency_s=max(within.latency_s, across.latency_s), seconds_per_byte=max(occupancy.values(), default=0.0),
-                num_edges=flat.num_edges, occupancy=occupancy, levels=(within, across))
+                latency_s=max(within.latency_s, across.latency_s),
+                seconds_per_byte=max(occupancy.values(), default=0.0), num_edges=flat.num_edges,
+                occupancy=occupancy, levels=(within, across))
 
 
 def make_flow(

@@ -13,11 +13,11 @@ from simulator.errors import InputError
 from simulator.network.backends import AnalyticalNetwork, ContentionNetwork
 from simulator.network.collectives import make_flow, ring_edges
 from simulator.network.topology import topology_of
-from simulator.timing.flows import ring_flow
 from simulator.passes import PassKind
 from simulator.placement import place
 from simulator.schedules import GPipe, InterleavedOneFOneB, OneFOneB
 from simulator.strategy import Strategy
+from simulator.timing.flows import ring_flow
 
 
 def test_p2p_is_hops_times_latency_plus_size_over_bandwidth():
