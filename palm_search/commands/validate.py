@@ -420,11 +420,14 @@ SERVING_SIMULATED = 4
 
 
 def _serving_splits(model: ModelSpec, hardware: Hardware, users: int) -> Iterator[tuple[int, int, str]]:
-    """``(tp, pp, attention_split)`` on all the card's cores or a multiple of 8 of them down to half
-    (130 = 2 x 5 x 13 cores of a p150 admit no split of a 32-head model): every legal split by heads
-    (dp 1), and every ``tp`` dividing the hidden and FFN sizes split by users."""
+    """``(tp, pp, attention_split)`` on all the machine's cores, or on one card also a multiple of 8
+    of them down to half (130 = 2 x 5 x 13 cores of a p150 admit no split of a 32-head model):
+    every legal split by heads (dp 1), and every ``tp`` dividing the hidden and FFN sizes split by
+    users."""
     cores = hardware.num_devices
-    for n in sorted({cores, *range(8 * (cores // 8), cores // 2 - 1, -8)}, reverse=True):
+    chips = topology_of(hardware).node_of(cores - 1) + 1
+    fewer = range(8 * (cores // 8), cores // 2 - 1, -8) if chips == 1 else ()
+    for n in sorted({cores, *fewer}, reverse=True):
         for d in enumerate_degrees(model, hardware, devices=n, global_batch_size=users):
             if d.dp == 1 and d.cp == 1:
                 yield d.tp, d.pp, "heads"

@@ -162,6 +162,7 @@ class MeshTopology(Topology):
         ]
         self.route = cache(self._route)  # type: ignore[method-assign]
         self.dram_route = cache(self._dram_route)  # type: ignore[method-assign]
+        self.dram_routes = cache(self._dram_routes)  # type: ignore[method-assign]
         self.ring_order = cache(self._ring_order)  # type: ignore[method-assign]
 
     def coord(self, device: int) -> Coord:
@@ -301,9 +302,10 @@ class MeshTopology(Topology):
             return abs(p.x - c.x) + abs(p.y - c.y)
         return self._port_route(device, *min(self._die_ports(device), key=hops))
 
-    def dram_routes(self, device: int) -> list[tuple[tuple[int, ...], float, float]]:
+    def _dram_routes(self, device: int) -> list[tuple[tuple[int, ...], float, float]]:
         """(resources, latency, share) of ``device``'s DRAM traffic: all of it to the nearest
-        port, or an equal share to every port of its die (``interleaved``)."""
+        port, or an equal share to every port of its die (``interleaved``); :meth:`dram_routes`,
+        kept per device."""
         if self.dram.access == "nearest":
             return super().dram_routes(device)
         ports = self._die_ports(device)

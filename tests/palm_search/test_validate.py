@@ -167,12 +167,13 @@ def test_unknown_suite_is_exit_code_2():
 # tokens/s per user within 10% mean, 25% max; time to first token 20% mean) are not met. Since DRAM
 # reads take the route read data takes (port to core), a decode step streams DRAM at the 240-260
 # GB/s tt-metal measures (tests/simulator/test_decode.py) and every row is predicted faster than
-# the silicon: decode 61.2% mean, 113.4% max; prefill 62.3%, 65.4% (before: 32.0%/51.7% and
-# 39.2%/57.4%, from NoC links funnelling the request path at half the DRAM bandwidth). What the
+# the silicon on one card (the 8-chip QuietBox's 70B: decode -14.7%, time to first token +7.0%);
+# decode 51.9% mean, 113.4% max; prefill 51.2%, 65.4% (before, without the QuietBox: 32.0%/51.7%
+# and 39.2%/57.4%, from NoC links funnelling the request path at half the DRAM bandwidth). What the
 # model lacks is tt-metal's per-operator time: ~20 device ops per decode layer of 3-16 us each,
 # host-side sampling of batch 32, untraced prefill dispatch on n150 (see the suite's SOURCE.md).
 # Held near what the model gives as a regression guard.
-LLM_GUARDS = [("decode", 0.62, 1.14), ("prefill", 0.63, 0.66)]
+LLM_GUARDS = [("decode", 0.52, 1.14), ("prefill", 0.52, 0.66)]
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +185,7 @@ def llm_rows():
 def test_tenstorrent_llm_groups_within_their_guard(group, mean, worst, llm_rows):
     results = llm_rows
     stats = summary(results)["tenstorrent-llm"]
-    assert stats["rows"] == 8 and all(r.predicted > 0 for r in results)
+    assert stats["rows"] == 10 and all(r.predicted > 0 for r in results)
     assert stats["groups"][group]["mean_abs_error"] <= mean
     assert stats["groups"][group]["max_abs_error"] <= worst
 
