@@ -43,7 +43,8 @@ RESNET50_TP_CHANNELS = min(width for _, width, _ in RESNET50_STAGES)
 
 TP_SPLIT_SIZES: tuple[str, ...] = ("num_heads", "hidden_size", "ffn_hidden_size")
 """Transformer sizes tensor parallelism splits evenly (Megatron-LM); the KV heads split evenly or
-are each replicated on ``tp / kv_heads`` devices (:func:`kv_heads_split`)."""
+are each replicated on ``tp / kv_heads`` devices (:func:`kv_heads_split`). An attention split over
+users (:attr:`~simulator.strategy.Strategy.attention_split`) needs only the sizes after the heads."""
 
 
 def kv_heads_split(model: ModelSpec, tp: int) -> bool:
@@ -131,10 +132,11 @@ def _check_tensor_parallel(model: ModelSpec, strategy: Strategy) -> None:
         if not tp_divides(model, tp):
             raise InputError(f"model {model.name!r}: tp = {tp} must divide {RESNET50_TP_CHANNELS} channels")
         return
-    for key in TP_SPLIT_SIZES:
+    by_heads = strategy.attention_split == "heads"
+    for key in TP_SPLIT_SIZES if by_heads else TP_SPLIT_SIZES[1:]:
         if getattr(model, key) % tp:
             raise InputError(f"model {model.name!r}: `{key}` = {getattr(model, key)} is not divisible by tp = {tp}")
-    if not kv_heads_split(model, tp):
+    if by_heads and not kv_heads_split(model, tp):
         raise InputError(f"model {model.name!r}: tp = {tp} neither divides nor is a multiple of its"
                          f" {model.kv_heads} KV heads")
     for key in ("expert_ffn_hidden_size", "shared_expert_size"):

@@ -40,8 +40,10 @@ PartitionKind = Literal["balanced", "uniform", "explicit"]
 GroupLayout = Literal["compact", "strided"]
 GroupOrder = Literal["tp-major", "dp-major"]
 Attention = Literal["auto", "unfused", "fused"]
+AttentionSplit = Literal["heads", "users"]
 
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1")
+ATTENTION_SPLITS: tuple[str, ...] = ("heads", "users")
 RECOMPUTES: tuple[str, ...] = ("none", "selective", "full")
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8", "int8", "bfloat8_b", "bfloat4_b")
@@ -165,6 +167,14 @@ class Strategy:
             is ``LoFi``). Only on hardware that lists fidelities.
         prompt_length: inference: tokens of each sample's prompt (the prefill's sequence; default
             the model's ``sequence_length``, which is also the longest context it takes).
+        attention_split: how a tensor-parallel group divides the attention core: ``heads``
+            (Megatron-LM: a device computes ``a / t`` heads for every sample; beyond the KV heads
+            each KV head is replicated on ``t / kv_heads`` devices, as vLLM does) or ``users``
+            (inference only: the group's devices share out (sample, KV head) pairs, as tt-metal's
+            decode attention runs over a chip's core grid, parallel over users and heads
+            (``scaled_dot_product_attention_decode``; tt-metal ``tech_reports/LLMs/llms.md``
+            §2.4), so no KV head is replicated until ``t`` exceeds ``b kv_heads``; ``t`` need
+            not divide the heads). The linear layers stay split as Megatron-LM splits them.
         decode_context_length: inference: 0 runs the whole prompt forward (prefill, an encoder,
             a CNN); ``c > 0`` runs one decode step: each sample (a user) adds one token that
             attends to a KV cache of ``c`` tokens (its context, the new token included), as
@@ -204,6 +214,7 @@ class Strategy:
     attention: Attention = _field("auto")
     prompt_length: int | None = _field(None)
     decode_context_length: int = _field(0)
+    attention_split: AttentionSplit = _field("heads", column=True)
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "ep", "microbatch_size", "num_chunks"):
@@ -232,6 +243,7 @@ class Strategy:
         _choice("group_layout", self.group_layout, GROUP_LAYOUTS)
         _choice("group_order", self.group_order, GROUP_ORDERS)
         _choice("attention", self.attention, ATTENTIONS)
+        _choice("attention_split", self.attention_split, ATTENTION_SPLITS)
         _choice("transfer_strategy", self.transfer_strategy, TRANSFER_STRATEGIES)
         _choice("zero_stage", self.zero_stage, ZERO_STAGES)
         _choice("math_fidelity", self.math_fidelity, (None, *MATH_FIDELITIES))
@@ -243,8 +255,10 @@ class Strategy:
         if not isinstance(self.decode_context_length, int) or self.decode_context_length < 0:
             raise InputError(f"strategy: `decode_context_length` must be an integer >= 0, got"
                              f" {self.decode_context_length!r}")
-        if self.training and (self.decode_context_length or self.prompt_length is not None):
-            raise InputError("strategy: `prompt_length` and `decode_context_length` are for mode 'inference'")
+        if self.training and (self.decode_context_length or self.prompt_length is not None
+                              or self.attention_split != "heads"):
+            raise InputError("strategy: `prompt_length`, `decode_context_length` and `attention_split` 'users' are"
+                             " for mode 'inference'")
         if self.schedule != "interleaved-1f1b" and self.num_chunks != 1:
             raise InputError(
                 f"strategy: `num_chunks` > 1 needs schedule 'interleaved-1f1b', got {self.num_chunks}"

@@ -140,6 +140,9 @@ def simulate_command(
     decode_context_length: Annotated[int | None, Opt(help="Inference: simulate one decode step, each sample's"
                                                      " new token attending to a KV cache of this many"
                                                      " tokens (0: the prompt's forward).")] = None,
+    attention_split: Annotated[str | None, Opt(help="Inference: how a TP group divides attention: heads"
+                                               " (Megatron) or users (sample x KV-head pairs, as tt-metal's"
+                                               " decode over a core grid).")] = None,
     stack: Annotated[str | None, Opt("--stack", help=f"Software stack preset ({', '.join(stack_presets())}) or TOML"
                                      " file (default: megatron-core, the hardware files' calibration).")] = None,
     network: Annotated[str, Opt(help="sharing (links' and DRAM ports' bandwidth shared max-min fairly),"

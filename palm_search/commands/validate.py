@@ -110,6 +110,7 @@ def _describe(strategy: Strategy | None) -> str:
              (strategy.p2p_blocking, " blocking-p2p"))
     extras = "".join(text for on, text in flags if on)
     context = f" cp={strategy.cp}" if strategy.cp > 1 else ""
+    context += " attention by users" if strategy.attention_split == "users" else ""
     experts = f" ep={strategy.ep}" if strategy.ep > 1 else ""
     precision = f" {strategy.precision}" if strategy.precision == "fp8" else ""
     return (f"tp={strategy.tp} pp={strategy.pp} dp={strategy.dp}{context}{experts} b={strategy.microbatch_size} "
@@ -442,23 +443,40 @@ SERVING_SIMULATED = 4
 """Candidates of a serving row simulated event by event: the fastest by the closed-form estimate."""
 
 
+def _serving_splits(model: ModelSpec, hardware: Hardware, users: int) -> Iterator[tuple[int, int, str]]:
+    """``(tp, pp, attention_split)`` on all the machine's cores, or on one card also a multiple of 8
+    of them down to half (130 = 2 x 5 x 13 cores of a p150 admit no split of a 32-head model):
+    every legal split by heads (dp 1), and every ``tp`` dividing the hidden and FFN sizes split by
+    users."""
+    cores = hardware.num_devices
+    chips = topology_of(hardware).node_of(cores - 1) + 1
+    fewer = range(8 * (cores // 8), cores // 2 - 1, -8) if chips == 1 else ()
+    for n in sorted({cores, *fewer}, reverse=True):
+        for d in enumerate_degrees(model, hardware, devices=n, global_batch_size=users):
+            if d.dp == 1 and d.cp == 1:
+                yield d.tp, d.pp, "heads"
+        for pp in (pp for pp in range(1, model.num_layers + 1) if n % pp == 0):
+            tp = n // pp
+            if model.hidden_size % tp == 0 and model.ffn_hidden_size % tp == 0:
+                yield tp, pp, "users"
+
+
 def _serving_candidates(model: ModelSpec, hardware: Hardware, record: dict) -> Iterator[Strategy]:
-    """The :data:`SERVING_SIMULATED` fastest (by the estimate) of every legal ``tp x pp`` (dp 1)
-    and placement order on all the card's cores or a multiple of 8 of them down to half (130 =
-    2 x 5 x 13 cores of a p150 admit no split of a 32-head model), of the row's decode step (all
-    users in one microbatch) or, for ``ttft_ms``, of one user's prefill. tt-metal's mapping is
-    not a tp x pp split (each operator runs over the whole grid, its decode cores chosen beside
-    the DRAM banks), so the fastest expressible one stands for it, as in PALM Table V."""
+    """The :data:`SERVING_SIMULATED` fastest (by the estimate) of every :func:`_serving_splits`
+    and placement order, of the row's decode step (all users in one microbatch) or, for
+    ``ttft_ms``, of one user's prefill. tt-metal runs each operator over the chip's core grid
+    (its decode attention over users and heads): a split by users over all the cores stands for
+    it; the fastest expressible mapping is taken, as in PALM Table V."""
     decode = record["metric"] == "tokens_per_s_per_user"
-    users, cores = (int(record["users"]) if decode else 1), hardware.num_devices
-    counts = sorted({cores, *range(8 * (cores // 8), cores // 2 - 1, -8)}, reverse=True)
+    users = int(record["users"]) if decode else 1
     orders = topology_of(hardware).device_orders()
     ranked = []
-    for d in (d for n in counts for d in enumerate_degrees(model, hardware, devices=n, global_batch_size=users)):
-        for placement in orders if d.dp == 1 and d.cp == 1 else ():
-            strategy = Strategy(tp=d.tp, pp=d.pp, microbatch_size=users, global_batch_size=users, mode="inference",
+    for tp, pp, split in _serving_splits(model, hardware, users):
+        for placement in orders:
+            strategy = Strategy(tp=tp, pp=pp, microbatch_size=users, global_batch_size=users, mode="inference",
                                 precision="bfloat8_b", prompt_length=int(record["prompt_length"]), placement=placement,
-                                decode_context_length=int(record["decode_context_length"]) if decode else 0)
+                                decode_context_length=int(record["decode_context_length"]) if decode else 0,
+                                attention_split=split)
             ranked.append((-estimate_samples_per_s(model, hardware, strategy), len(ranked), strategy))
     yield from (strategy for _, _, strategy in sorted(ranked)[:SERVING_SIMULATED])
 

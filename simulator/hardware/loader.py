@@ -56,6 +56,7 @@ from simulator.errors import InputError
 from simulator.hardware.layout import IN_KIND_TABLE, SRAM, Filed
 from simulator.hardware.spec import (
     DATAFLOWS,
+    DIE_COLLECTIVES,
     DRAM_ACCESSES,
     NETWORK_KINDS,
     Calibration,
@@ -248,7 +249,8 @@ def _raise_all(file: str, problems: list[InputError]) -> None:
         raise InputError(f"{file}: {len(problems)} problems: " + "; ".join(parts))
 
 
-CHOICES: dict[str, tuple[str, ...]] = {"Dataflow": DATAFLOWS, "DramAccess": DRAM_ACCESSES}
+CHOICES: dict[str, tuple[str, ...]] = {"Dataflow": DATAFLOWS, "DramAccess": DRAM_ACCESSES,
+                                       "DieCollectives": DIE_COLLECTIVES}
 """Annotation of a string field -> the values a file may give it."""
 
 POINTS = "tuple[tuple[int, int], ...]"

@@ -38,6 +38,9 @@ DramAccess = Literal["nearest", "interleaved"]
 
 DRAM_ACCESSES: tuple[str, ...] = ("nearest", "interleaved")
 """The values of :data:`DramAccess`, for file checks."""
+DieCollectives = Literal["flat", "hierarchical"]
+DIE_COLLECTIVES: tuple[str, ...] = ("flat", "hierarchical")
+"""How a mesh runs a collective over cores of several dies (:class:`simulator.network.mesh.Mesh`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,6 +21,15 @@ and a collective is a number of such steps (Thakur et al., IJHPCA 2005; Patarasu
 * point-to-point: one step of ``S``; DRAM stream: one step of ``S`` through the DRAM port
   (PALM Eqs. 4-5: response time plus size over bandwidth, plus the NoC route).
 
+Over groups of ``k`` dies of ``c`` cores each on a mesh whose collectives are hierarchical
+(:attr:`~simulator.network.mesh.Mesh.die_collectives`), a collective runs in two levels, the
+two-dimensional ring algorithms (Thakur et al., IJHPCA 2005, §4; NCCL's and tt-metal's
+multi-device collectives move each chip's shard between chips): an all-reduce is a reduce-scatter
+within each die, an all-reduce of ``S / c`` across the dies between the cores of the same rank,
+and an all-gather within each die; an all-gather is one across the dies of ``S / c`` then one
+within; a reduce-scatter one within, then one across of ``S / c``. Only ``2(k-1)`` steps (not
+``2(ck-1)``) pay the latency of the links between dies.
+
 The cost of a collective is O(edges) once, when its flow is built, and O(1) per use: no
 per-step or per-device simulation events (the authors' code spawns 2(P-1)P processes per ring).
 """
@@ -54,6 +63,8 @@ class Flow:
         bytes_moved: bytes per edge moved so far (for link utilisation, filled by the engine).
         num_edges: edges (source -> destination routes) of the flow.
         booked: resources the contention backend books for this flow (set by the engine).
+        levels: ``(within, across)`` flows of a two-level collective (see the module docstring);
+            then ``loads`` and ``occupancy`` are theirs weighted by the bytes each level moves.
     """
 
     name: str
@@ -66,6 +77,7 @@ class Flow:
     bytes_moved: float = 0.0
     booked: tuple[int, ...] = field(default=())
     occupancy: dict[int, float] = field(default_factory=dict)
+    levels: tuple[Flow, Flow] | None = None
 
     def step_time_s(self, bytes_per_edge: float) -> float:
         """Duration of one step moving ``bytes_per_edge`` on every edge (s), PALM Eq. 2."""
@@ -77,6 +89,12 @@ class Flow:
         if n <= 1:
             return 0
         return 1 if kind == "all_to_all" else STEPS_PER_RING[kind](n)
+
+    def collective_latency_s(self, kind: str) -> float:
+        """The latency part of one collective of ``kind`` (s): its steps times their latency."""
+        if self.levels is not None and kind in STEPS_PER_RING:
+            return sum(flow.collective_latency_s(k) for flow, k, _ in self._parts(kind, 1.0))
+        return self.collective_steps(kind) * self.latency_s
 
     def collective_time_s(self, kind: str, size_bytes: float) -> tuple[float, float]:
         """(duration in s, bytes per edge moved) of one collective of ``size_bytes`` per device.
@@ -91,8 +109,42 @@ class Flow:
             return self.step_time_s(size_bytes / n), size_bytes / n
         if kind not in STEPS_PER_RING:
             raise SimulationError(f"unknown collective {kind!r}")
+        if self.levels is not None:
+            timed = [flow.collective_time_s(k, size) for flow, k, size in self._parts(kind, size_bytes)]
+            return sum(t for t, _ in timed), sum(m for _, m in timed)
         steps = STEPS_PER_RING[kind](n)
         return steps * self.step_time_s(size_bytes / n), steps * size_bytes / n
+
+    def _parts(self, kind: str, size_bytes: float) -> list[tuple[Flow, str, float]]:
+        """(flow, collective, bytes per device) of each phase of a two-level collective."""
+        assert self.levels is not None
+        within, across = self.levels
+        shard = size_bytes / within.group_size
+        if kind == "all_reduce":
+            return [(within, "reduce_scatter", size_bytes), (across, "all_reduce", shard),
+                    (within, "all_gather", size_bytes)]
+        if kind == "all_gather":
+            return [(across, "all_gather", shard), (within, "all_gather", size_bytes)]
+        return [(within, "reduce_scatter", size_bytes), (across, "reduce_scatter", shard)]
+
+
+def two_level_flow(flat: Flow, within: Flow, across: Flow) -> Flow:
+    """``flat``'s groups collecting in two levels (``within`` then ``across`` the dies): its loads
+    and occupancy are the levels' weighted by the share of the bytes per edge each moves, the same
+    for every ring collective (``k (c-1)`` within against ``k-1`` across, ``c`` cores on ``k``
+    dies), so that the occupancy times the bytes moved is each resource's busy time."""
+    c, k = within.group_size, across.group_size
+    weights = ((within, k * (c - 1) / (k * (c - 1) + k - 1)), (across, (k - 1) / (k * (c - 1) + k - 1)))
+    loads: dict[int, float] = {}
+    occupancy: dict[int, float] = {}
+    for flow, weight in weights:
+        for r, load in flow.loads.items():
+            loads[r] = loads.get(r, 0.0) + weight * load
+            occupancy[r] = occupancy.get(r, 0.0) + weight * flow.occupancy[r]
+    return Flow(name=flat.name, kind=flat.kind, group_size=flat.group_size, loads=loads,
+                latency_s=max(within.latency_s, across.latency_s),
+                seconds_per_byte=max(occupancy.values(), default=0.0), num_edges=flat.num_edges,
+                occupancy=occupancy, levels=(within, across))
 
 
 def make_flow(

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from functools import cache
 
 from simulator.errors import InputError
-from simulator.hardware.spec import Dram, Network, network_kind
-from simulator.network.topology import Drawing, Mark, Topology, topology_for
+from simulator.hardware.spec import DIE_COLLECTIVES, DieCollectives, Dram, Network, network_kind
+from simulator.network.topology import Drawing, Groups, Mark, Topology, topology_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +57,11 @@ class Mesh(Network):
             :class:`~simulator.hardware.spec.Dram`).
         dram_port_cores: die-local ``(x, y)`` of the core each port hangs on, one per port; empty:
             PALM's one or two ports on the die's west and east edges, middle row.
+        die_collectives: how a collective over cores of several dies runs: ``flat`` (one ring over
+            all of them, PALM's) or ``hierarchical`` (within each die, then across the dies
+            between the cores of the same rank, then within each die again: chips whose
+            collective library moves each chip's shard between chips over Ethernet, tt-metal's
+            CCL ops; :class:`~simulator.network.collectives.Flow`).
 
     Raises:
         InputError: without ``dram_port_cores``, ``dram_ports_per_die`` is not 1 or 2; with them,
@@ -73,8 +78,12 @@ class Mesh(Network):
     inter_die_hop_latency_s: float | None = None
     dram_ports_per_die: int
     dram_port_cores: tuple[tuple[int, int], ...] = ()
+    die_collectives: DieCollectives = "flat"
 
     def __post_init__(self) -> None:
+        if self.die_collectives not in DIE_COLLECTIVES:
+            raise InputError(f"mesh: `die_collectives` must be one of {list(DIE_COLLECTIVES)}, got"
+                             f" {self.die_collectives!r}")
         cores = self.dram_port_cores
         if not cores and self.dram_ports_per_die not in (1, 2):
             raise InputError(f"mesh: `dram_ports_per_die` must be 1 or 2 without `dram_port_cores`,"
@@ -121,8 +130,12 @@ class MeshTopology(Topology):
     """A 2D mesh of dies of cores with XY routing and DRAM ports on the grid (PALM Fig. 1(c)).
 
     Device ``d`` sits at ``Coord(d % width, d // width)``. Each die has ``dram_ports_per_die``
-    ports beside the cores :attr:`Mesh.port_cores` names; a DRAM stream runs from its core to the
-    port's core over the mesh, then through the port (:meth:`dram_routes`). Each port carries an
+    ports beside the cores :attr:`Mesh.port_cores` names; a DRAM stream runs through the port,
+    then over the mesh from the port's core to the device by XY routing, the way read data travels
+    (:meth:`dram_routes`): a NoC read's response is routed from the DRAM endpoint to the
+    requesting core (tenstorrent/tt-isa-documentation ``NoC/README.md``: a read request's data
+    returns from the remote endpoint), and reads dominate DRAM traffic (a decode step reads its
+    weights and KV cache; a GEMM reads two operands and writes one). Writes take the same links. Each port carries an
     equal share of the die's DRAM bandwidth and adds the DRAM's latency
     (:class:`~simulator.hardware.spec.Dram`, the machine's memory record).
 
@@ -149,6 +162,7 @@ class MeshTopology(Topology):
         ]
         self.route = cache(self._route)  # type: ignore[method-assign]
         self.dram_route = cache(self._dram_route)  # type: ignore[method-assign]
+        self.dram_routes = cache(self._dram_routes)  # type: ignore[method-assign]
         self.ring_order = cache(self._ring_order)  # type: ignore[method-assign]
 
     def coord(self, device: int) -> Coord:
@@ -249,6 +263,25 @@ class MeshTopology(Topology):
         crossing = sum(1 for u, v in hops if self.node_of(u) != self.node_of(v))
         return links, (len(hops) - crossing) * mesh.hop_latency_s + crossing * mesh.inter_die_hop_latency_s
 
+    def collective_levels(self, groups: tuple[tuple[int, ...], ...]) -> tuple[Groups, Groups] | None:
+        """With ``hierarchical`` die collectives, groups spanning several dies with the same number
+        of cores on each: the cores of each die (within), and the ``j``-th core of every die
+        (across); else None (one flat ring)."""
+        if self.mesh.die_collectives != "hierarchical":
+            return None
+        within: list[tuple[int, ...]] = []
+        across: list[tuple[int, ...]] = []
+        for group in groups:
+            dies: dict[int, list[int]] = {}
+            for device in group:
+                dies.setdefault(self.node_of(device), []).append(device)
+            parts = list(dies.values())
+            if len(parts) < 2 or len({len(p) for p in parts}) > 1:
+                return None
+            within += [tuple(p) for p in parts]
+            across += [tuple(p[j] for p in parts) for j in range(len(parts[0]))]
+        return tuple(within), tuple(across)
+
     def _die_ports(self, device: int) -> list[tuple[int, int]]:
         """(port resource, core the port hangs on) of every port of ``device``'s die."""
         mesh, c = self.mesh, self.coord(device)
@@ -258,7 +291,7 @@ class MeshTopology(Topology):
                 for p, (x, y) in enumerate(mesh.port_cores)]
 
     def _port_route(self, device: int, port: int, core: int) -> tuple[tuple[int, ...], float]:
-        links, latency = self._route(device, core)
+        links, latency = self._route(core, device)
         return links + (port,), latency + self.dram.latency_s
 
     def _dram_route(self, device: int) -> tuple[tuple[int, ...], float]:
@@ -269,9 +302,10 @@ class MeshTopology(Topology):
             return abs(p.x - c.x) + abs(p.y - c.y)
         return self._port_route(device, *min(self._die_ports(device), key=hops))
 
-    def dram_routes(self, device: int) -> list[tuple[tuple[int, ...], float, float]]:
+    def _dram_routes(self, device: int) -> list[tuple[tuple[int, ...], float, float]]:
         """(resources, latency, share) of ``device``'s DRAM traffic: all of it to the nearest
-        port, or an equal share to every port of its die (``interleaved``)."""
+        port, or an equal share to every port of its die (``interleaved``); :meth:`dram_routes`,
+        kept per device."""
         if self.dram.access == "nearest":
             return super().dram_routes(device)
         ports = self._die_ports(device)

@@ -66,6 +66,10 @@ class Drawing:
     legend: str
 
 
+Groups = tuple[tuple[int, ...], ...]
+"""Groups of devices (each a tuple of device ids) that run a collective together."""
+
+
 class Topology:
     """Routes and resources of one machine; built once per hardware (see :func:`topology_of`).
 
@@ -169,6 +173,11 @@ class Topology:
     def channel_edges(self, groups: tuple[tuple[int, ...], ...], edges: list[tuple[int, int]]) -> list[Edge]:
         """Ring edges as the fabric carries them (unchanged by default)."""
         return list(edges)
+
+    def collective_levels(self, groups: tuple[tuple[int, ...], ...]) -> tuple[Groups, Groups] | None:
+        """``(within, across)`` groups of a two-level collective over ``groups``, or None: one ring
+        over each group (the default). See :class:`~simulator.network.collectives.Flow`."""
+        return None
 
     def drawing(self, used_devices: int) -> Drawing:
         """The machine on a grid for pictures, covering at least devices ``0..used_devices-1``

@@ -13,7 +13,7 @@ import numpy as np
 
 from simulator.costs import StageCost
 from simulator.hardware.spec import Calibration
-from simulator.network.collectives import Flow, all_pairs_edges, make_flow, ring_edges
+from simulator.network.collectives import Flow, all_pairs_edges, make_flow, ring_edges, two_level_flow
 from simulator.network.topology import Edge, Topology
 from simulator.placement import StagePlacement
 
@@ -113,22 +113,19 @@ def _stage_flows(topo: Topology, cal: Calibration, i: int, placement: StagePlace
         dram = make_flow(topo, f"stage{i} dram", "dram", [(d, -1) for d in placement.devices],
                          cal.memory_bound_efficiency, copies=copies)
     return StageFlows(
-        tp=make_flow(topo, f"stage{i} tp", "tp", _rings(topo, placement.tp_groups),
-                     cal.collective_efficiency, tp_size, copies),
-        dp=make_flow(topo, f"stage{i} dp", "dp", _rings(topo, placement.dp_groups),
-                     cal.collective_efficiency, placement.dp_group_size, copies),
+        tp=ring_flow(topo, f"stage{i} tp", "tp", placement.tp_groups, cal.collective_efficiency, copies),
+        dp=ring_flow(topo, f"stage{i} dp", "dp", placement.dp_groups, cal.collective_efficiency, copies,
+                     placement.dp_group_size),
         dram=dram,
         tp_all_to_all=make_flow(topo, f"stage{i} tp a2a", "tp", all_pairs_edges(placement.tp_groups),
                                 cal.collective_efficiency, tp_size, copies) if all_to_all else None,
-        cp=make_flow(topo, f"stage{i} cp", "cp", _rings(topo, placement.cp_groups), cal.collective_efficiency,
-                     len(placement.cp_groups[0]), copies) if placement.cp_groups else None,
-        dp_replica=make_flow(topo, f"stage{i} dp replicas", "dp", _rings(topo, placement.replica_groups),
-                             cal.collective_efficiency, len(placement.replica_groups[0]))
+        cp=ring_flow(topo, f"stage{i} cp", "cp", placement.cp_groups, cal.collective_efficiency, copies)
+        if placement.cp_groups else None,
+        dp_replica=ring_flow(topo, f"stage{i} dp replicas", "dp", placement.replica_groups, cal.collective_efficiency)
         if placement.replica_groups else None,
         ep=make_flow(topo, f"stage{i} ep", "ep", all_pairs_edges(placement.ep_groups), cal.collective_efficiency,
                      len(placement.ep_groups[0])) if placement.ep_groups else None,
-        expert_dp=make_flow(topo, f"stage{i} expert dp", "dp", _rings(topo, placement.expert_dp_groups),
-                            cal.collective_efficiency, len(placement.expert_dp_groups[0]))
+        expert_dp=ring_flow(topo, f"stage{i} expert dp", "dp", placement.expert_dp_groups, cal.collective_efficiency)
         if placement.expert_dp_groups else None,
     )
 
@@ -147,6 +144,20 @@ def _p2p_flow(topo: Topology, cal: Calibration, placements: tuple[StagePlacement
 def _rings(topology: Topology, groups: tuple[tuple[int, ...], ...]) -> list[Edge]:
     """Ring edges of ``groups``, spread over the NICs of each node on a GPU cluster."""
     return topology.channel_edges(groups, ring_edges(groups))
+
+
+def ring_flow(topology: Topology, name: str, kind: str, groups: tuple[tuple[int, ...], ...], efficiency: float,
+              copies: int = 1, group_size: int | None = None) -> Flow:
+    """The ring collectives of ``groups`` (of ``group_size`` devices, default the first's): one
+    ring each, or two levels where the topology runs them so
+    (:meth:`~simulator.network.topology.Topology.collective_levels`)."""
+    flat = make_flow(topology, name, kind, _rings(topology, groups), efficiency, group_size or len(groups[0]), copies)
+    levels = topology.collective_levels(groups)
+    if levels is None:
+        return flat
+    within, across = (make_flow(topology, f"{name} {part}", kind, _rings(topology, g), efficiency, len(g[0]), copies)
+                      for part, g in zip(("within dies", "across dies"), levels, strict=True))
+    return two_level_flow(flat, within, across)
 
 
 def own_flows(flows: StageFlows) -> list[Flow]:

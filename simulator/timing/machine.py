@@ -166,7 +166,7 @@ class Machine:
             flow.bytes_moved += moved * c.count
             total += duration * c.count
             size += moved * c.count * flow.num_edges
-            latency += flow.collective_steps(c.kind) * flow.latency_s * c.count
+            latency += flow.collective_latency_s(c.kind) * c.count
         return total, size, latency
 
     def gradient_collectives_time(self, i: int) -> tuple[float, float, float]:
@@ -199,7 +199,7 @@ class Machine:
         full = size_bytes * tp
         if self.transfer_strategy == 1:
             duration, moved = flow.collective_time_s("all_gather", full)
-            latency = flow.collective_steps("all_gather") * flow.latency_s
+            latency = flow.collective_latency_s("all_gather")
         else:
             duration, moved = flow.step_time_s(full) + (tp - 2) * flow.latency_s, full
             latency = (tp - 1) * flow.latency_s

@@ -188,15 +188,21 @@ def kv_cache_bytes(model: ModelSpec, strategy: Strategy, bytes_per_element: floa
     element = strategy.bytes_per_element if bytes_per_element is None else bytes_per_element
     if model.uses_latent_attention:
         return strategy.microbatch_size * key_length(model, strategy) * latent_cache_width(model) * element
-    return 2.0 * strategy.microbatch_size * key_length(model, strategy) * kv_width(model, strategy.tp) * element
+    return 2.0 * strategy.microbatch_size * key_length(model, strategy) * kv_width(model, strategy) * element
 
 
-def kv_width(model: ModelSpec, tp: int) -> float:
-    """Width of the keys (and of the values) one device of a tensor-parallel group holds: ``h_kv /
-    t``, or one head (``h / a``) where ``t`` exceeds the KV heads, each head then replicated on
-    ``t / kv_heads`` devices (vLLM ``QKVParallelLinear``: ``num_kv_head_replicas = tp_size //
-    total_num_kv_heads``; :func:`simulator.legality.tp_divides`)."""
-    return model.kv_hidden_size / tp if model.kv_heads >= tp else model.head_size
+def kv_width(model: ModelSpec, strategy: Strategy) -> float:
+    """Width of the keys (and of the values) one device of a tensor-parallel group holds per
+    sample: ``h_kv / t``. Split by heads (:attr:`~simulator.strategy.Strategy.attention_split`),
+    one head (``h / a``) where ``t`` exceeds the KV heads, each head then replicated on ``t /
+    kv_heads`` devices (vLLM ``QKVParallelLinear``: ``num_kv_head_replicas = tp_size //
+    total_num_kv_heads``; :func:`simulator.legality.tp_divides`). Split by users, the ``b
+    kv_heads`` (sample, KV head) pairs are shared out first, a pair replicated on ``t / (b
+    kv_heads)`` devices only beyond them."""
+    t = strategy.tp
+    if strategy.attention_split == "users":
+        return model.kv_hidden_size / t * max(1.0, t / (strategy.microbatch_size * model.kv_heads))
+    return model.kv_hidden_size / t if model.kv_heads >= t else model.head_size
 
 
 def _tokens(model: ModelSpec, strategy: Strategy, shard_elementwise: bool) -> tuple[int, float]:
@@ -225,7 +231,7 @@ def _attention(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
         return _latent_attention(model, strategy)
     b, s, h, t, bpe = strategy.microbatch_size, rank_sequence(model, strategy), model.hidden_size, strategy.tp, \
         strategy.bytes_per_element
-    tokens, kv = b * s, kv_width(model, t) * t  # kv / t: a device's share of the keys' width
+    tokens, kv = b * s, kv_width(model, strategy) * t  # kv / t: a device's share of the keys' width
     bias = 0 if model.architecture == "llama" else 1
     width = model.attention_width
     keys = key_length(model, strategy)
@@ -234,7 +240,8 @@ def _attention(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     core = _attention_core(model, strategy, _CoreShape(
         queries=tokens * width / t, keys=cached, values=cached, key_head=model.head_size,
         value_head=model.head_size, outputs=tokens * width / t))
-    fp8, qkv = strategy.precision == "fp8", (width + 2 * kv) / t
+    projected = kv if strategy.attention_split == "heads" else model.kv_hidden_size
+    fp8, qkv = strategy.precision == "fp8", (width + 2 * projected) / t
     return (
         _gemm("qkv", tokens, qkv, h, qkv * h + bias * qkv, tokens * h, bpe, shared=True, fp8=fp8),
         *core,
@@ -529,7 +536,7 @@ def context_parallel_collectives(model: ModelSpec, strategy: Strategy, backward:
     them). Empty when ``cp == 1``."""
     if strategy.cp == 1:
         return ()
-    size = 2.0 * strategy.microbatch_size * sequence_length(model, strategy) * kv_width(model, strategy.tp) \
+    size = 2.0 * strategy.microbatch_size * sequence_length(model, strategy) * kv_width(model, strategy) \
         * strategy.bytes_per_element
     if model.uses_latent_attention:
         size = strategy.microbatch_size * sequence_length(model, strategy) * model.num_heads / strategy.tp \

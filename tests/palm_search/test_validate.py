@@ -88,9 +88,10 @@ def test_palm_table5_resnet50_on_grayskull_within_15_percent():
 
 # tt-metal's published ResNet-50 (README "CNNs": n150 batch 16 4,700 fps, e150 batch 20 5,100 fps,
 # bfloat8_b LoFi) under the tt-metal convolution model: both predicted above the silicon, the n150
-# at +201% and the e150 at +38% (fastest expressible mapping, not tt-metal's layer-by-layer
-# sharding; see the suite's SOURCE.md). Unseen by any calibration; held near what the model gives.
-CNN_GUARDS = [("n150", 2.05), ("e150", 0.40)]
+# at +214% (+201% before DRAM reads took the ports' XY route to the cores) and the e150 at +38%
+# (fastest expressible mapping, not tt-metal's layer-by-layer sharding; see the suite's
+# SOURCE.md). Unseen by any calibration; held near what the model gives.
+CNN_GUARDS = [("n150", 2.20), ("e150", 0.40)]
 
 
 @pytest.fixture(scope="module")
@@ -163,14 +164,16 @@ def test_unknown_suite_is_exit_code_2():
 
 
 # tenstorrent-llm (tt-metal's LLM table, one card): the LLM-inference issue's targets (decode
-# tokens/s per user within 10% mean, 25% max; time to first token 20% mean) are not met yet
-# (one weight format and one math fidelity per run, where the demo mixes bfp4/bfp8 and
-# LoFi/HiFi2/HiFi4 per operator; on the p150 the fastest split is tp 16-32 with replicated KV
-# heads, faster than the silicon); held near what the model gives (decode 32.0% mean, 51.7% max;
-# prefill 39.2%, 57.4%, from 44.1% before the Wormhole unpackers bounded bfloat8_b at LoFi) as a
-# regression guard. The op-to-op latency (2 us per operator) runs under the DRAM-bound decode's
-# weight streaming in the stage model, and is ~1.5% of a decode step even when exposed.
-LLM_GUARDS = [("decode", 0.33, 0.53), ("prefill", 0.40, 0.58)]
+# tokens/s per user within 10% mean, 25% max; time to first token 20% mean) are not met. Since DRAM
+# reads take the route read data takes (port to core), a decode step streams DRAM at the 240-260
+# GB/s tt-metal measures (tests/simulator/test_decode.py) and every row is predicted faster than
+# the silicon on one card (the 8-chip QuietBox's 70B: decode -14.7%, time to first token +7.0%);
+# decode 51.9% mean, 113.4% max; prefill 51.2%, 65.4% (before, without the QuietBox: 32.0%/51.7%
+# and 39.2%/57.4%, from NoC links funnelling the request path at half the DRAM bandwidth). What the
+# model lacks is tt-metal's per-operator time: ~20 device ops per decode layer of 3-16 us each,
+# host-side sampling of batch 32, untraced prefill dispatch on n150 (see the suite's SOURCE.md).
+# Held near what the model gives as a regression guard.
+LLM_GUARDS = [("decode", 0.52, 1.14), ("prefill", 0.52, 0.66)]
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +185,7 @@ def llm_rows():
 def test_tenstorrent_llm_groups_within_their_guard(group, mean, worst, llm_rows):
     results = llm_rows
     stats = summary(results)["tenstorrent-llm"]
-    assert stats["rows"] == 8 and all(r.predicted > 0 for r in results)
+    assert stats["rows"] == 10 and all(r.predicted > 0 for r in results)
     assert stats["groups"][group]["mean_abs_error"] <= mean
     assert stats["groups"][group]["max_abs_error"] <= worst
 

@@ -17,6 +17,7 @@ from simulator.passes import PassKind
 from simulator.placement import place
 from simulator.schedules import GPipe, InterleavedOneFOneB, OneFOneB
 from simulator.strategy import Strategy
+from simulator.timing.flows import ring_flow
 
 
 def test_p2p_is_hops_times_latency_plus_size_over_bandwidth():
@@ -193,6 +194,16 @@ def test_a_core_streams_from_its_nearest_named_port_at_its_share_of_the_bandwidt
         assert flow.step_time_s(1e6) == pytest.approx(hops * 1e-9 + 1e-7 + 1e6 / 100e9, rel=1e-12)
 
 
+def test_dram_data_travels_from_the_port_to_the_core_by_xy_routing():
+    # one port on core (0, 0); core (3, 1) = device 7 reads: X first from the port along row 0,
+    # then south in column 3 (the read response's path), not the path its request takes
+    hw = _ports(mesh_hardware(dies=(1, 1), cores=(4, 4), dram=300e9, hop=1e-9),
+                dram_ports_per_die=1, dram_port_cores=((0, 0),))
+    topo = topology_of(hw)
+    links = {r for r in make_flow(topo, "dram", "dram", [(7, -1)], efficiency=1.0).loads if topo.kinds[r] == "link"}
+    assert links == {topo._links[hop] for hop in ((0, 1), (1, 2), (2, 3), (3, 7))}
+
+
 def test_interleaved_traffic_spreads_evenly_over_every_port_of_the_die():
     hw = _ports(mesh_hardware(dies=(1, 1), cores=(4, 4), dram=300e9), dram_ports_per_die=3,
                 dram_port_cores=((0, 0), (3, 0), (1, 3)), access="interleaved")
@@ -223,3 +234,31 @@ def test_the_screens_estimate_is_simulates_estimate(fields):
     strategy = Strategy(**fields)
     result = simulate(model, wafer, strategy, network="estimate")
     assert estimate_samples_per_s(model, wafer, strategy) == (result.samples_per_s if result.feasible else 0.0)
+
+
+def _two_chips(collectives):
+    # two dies (chips) of 2 x 1 cores side by side: devices 0, 1 | 2, 3; a NoC hop 1 ns at 100 GB/s,
+    # the chip-to-chip hop 1 us at 50 GB/s
+    hw = mesh_hardware(dies=(2, 1), cores=(2, 1), intra=100e9, inter=50e9, hop=1e-9)
+    mesh = dataclasses.replace(hw.network, inter_die_hop_latency_s=1e-6, die_collectives=collectives)
+    return topology_of(dataclasses.replace(hw, network=mesh))
+
+
+def test_a_collective_over_two_chips_runs_within_then_across_then_within_them():
+    flow = ring_flow(_two_chips("hierarchical"), "tp", "tp", ((0, 1, 2, 3),), efficiency=1.0)
+    within = 1e-9 + 0.5e6 / 100e9  # one ring step of S/2 between the two cores of a chip
+    # across: rings 0-2 and 1-3, both over the chips' one link each way (load 2), 2 steps of S/4
+    across = 2 * (1e-9 + 1e-6 + 0.25e6 * 2 / 50e9)
+    assert flow.collective_time_s("all_reduce", 1e6)[0] == pytest.approx(within + across + within, rel=1e-12)
+    assert flow.collective_time_s("all_gather", 1e6)[0] == pytest.approx(across / 2 + within, rel=1e-12)
+    assert flow.collective_time_s("reduce_scatter", 1e6)[0] == pytest.approx(within + across / 2, rel=1e-12)
+    assert flow.collective_latency_s("all_reduce") == pytest.approx(2e-9 + 2 * 1.001e-6, rel=1e-12)
+    # a flat ring 0-1-2-3-0 pays the chip-to-chip hop on each of its 6 steps (3 -> 0 crosses 2 NoC hops too)
+    flat = ring_flow(_two_chips("flat"), "tp", "tp", ((0, 1, 2, 3),), efficiency=1.0)
+    assert flat.levels is None
+    assert flat.collective_time_s("all_reduce", 1e6)[0] == pytest.approx(6 * (1.002e-6 + 0.25e6 / 50e9), rel=1e-12)
+
+
+def test_a_group_within_one_chip_keeps_its_one_ring():
+    topo = _two_chips("hierarchical")
+    assert ring_flow(topo, "tp", "tp", ((0, 1), (2, 3)), efficiency=1.0).levels is None

@@ -108,3 +108,32 @@ def test_on_the_wafer_decode_placement_moves_only_the_latency_bound_tp_all_reduc
     times = {key: r.iteration_time_s for key, r in results.items()}
     assert times[("s-shape-transposed", "compact")] < times[("s-shape", "compact")] < times[("s-shape", "strided")]
     assert max(times.values()) / min(times.values()) > 1.05
+
+
+LLAMA31_8B = load_model("Llama-3.1-8B")  # 8 KV heads of 32
+
+
+def test_split_by_users_no_kv_head_is_replicated_until_the_group_exceeds_the_pairs():
+    # 32 users x 8 KV heads = 256 pairs: over 64 devices each holds 1/64 of the cache (by heads:
+    # one whole head each, 8x the cache); 2 users x 8 KV heads = 16 pairs: each of the 64 holds a
+    # pair's cache, 4 devices per pair
+    for users, replicas in ((32, 1), (2, 4)):
+        one, longer = (simulate(LLAMA31_8B, N150, _decode(users, c, tp=64, precision="bfloat8_b",
+                                                           attention_split="users")).stages[0].memory_bytes
+                       for c in (1, 129))
+        cache = 2 * 32 * 8 * 128 * 128 * users * (1 + 1 / 16)
+        assert (longer - one) * 64 == pytest.approx(cache * replicas, rel=1e-9)
+    with pytest.raises(InputError, match="kv_heads|KV heads|num_heads"):
+        simulate(LLAMA31_8B, N150, _decode(32, 129, tp=64, precision="bfloat8_b"))
+    with pytest.raises(InputError, match="attention_split"):
+        Strategy(attention_split="users")
+
+
+def test_a_decode_over_the_whole_n150_grid_streams_dram_at_the_rate_tt_metal_measures():
+    # tt-metal tech_reports/Saturating_DRAM_bandwidth (Wormhole, 12 GT/s): microbenchmark 267 GB/s,
+    # "Llama3-70 decode 239-260" GB/s; llms.md 4.6.1: DRAM-sharded matmuls "around 240 GB/s". The
+    # read data's XY route from the ports spreads over the grid; a decode step is weight streaming
+    strategy = _decode(32, 129, tp=64, precision="bfloat8_b", attention_split="users", prompt_length=128)
+    result = simulate(LLAMA31_8B, N150, strategy)
+    achieved = result.traffic_bytes["dram"] / result.iteration_time_s
+    assert 239e9 <= achieved <= 267e9
