@@ -311,7 +311,7 @@ def _read_value(table: Table, key: str, annotation: str, repeated: bool) -> Any:
         return table.take_string(key, CHOICES[annotation])
     if annotation == POINTS:
         return table.take_points(key)
-    return table.take_quantity(key, integer=annotation == "int")[1]
+    return table.take_quantity(key, integer=annotation in ("int", "int | None"))[1]
 
 
 def _hint(si_name: str) -> str:
