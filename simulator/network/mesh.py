@@ -203,7 +203,7 @@ class MeshTopology(Topology):
         if dram is None:
             raise InputError("mesh: a mesh's cores reach their DRAM through its ports; this machine has no DRAM")
         self.mesh, self.dram = mesh, dram
-        self.num_devices = mesh.num_devices
+        self.num_devices, self._width = mesh.num_devices, mesh.width  # the width: read on every coordinate
         self._links: dict[tuple[int, int], int] = {}
         for device in range(self.num_devices):
             for neighbour in self._neighbours(device):
@@ -221,11 +221,11 @@ class MeshTopology(Topology):
 
     def coord(self, device: int) -> Coord:
         """Position of ``device`` on the whole mesh."""
-        return Coord(device % self.mesh.width, device // self.mesh.width)
+        return Coord(device % self._width, device // self._width)
 
     def device_at(self, x: int, y: int) -> int:
         """Device id at mesh position (x, y)."""
-        return y * self.mesh.width + x
+        return y * self._width + x
 
     def device_orders(self) -> dict[str, Sequence[int]]:
         """Every named order of the mesh's cores (:func:`mesh_orders`), over all its wafers as one grid."""

@@ -154,7 +154,8 @@ def test_stages_within_wafers_that_would_cross_one_are_a_one_line_error():
     ({"wafers_x": 0}, r"`wafers_x` and `wafers_y` must be >= 1, got 0 x 1"),
     ({"wafers_x": 2}, r"2 x 1 wafers need `inter_wafer_link_bandwidth_GB_per_s` and `inter_wafer_hop_latency_ns`"),
     ({"wafers_x": 2, "inter_wafer_link_bandwidth_bytes_per_s": 1e9, "inter_wafer_hop_latency_s": 1e-6,
-      "inter_wafer_links_per_die": 3}, r"`inter_wafer_links_per_die` must be in 1..2 \(the cores of a die's edge\), got 3"),
+      "inter_wafer_links_per_die": 3},
+     r"`inter_wafer_links_per_die` must be in 1..2 \(the cores of a die's edge\), got 3"),
 ])
 def test_bad_wafer_tiers_are_one_line_errors(fields, message):
     base = mesh_hardware(dies=(1, 1), cores=(2, 2)).network
