@@ -122,7 +122,7 @@ def _with_base(root: Table) -> Table:
     """
     if not root.has("base"):
         return root
-    base = _preset_table(root.take_string("base", tuple(hardware_presets()))).data
+    base = _with_base(_preset_table(root.take_string("base", tuple(hardware_presets())))).data  # its own base too
     return Table(file=root.file, path="", data=_merged(base, {k: v for k, v in root.data.items() if k != "base"}))
 
 

@@ -179,3 +179,11 @@ def test_the_wafer_4_preset_is_four_palm_wafers_with_sourced_links():
                 "inter_wafer_hop_latency_ns"):
         assert four.sources[f"mesh.{key}"]
     assert topology_of(four).kind_counts()["link"] == 4 * topology_of(one).kind_counts()["link"] + 2 * 3 * 4
+
+
+def test_a_file_may_start_from_wafer_4_which_starts_from_wafer(tmp_path):
+    path = tmp_path / "tiled-4.toml"
+    path.write_text('base = "wafer-4"\n[mesh]\ndataflow = "tiled"\ndataflow_source = "test"\n', encoding="utf-8")
+    hw = load_hardware(path)
+    assert hw.network.wafers == 4 and hw.memory.dram.dataflow == "tiled"
+    assert hw.compute == load_hardware("wafer").compute
