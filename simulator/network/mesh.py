@@ -17,6 +17,13 @@ walks dies and cores as a boustrophedon, so consecutive stages stay neighbours;
 boustrophedons over all cores ignoring dies; ``hilbert`` is the generalized Hilbert curve of any
 rectangle (Červený, "gilbert", 2018, github.com/jakubcerveny/gilbert), which keeps each stage
 compact and stages adjacent.
+
+A machine of several wafers (``wafers_x x wafers_y``, issue 37) is one grid of cores whose wafer
+boundaries are crossed only where an inter-wafer link joins two facing edge cores
+(:meth:`Mesh.wafer_link_offsets`): a route runs XY on each wafer to the link toward the next
+wafer, crosses it, and goes on (:meth:`MeshTopology._wafer_path`). The named orders cover all
+wafers as one grid; :func:`wafer_orders` walks each order wafer by wafer, so that stages cut from
+it stay on one wafer (``Strategy.wafer_stages``).
 """
 
 from __future__ import annotations
