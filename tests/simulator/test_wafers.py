@@ -9,7 +9,7 @@ import itertools
 import pytest
 from fixtures import mesh_hardware
 
-from simulator import load_hardware
+from simulator import load_hardware, simulate
 from simulator.errors import InputError
 from simulator.legality import check_plan, wafer_straddle
 from simulator.network.backends import ContentionNetwork
@@ -187,3 +187,17 @@ def test_a_file_may_start_from_wafer_4_which_starts_from_wafer(tmp_path):
     hw = load_hardware(path)
     assert hw.network.wafers == 4 and hw.memory.dram.dataflow == "tiled"
     assert hw.compute == load_hardware("wafer").compute
+
+
+@pytest.mark.parametrize("placement", ["line", "s-shape", "hilbert"])
+def test_wafers_joined_like_dies_simulate_as_one_wafer_of_their_dies(placement):
+    """Two wafers of 2 x 2 dies, every edge core linked at the die links' bandwidth and the hop's
+    latency, are one wafer of 4 x 2 dies: the same iteration, to the last bit."""
+    one = mesh_hardware(dies=(4, 2), cores=(2, 2))
+    two = wafers_hardware(wafers=(2, 1), dies=(2, 2), cores=(2, 2), links_per_die=None)
+    two = dataclasses.replace(two, network=dataclasses.replace(
+        two.network, inter_wafer_link_bandwidth_bytes_per_s=one.network.inter_die_link_bandwidth_bytes_per_s,
+        inter_wafer_hop_latency_s=one.network.hop_latency_s))
+    strategy = Strategy(tp=2, pp=4, dp=4, global_batch_size=16, placement=placement)
+    model = load_model("T-1.7B")
+    assert simulate(model, two, strategy).iteration_time_s == simulate(model, one, strategy).iteration_time_s
