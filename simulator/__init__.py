@@ -47,6 +47,7 @@ from simulator.strategy import (
     PRECISIONS,
     RECOMPUTES,
     TRANSFER_STRATEGIES,
+    WAFER_STAGES,
     ZERO_STAGES,
     Strategy,
     strategy_fields,
@@ -89,5 +90,6 @@ __all__ = [
     "hardware_to_toml", "load_hardware", "load_model", "load_strategy",
     "model_presets", "num_microbatches", "read_best", "simulate", "simulate_timeline", "simulate_with_records",
     "strategy_fields", "GROUP_LAYOUTS", "GROUP_ORDERS", "PLACEMENTS", "PRECISIONS", "RECOMPUTES", "SCHEMA_VERSION",
-    "TRANSFER_STRATEGIES", "ZERO_STAGES", "PassKind", "MEGATRON_CORE", "Stack", "load_stack", "stack_presets",
+    "TRANSFER_STRATEGIES", "WAFER_STAGES", "ZERO_STAGES", "PassKind", "MEGATRON_CORE", "Stack", "load_stack",
+    "stack_presets",
 ]

@@ -174,12 +174,28 @@ def _check_context_parallel(model: ModelSpec, hardware: Hardware, strategy: Stra
                          f" hardware {hardware.name!r} states no fused attention or attention is 'unfused'")
 
 
+def wafer_straddle(hardware: Hardware, devices_per_stage: int, pp: int) -> int | None:
+    """The first of ``pp`` stages of ``devices_per_stage`` devices that a cut of an order walked
+    wafer by wafer (``wafer_stages = "within"``) puts on two wafers, or None when every stage is on
+    one: stage ``i`` holds positions ``i S .. (i + 1) S - 1`` of the walk, wafer ``w`` positions
+    ``w W .. (w + 1) W - 1`` (``W`` devices a wafer, :attr:`Network.wafers`)."""
+    per_wafer = hardware.num_devices // hardware.network.wafers
+    return next((i for i in range(pp)
+                 if i * devices_per_stage // per_wafer != ((i + 1) * devices_per_stage - 1) // per_wafer), None)
+
+
 def _check_devices(hardware: Hardware, strategy: Strategy) -> None:
     if strategy.num_devices > hardware.num_devices:
         raise InputError(
             f"strategy: `tp * cp * pp * dp` = {strategy.tp}*{strategy.cp}*{strategy.pp}*{strategy.dp} ="
             f" {strategy.num_devices} devices, the machine has {hardware.num_devices}"
         )
+    stage = (wafer_straddle(hardware, strategy.devices_per_stage, strategy.pp)
+             if strategy.wafer_stages == "within" else None)
+    if stage is not None:
+        raise InputError(f"strategy: `wafer_stages` 'within': stage {stage} of {strategy.devices_per_stage}"
+                         f" devices would cross a wafer boundary (a wafer has"
+                         f" {hardware.num_devices // hardware.network.wafers})")
     bad = [d for s in strategy.stage_devices or () for d in s if not 0 <= d < hardware.num_devices]
     if bad:
         raise InputError(f"strategy: `stage_devices` has id {bad[0]} outside 0..{hardware.num_devices - 1}")
@@ -281,7 +297,8 @@ def check_plan(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> int:
     Raises:
         InputError: the first rule broken, naming the field and value: as :func:`check_workload`,
             and too many devices or an explicit device id off the machine, a microbatch times
-            ``dp`` not dividing the batch, or interleaving with ``m % pp != 0``.
+            ``dp`` not dividing the batch, interleaving with ``m % pp != 0``, or stages kept
+            within wafers (``wafer_stages = "within"``) that one would cross.
     """
     check_workload(model, hardware, strategy)
     _check_devices(hardware, strategy)

@@ -4,7 +4,9 @@ Placement of stages follows PALM §V-B (Fig. 8): a strategy names one of the mac
 orders (:meth:`~simulator.network.topology.Topology.device_orders`: ``line`` and ``s-shape`` as in
 the paper, and on a mesh their mirrors, snakes and a Hilbert curve, see
 :mod:`simulator.network.mesh`), cut into ``pp`` consecutive stages of ``tp * cp * dp`` devices; or
-``explicit`` takes the user's device lists.
+``explicit`` takes the user's device lists. On a mesh of several wafers the order covers all
+wafers as one grid (``wafer_stages = "span"``) or is walked wafer by wafer so that no stage crosses
+a wafer boundary (``"within"``, legal when none would: :func:`simulator.legality.wafer_straddle`).
 
 Inside a stage (PALM Fig. 8, comm1 vs comm2): ``compact`` TP groups take consecutive devices of
 the stage, ``strided`` ones take every ``dp``-th. ``group_order`` orients the walk inside a stage
@@ -73,7 +75,8 @@ has always proposed them."""
 
 def stage_devices(topology: Topology, strategy: Strategy) -> tuple[tuple[int, ...], ...]:
     """The devices of each pipeline stage: the strategy's explicit lists, or ``pp`` consecutive
-    runs of ``tp * dp`` devices of its named order (:meth:`Topology.device_order`).
+    runs of ``tp * dp`` devices of its named order (:meth:`Topology.device_order`; walked wafer
+    by wafer under ``wafer_stages = "within"``).
 
     Raises:
         InputError: the machine has no order of that name.
@@ -86,7 +89,8 @@ def _stage_devices(topology: Topology, strategy: Strategy) -> tuple[tuple[int, .
     """:func:`stage_devices` of the fields it reads (a large machine's stages are long tuples)."""
     if strategy.stage_devices is not None:
         return strategy.stage_devices
-    order, size = topology.device_order(strategy.placement), strategy.devices_per_stage
+    order = topology.device_order(strategy.placement, within_wafers=strategy.wafer_stages == "within")
+    size = strategy.devices_per_stage
     stages = [tuple(order[i * size:(i + 1) * size]) for i in range(strategy.pp)]
     if strategy.placement in WALK_ORDERED:
         return tuple(stages)

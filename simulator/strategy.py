@@ -39,6 +39,7 @@ Mode = Literal["training", "inference"]
 PartitionKind = Literal["balanced", "uniform", "explicit"]
 GroupLayout = Literal["compact", "strided"]
 GroupOrder = Literal["tp-major", "dp-major"]
+WaferStages = Literal["span", "within"]
 Attention = Literal["auto", "unfused", "fused"]
 AttentionSplit = Literal["heads", "users"]
 
@@ -55,6 +56,10 @@ PLACEMENTS: tuple[str, ...] = ("line", "s-shape", "s-shape-transposed", "s-shape
 :meth:`simulator.network.topology.Topology.device_orders`; a test checks), and ``explicit``."""
 GROUP_LAYOUTS: tuple[str, ...] = ("compact", "strided")
 GROUP_ORDERS: tuple[str, ...] = ("tp-major", "dp-major")
+WAFER_STAGES: tuple[str, ...] = ("span", "within")
+"""Where a machine of several wafers cuts stages: from an order over all its wafers as one grid
+(``span``: a stage may cross a wafer boundary) or from the order walked wafer by wafer, every stage
+on one wafer (``within``; :meth:`simulator.network.topology.Topology.wafer_device_orders`)."""
 ATTENTIONS: tuple[str, ...] = ("auto", "unfused", "fused")
 """How attention's core runs: ``unfused`` (score GEMM, softmax, dropout, value GEMM as kernels
 of their own, the ``s x s`` scores in memory), ``fused`` (one FlashAttention kernel, Dao et al.),
@@ -160,6 +165,10 @@ class Strategy:
         group_layout: TP groups ``compact`` (neighbouring devices) or ``strided``
             (PALM Fig. 8, comm1 vs comm2).
         group_order: ``tp-major`` (TP ranks vary fastest, as Megatron) or ``dp-major``.
+        wafer_stages: on a machine of several wafers, ``span``: stages cut from ``placement``'s
+            order over all wafers as one grid (a stage may cross a wafer boundary); ``within``:
+            from the order walked wafer by wafer, no stage crossing a boundary
+            (:data:`WAFER_STAGES`; :func:`simulator.legality.wafer_straddle`). The same on one wafer.
         transfer_strategy: inter-group p2p strategy 1 or 2 (PALM §V-C, Fig. 11, Eqs. 7-8).
         math_fidelity: ``LoFi``, ``HiFi2``, ``HiFi3`` or ``HiFi4``: the matrix engine runs the
             hardware's ``math_fidelity_phases`` passes per product, dividing its peak; ``None``
@@ -209,6 +218,7 @@ class Strategy:
     stage_devices: tuple[tuple[int, ...], ...] | None = _field(None, placed=True, where=True, flag=False)
     group_layout: GroupLayout = _field("compact", placed=True, where=True, column=True)
     group_order: GroupOrder = _field("tp-major", placed=True, where=True, column=True)
+    wafer_stages: WaferStages = _field("span", placed=True, where=True, column=True)
     transfer_strategy: int = _field(1, where=True)
     math_fidelity: str | None = _field(None)
     attention: Attention = _field("auto")
@@ -242,6 +252,7 @@ class Strategy:
         _choice("placement", self.placement, PLACEMENTS)
         _choice("group_layout", self.group_layout, GROUP_LAYOUTS)
         _choice("group_order", self.group_order, GROUP_ORDERS)
+        _choice("wafer_stages", self.wafer_stages, WAFER_STAGES)
         _choice("attention", self.attention, ATTENTIONS)
         _choice("attention_split", self.attention_split, ATTENTION_SPLITS)
         _choice("transfer_strategy", self.transfer_strategy, TRANSFER_STRATEGIES)
@@ -268,6 +279,9 @@ class Strategy:
             raise InputError("strategy: `stage_layers` is given exactly when partition='explicit'")
         if (self.placement == "explicit") != (self.stage_devices is not None):
             raise InputError("strategy: `stage_devices` is given exactly when placement='explicit'")
+        if self.placement == "explicit" and self.wafer_stages == "within":
+            raise InputError("strategy: `wafer_stages` 'within' cuts stages from a named order; placement"
+                             " 'explicit' gives every stage's devices")
         self._check_explicit_lists()
 
     def _check_explicit_lists(self) -> None:

@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 
 import optuna
 
-from simulator import Hardware, InputError
+from simulator import WAFER_STAGES, Hardware, InputError
+from simulator.legality import wafer_straddle
 from simulator.network import topology_of
 from spaces._choices import suggest_among
 from spaces.parallelism import ParallelDegrees
@@ -108,12 +109,13 @@ def fits(stage_devices: StageDevices, degrees: ParallelDegrees) -> bool:
 
 def suggest_placement(trial: optuna.trial.Trial, hardware: Hardware, degrees: ParallelDegrees,
                       custom: Mapping[str, StageDevices] | None = None) -> dict[str, object]:
-    """A placement as ``Strategy`` fields (``placement``, ``stage_devices``).
+    """A placement as ``Strategy`` fields (``placement``, ``stage_devices``, ``wafer_stages``).
 
     The categorical ``placement`` has the machine's fixed names (:func:`placement_names`) then the
     custom ones (validated by :func:`custom_placements`, proposed as ``explicit``). Custom
     placements whose shape does not fit ``degrees`` are left out under the name
-    ``placement|without=...`` (fixed per subset).
+    ``placement|without=...`` (fixed per subset). On a machine of several wafers a named order
+    is then cut over all wafers or wafer by wafer (categorical ``wafer_stages``, :func:`suggest_wafer_stages`).
 
     Raises:
         InputError: the degrees need more devices than the machine has.
@@ -125,4 +127,16 @@ def suggest_placement(trial: optuna.trial.Trial, hardware: Hardware, degrees: Pa
     name = suggest_among(trial, "placement", universe, valid)
     if name in custom:
         return {"placement": "explicit", "stage_devices": custom[name]}
-    return {"placement": name, "stage_devices": None}
+    return {"placement": name, "stage_devices": None, **suggest_wafer_stages(trial, hardware, degrees)}
+
+
+def suggest_wafer_stages(trial: optuna.trial.Trial, hardware: Hardware, degrees: ParallelDegrees) -> dict[str, object]:
+    """On a machine of several wafers, ``wafer_stages``: ``span`` always, ``within`` when no stage
+    of these degrees would cross a wafer boundary (:func:`simulator.legality.wafer_straddle`; the
+    categorical is ``wafer_stages|only=span`` otherwise). Nothing is asked on one wafer, so the
+    spaces of one-wafer machines are unchanged."""
+    if hardware.network.wafers == 1:
+        return {}
+    within = wafer_straddle(hardware, _per_stage(degrees), degrees.pp) is None
+    valid = [s for s in WAFER_STAGES if s == "span" or within]
+    return {"wafer_stages": suggest_among(trial, "wafer_stages", WAFER_STAGES, valid)}

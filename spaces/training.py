@@ -10,7 +10,7 @@ Dimensions (``searched`` names) and the ``Strategy`` fields each decides:
 ``sequence_parallel``  ``sequence_parallel``
 ``zero_stage``         ``zero_stage``, ``shard_group_size`` (hybrid sharding, GPUs only)
 ``groups``             ``group_layout``, ``group_order``
-``placement``          ``placement``, ``stage_devices``
+``placement``          ``placement``, ``stage_devices``, ``wafer_stages`` (several wafers)
 ``partition``          ``partition``, ``stage_layers``
 ``transfer_strategy``  ``transfer_strategy``
 =====================  =====================================================
@@ -42,7 +42,7 @@ DIMENSIONS: dict[str, tuple[str, ...]] = {
     "sequence_parallel": ("sequence_parallel",),
     "zero_stage": ("zero_stage", "shard_group_size"),
     "groups": ("group_layout", "group_order"),
-    "placement": ("placement", "stage_devices"),
+    "placement": ("placement", "stage_devices", "wafer_stages"),
     "partition": ("partition", "stage_layers"),
     "transfer_strategy": ("transfer_strategy",),
 }

@@ -191,7 +191,7 @@ def _walk_key(spec: CodesignSpec, name: str, hardware: Hardware) -> tuple:
     is estimated at 0)."""
     mesh = hardware.network
     return (repr(spec.mapping_spec(name)), mesh.dies_x, mesh.dies_y, mesh.cores_x, mesh.cores_y,  # type: ignore[attr-defined]
-            hardware.device_memory_bytes())
+            mesh.wafers, hardware.device_memory_bytes())
 
 
 _WALKS: dict[tuple, tuple[Strategy, ...]] = {}

@@ -130,6 +130,9 @@ def simulate_command(
     stage_devices: Annotated[str | None, Opt(help="Explicit devices per stage: '0,1;2,3'.")] = None,
     group_layout: Annotated[str | None, Opt(help="TP groups compact or strided.")] = None,
     group_order: Annotated[str | None, Opt(help="tp-major or dp-major walk inside a stage.")] = None,
+    wafer_stages: Annotated[str | None, Opt(help="On several wafers: span (stages cut from the order over all"
+                                            " wafers) or within (walked wafer by wafer, no stage crossing a"
+                                            " wafer boundary).")] = None,
     transfer_strategy: Annotated[int | None, Opt(help="Inter-stage transfer, PALM Fig. 11: 1 or 2.")] = None,
     math_fidelity: Annotated[str | None, Opt(help="Matrix-engine passes on hardware that has them: LoFi, HiFi2, "
                                              "HiFi3 or HiFi4 (default: the stated peak).")] = None,

@@ -23,7 +23,8 @@ TIE_TOLERANCE = 5e-4
 LABELS = {"tp": "TP", "pp": "PP", "dp": "DP", "cp": "CP", "microbatch_size": "microbatch", "schedule": "schedule",
           "num_chunks": "chunks", "recompute": "recompute", "sequence_parallel": "sequence parallelism",
           "zero_stage": "ZeRO stage", "shard_group_size": "ZeRO shard group", "placement": "placement",
-          "group_layout": "group layout", "group_order": "group order", "users": "users"}
+          "group_layout": "group layout", "group_order": "group order", "wafer_stages": "stages on wafers",
+          "users": "users"}
 """How a person calls each searched strategy field."""
 KINDS = {"dram": "DRAM ports", "link": "links", "nic": "NICs"}
 """Resource kinds (:class:`simulator.ResourceUsage`) as a person calls them."""

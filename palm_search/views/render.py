@@ -34,7 +34,7 @@ def print_result(result: SimulationResult, console: Console | None = None, machi
     console.print(f"[bold]{result.model}[/] on [bold]{result.hardware}[/]  tp={s['tp']} pp={s['pp']} "
                   f"dp={s['dp']}{context} microbatch={s['microbatch_size']} schedule={s['schedule']} "
                   f"recompute={s['recompute']}{zero if s['zero_stage'] else ''} precision={s['precision']} "
-                  f"placement={s['placement']} groups={s['group_layout']}")
+                  f"placement={_placement(s)} groups={s['group_layout']}")
     used = s["tp"] * s.get("cp", 1) * s["pp"] * s["dp"]
     if machine_devices and used < machine_devices:
         console.print(f"uses {used} of the machine's {machine_devices} devices ({machine_devices - used} idle:"
@@ -183,7 +183,7 @@ def _top_table(top: list[dict], narrow: bool) -> Table:
         for row in top:
             dp = f"DP {_cell(row.get('dp'))}{_context(row)}" if _context(row) else _cell(row.get("dp"))
             mfu, bubble, speedup = (row.get(k) for k in ("model_flops_utilisation", "bubble_fraction", "speedup"))
-            shown = {"zero_stage": _zero(row), "group_layout": _groups(row), "dp": dp,
+            shown = {"zero_stage": _zero(row), "group_layout": _groups(row), "dp": dp, "placement": _placement(row),
                      "model_flops_utilisation": f"{mfu:.1%}" if isinstance(mfu, float) else "-",
                      "bubble_fraction": f"{bubble:.1%}" if isinstance(bubble, float) else "-",
                      "speedup": f"{speedup:.3g}x" if isinstance(speedup, float) else "-"}
@@ -199,7 +199,7 @@ def _top_table(top: list[dict], narrow: bool) -> Table:
                       _cell(row.get("microbatch_size")),
                       {"interleaved-1f1b": "i1f1b"}.get(row.get("schedule"), _cell(row.get("schedule"))),
                       {"selective": "sel"}.get(row.get("recompute"), _cell(row.get("recompute"))),
-                      _zero(row), _cell(row.get("placement")), _cell(row.get("samples_per_s")),
+                      _zero(row), _placement(row), _cell(row.get("samples_per_s")),
                       f"{mfu:.1%}" if isinstance(mfu, float) else "-",
                       f"{speedup:.3g}x" if isinstance(speedup, float) else "-")
     return table
@@ -255,6 +255,11 @@ def _zero(row: dict) -> str:
     shards = row.get("shard_group_size")
     return _cell(row.get("zero_stage")) + (f"/{int(shards)}" if isinstance(shards, (int, float)) and shards == shards
                                            else "")
+
+
+def _placement(row) -> str:
+    """The placement's name, ``/within`` added where stages are kept within wafers."""
+    return _cell(row.get("placement")) + ("/within" if row.get("wafer_stages") == "within" else "")
 
 
 def _cell(value) -> str:

@@ -123,7 +123,7 @@ def _with_base(root: Table) -> Table:
     """
     if not root.has("base"):
         return root
-    base = _preset_table(root.take_string("base", tuple(hardware_presets()))).data
+    base = _with_base(_preset_table(root.take_string("base", tuple(hardware_presets())))).data  # its own base too
     return Table(file=root.file, path="", data=_merged(base, {k: v for k, v in root.data.items() if k != "base"}))
 
 
@@ -313,7 +313,7 @@ def _read_value(table: Table, key: str, annotation: str, repeated: bool) -> Any:
         return table.take_string(key, CHOICES[annotation])
     if annotation == POINTS:
         return table.take_points(key)
-    return table.take_quantity(key, integer=annotation == "int")[1]
+    return table.take_quantity(key, integer=annotation in ("int", "int | None"))[1]
 
 
 def _hint(si_name: str) -> str:

@@ -203,7 +203,7 @@ def mesh_die(hardware: Hardware) -> Die:
     if not peak:
         raise InputError(f"silicon: {hardware.name!r} gives no bf16 or fp16 peak to cost its matrix engines")
     cores, sram = mesh.cores_x * mesh.cores_y, hardware.memory.sram
-    return Die(name=hardware.name, dies=mesh.dies_x * mesh.dies_y, cores=cores,
+    return Die(name=hardware.name, dies=mesh.grid_dies_x * mesh.grid_dies_y, cores=cores,
                sram_bytes_per_core=sram.capacity_bytes, flop_per_s_per_core=peak,
                core_link_bytes_per_s=4 * mesh.intra_die_link_bandwidth_bytes_per_s,
                dram_bytes_per_s=dram.bandwidth_bytes_per_s,

@@ -301,6 +301,11 @@ class Network:
         mesh also the cores sharing one die's DRAM (:meth:`Hardware.device_memory_bytes`)."""
         raise NotImplementedError
 
+    @property
+    def wafers(self) -> int:
+        """Wafers of equal devices the machine is made of (a mesh may have several; 1 otherwise)."""
+        return 1
+
 
 NETWORK_KINDS: dict[str, type[Network]] = {}
 """Kind name -> record class, filled as :mod:`simulator.network`'s kind modules are imported."""

@@ -17,12 +17,19 @@ walks dies and cores as a boustrophedon, so consecutive stages stay neighbours;
 boustrophedons over all cores ignoring dies; ``hilbert`` is the generalized Hilbert curve of any
 rectangle (Červený, "gilbert", 2018, github.com/jakubcerveny/gilbert), which keeps each stage
 compact and stages adjacent.
+
+A machine of several wafers (``wafers_x x wafers_y``, issue 37) is one grid of cores whose wafer
+boundaries are crossed only where an inter-wafer link joins two facing edge cores
+(:meth:`Mesh.wafer_link_offsets`): a route runs XY on each wafer to the link toward the next
+wafer, crosses it, and goes on (:meth:`MeshTopology._wafer_path`). The named orders cover all
+wafers as one grid; :func:`wafer_orders` walks each order wafer by wafer, so that stages cut from
+it stay on one wafer (``Strategy.wafer_stages``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 from simulator.errors import InputError
@@ -62,10 +69,23 @@ class Mesh(Network):
             between the cores of the same rank, then within each die again: chips whose
             collective library moves each chip's shard between chips over Ethernet, tt-metal's
             CCL ops; :class:`~simulator.network.collectives.Flow`).
+        wafers_x, wafers_y: wafers along x and y, each of ``dies_x x dies_y`` dies (1 x 1: one
+            wafer, the mesh as PALM describes it). The wafers form one grid of cores; a link
+            joins two facing edge cores of neighbouring wafers only where :meth:`wafer_link_offsets`
+            places one.
+        inter_wafer_link_bandwidth_bytes_per_s: one direction of one link between two wafers;
+            required with more than one wafer.
+        inter_wafer_hop_latency_s: latency of a hop between two wafers (in place of the mesh
+            hop's); required with more than one wafer.
+        inter_wafer_links_per_die: links from each edge die to the facing die of the neighbouring
+            wafer, at evenly spaced cores of the die's edge (:meth:`wafer_link_offsets`); None:
+            one per edge core, as between two dies of a wafer.
 
     Raises:
         InputError: without ``dram_port_cores``, ``dram_ports_per_die`` is not 1 or 2; with them,
-            not one per port, or a core outside the die.
+            not one per port, or a core outside the die; a count of wafers below 1; several
+            wafers without an inter-wafer bandwidth and latency; or more links per die than the
+            cores of a die's edge.
     """
 
     dies_x: int
@@ -78,12 +98,35 @@ class Mesh(Network):
     inter_die_hop_latency_s: float | None = None
     dram_ports_per_die: int
     dram_port_cores: tuple[tuple[int, int], ...] = ()
+    wafers_x: int = 1
+    wafers_y: int = 1
+    inter_wafer_link_bandwidth_bytes_per_s: float | None = None
+    inter_wafer_hop_latency_s: float | None = None
+    inter_wafer_links_per_die: int | None = None
     die_collectives: DieCollectives = "flat"
 
     def __post_init__(self) -> None:
         if self.die_collectives not in DIE_COLLECTIVES:
             raise InputError(f"mesh: `die_collectives` must be one of {list(DIE_COLLECTIVES)}, got"
                              f" {self.die_collectives!r}")
+        self._check_ports()
+        self._check_wafers()
+
+    def _check_wafers(self) -> None:
+        if self.wafers_x < 1 or self.wafers_y < 1:
+            raise InputError(f"mesh: `wafers_x` and `wafers_y` must be >= 1, got {self.wafers_x} x {self.wafers_y}")
+        if self.wafers > 1 and (self.inter_wafer_link_bandwidth_bytes_per_s is None
+                                or self.inter_wafer_hop_latency_s is None):
+            raise InputError(f"mesh: {self.wafers_x} x {self.wafers_y} wafers need"
+                             " `inter_wafer_link_bandwidth_GB_per_s` and `inter_wafer_hop_latency_ns`")
+        edges = [n for n, joined in ((self.cores_y, self.wafers_x > 1), (self.cores_x, self.wafers_y > 1)) if joined]
+        edge = min(edges, default=max(self.cores_x, self.cores_y))
+        links = self.inter_wafer_links_per_die
+        if links is not None and not 1 <= links <= edge:
+            raise InputError(f"mesh: `inter_wafer_links_per_die` must be in 1..{edge} (the cores of a die's"
+                             f" edge), got {links}")
+
+    def _check_ports(self) -> None:
         cores = self.dram_port_cores
         if not cores and self.dram_ports_per_die not in (1, 2):
             raise InputError(f"mesh: `dram_ports_per_die` must be 1 or 2 without `dram_port_cores`,"
@@ -105,14 +148,46 @@ class Mesh(Network):
         return ((0, middle), (self.cores_x - 1, middle))[:self.dram_ports_per_die]
 
     @property
-    def width(self) -> int:
-        """Cores along x over the whole mesh."""
+    def wafers(self) -> int:
+        """Wafers of the machine."""
+        return self.wafers_x * self.wafers_y
+
+    @property
+    def wafer_width(self) -> int:
+        """Cores along x of one wafer."""
         return self.dies_x * self.cores_x
 
     @property
-    def height(self) -> int:
-        """Cores along y over the whole mesh."""
+    def wafer_height(self) -> int:
+        """Cores along y of one wafer."""
         return self.dies_y * self.cores_y
+
+    @property
+    def width(self) -> int:
+        """Cores along x over the whole mesh (every wafer)."""
+        return self.wafers_x * self.wafer_width
+
+    @property
+    def height(self) -> int:
+        """Cores along y over the whole mesh (every wafer)."""
+        return self.wafers_y * self.wafer_height
+
+    def wafer_link_offsets(self, edge_cores: int) -> tuple[int, ...]:
+        """Positions along a die's edge of ``edge_cores`` cores of its links to the neighbouring
+        wafer: ``k = inter_wafer_links_per_die`` evenly spaced, the ``i``-th at
+        ``floor((2 i + 1) edge_cores / (2 k))`` (one link: the middle core); every core without ``k``."""
+        k = self.inter_wafer_links_per_die or edge_cores
+        return tuple((2 * i + 1) * edge_cores // (2 * k) for i in range(k))
+
+    @property
+    def grid_dies_x(self) -> int:
+        """Dies along x over the whole mesh (every wafer)."""
+        return self.wafers_x * self.dies_x
+
+    @property
+    def grid_dies_y(self) -> int:
+        """Dies along y over the whole mesh (every wafer)."""
+        return self.wafers_y * self.dies_y
 
     @property
     def num_devices(self) -> int:
@@ -148,7 +223,7 @@ class MeshTopology(Topology):
         if dram is None:
             raise InputError("mesh: a mesh's cores reach their DRAM through its ports; this machine has no DRAM")
         self.mesh, self.dram = mesh, dram
-        self.num_devices = mesh.num_devices
+        self.num_devices, self._width = mesh.num_devices, mesh.width  # the width: read on every coordinate
         self._links: dict[tuple[int, int], int] = {}
         for device in range(self.num_devices):
             for neighbour in self._neighbours(device):
@@ -157,7 +232,7 @@ class MeshTopology(Topology):
         port_bandwidth = dram.bandwidth_bytes_per_s / mesh.dram_ports_per_die
         self._ports = [
             self._add(f"dram die{die} port{p}", "dram", port_bandwidth)
-            for die in range(mesh.dies_x * mesh.dies_y)
+            for die in range(mesh.grid_dies_x * mesh.grid_dies_y)
             for p in range(mesh.dram_ports_per_die)
         ]
         self.route = cache(self._route)  # type: ignore[method-assign]
@@ -167,15 +242,24 @@ class MeshTopology(Topology):
 
     def coord(self, device: int) -> Coord:
         """Position of ``device`` on the whole mesh."""
-        return Coord(device % self.mesh.width, device // self.mesh.width)
+        return Coord(device % self._width, device // self._width)
 
     def device_at(self, x: int, y: int) -> int:
         """Device id at mesh position (x, y)."""
-        return y * self.mesh.width + x
+        return y * self._width + x
 
     def device_orders(self) -> dict[str, Sequence[int]]:
-        """Every named order of the mesh's cores (:func:`mesh_orders`)."""
+        """Every named order of the mesh's cores (:func:`mesh_orders`), over all its wafers as one grid."""
         return mesh_orders(self)
+
+    def wafer_device_orders(self) -> dict[str, Sequence[int]]:
+        """Every named order walked wafer by wafer (:func:`wafer_orders`)."""
+        return wafer_orders(self)
+
+    @property
+    def devices_per_wafer(self) -> int:
+        """Cores of one wafer."""
+        return self.num_devices // self.mesh.wafers
 
     def stage_walk(self, devices: Sequence[int], group_order: str) -> list[int]:
         """The stage's cores walked x first (``tp-major``) or y first (``dp-major``)."""
@@ -215,31 +299,54 @@ class MeshTopology(Topology):
         for index, resource in enumerate(self._ports):
             die, port = divmod(index, mesh.dram_ports_per_die)
             x, y = mesh.port_cores[port]
-            x0, y0 = (die % mesh.dies_x) * mesh.cores_x, (die // mesh.dies_x) * mesh.cores_y
+            x0, y0 = (die % mesh.grid_dies_x) * mesh.cores_x, (die // mesh.grid_dies_x) * mesh.cores_y
             side = 0.5 if port == 1 and not mesh.dram_port_cores else -0.5  # PALM's east-edge port
             ports.append(Mark(resource, "port", point=(x0 + x + side, y0 + y)))
         return Drawing(
             width=mesh.width, height=mesh.height,
             positions=tuple((self.coord(d).x, self.coord(d).y) for d in range(self.num_devices)),
             boxes=tuple((dx * mesh.cores_x, dy * mesh.cores_y, mesh.cores_x, mesh.cores_y)
-                        for dy in range(mesh.dies_y) for dx in range(mesh.dies_x)),
+                        for dy in range(mesh.grid_dies_y) for dx in range(mesh.grid_dies_x)),
             box_name="die", marks=(*links, *ports),
             legend="links (one segment per direction) and DRAM ports (squares beside their cores)")
 
     def node_of(self, device: int) -> int:
         c = self.coord(device)
-        return (c.y // self.mesh.cores_y) * self.mesh.dies_x + c.x // self.mesh.cores_x
+        return (c.y // self.mesh.cores_y) * self.mesh.grid_dies_x + c.x // self.mesh.cores_x
+
+    def wafer_of(self, device: int) -> int:
+        """The wafer holding ``device`` (wafers numbered row by row)."""
+        x, y = self._wafer_cell(self.coord(device))
+        return y * self.mesh.wafers_x + x
+
+    def _wafer_cell(self, c: Coord) -> tuple[int, int]:
+        return c.x // self.mesh.wafer_width, c.y // self.mesh.wafer_height
 
     def _neighbours(self, device: int) -> list[int]:
-        c = self.coord(device)
+        """Devices one link away: the four grid neighbours, across a wafer boundary only where a
+        link joins the two edge cores (:meth:`Mesh.wafer_link_offsets`)."""
+        c, mesh = self.coord(device), self.mesh
         steps = ((1, 0), (-1, 0), (0, 1), (0, -1))
         return [
             self.device_at(c.x + dx, c.y + dy)
             for dx, dy in steps
-            if 0 <= c.x + dx < self.mesh.width and 0 <= c.y + dy < self.mesh.height
+            if 0 <= c.x + dx < mesh.width and 0 <= c.y + dy < mesh.height
+            and (mesh.wafers == 1 or self._joined(c, Coord(c.x + dx, c.y + dy)))
         ]
 
+    def _joined(self, a: Coord, b: Coord) -> bool:
+        """Whether grid neighbours ``a`` and ``b`` share a link: always within a wafer; across
+        two wafers where :meth:`Mesh.wafer_link_offsets` places one on the die's edge."""
+        mesh = self.mesh
+        if self._wafer_cell(a) == self._wafer_cell(b):
+            return True
+        if a.x != b.x:
+            return a.y % mesh.cores_y in mesh.wafer_link_offsets(mesh.cores_y)
+        return a.x % mesh.cores_x in mesh.wafer_link_offsets(mesh.cores_x)
+
     def _link_bandwidth(self, a: int, b: int) -> float:
+        if self.mesh.inter_wafer_link_bandwidth_bytes_per_s is not None and self.wafer_of(a) != self.wafer_of(b):
+            return self.mesh.inter_wafer_link_bandwidth_bytes_per_s
         same_die = self.node_of(a) == self.node_of(b)
         if same_die:
             return self.mesh.intra_die_link_bandwidth_bytes_per_s
@@ -254,14 +361,59 @@ class MeshTopology(Topology):
         path += [self.device_at(b.x, y) for y in range(a.y + step_y, b.y + step_y, step_y)]
         return path
 
+    def _gateways(self, wafer: tuple[int, int], step: tuple[int, int]) -> list[tuple[Coord, Coord]]:
+        """(edge core of ``wafer``, facing core of its neighbour ``wafer + step``) of every link
+        between them, along the edge."""
+        mesh = self.mesh
+        (wx, wy), (dx, dy) = wafer, step
+        if dx:
+            x = (wx + 1) * mesh.wafer_width - 1 if dx > 0 else wx * mesh.wafer_width
+            ys = [wy * mesh.wafer_height + die * mesh.cores_y + o
+                  for die in range(mesh.dies_y) for o in mesh.wafer_link_offsets(mesh.cores_y)]
+            return [(Coord(x, y), Coord(x + dx, y)) for y in ys]
+        y = (wy + 1) * mesh.wafer_height - 1 if dy > 0 else wy * mesh.wafer_height
+        xs = [wx * mesh.wafer_width + die * mesh.cores_x + o
+              for die in range(mesh.dies_x) for o in mesh.wafer_link_offsets(mesh.cores_x)]
+        return [(Coord(x, y), Coord(x, y + dy)) for x in xs]
+
+    def _wafer_path(self, src: int, dst: int) -> list[int]:
+        """Devices visited from ``src`` to ``dst`` on different wafers: wafer to wafer X first
+        then Y; on each wafer XY to the link toward the next one, the link whose two XY legs
+        (to it, and from its far end to ``dst``) are shortest, ties to the link on the current
+        row, then to the one in ``dst``'s column, then the first along the edge (so that with a
+        link on every edge core a row or column of wafers routes XY as one grid)."""
+        here, target = self.coord(src), self.coord(dst)
+        wafer, goal = self._wafer_cell(here), self._wafer_cell(target)
+        path = [src]
+        def hops(a: Coord, b: Coord) -> int:
+            return abs(a.x - b.x) + abs(a.y - b.y)
+        while wafer != goal:
+            step = (_sgn(goal[0] - wafer[0]), 0) if wafer[0] != goal[0] else (0, _sgn(goal[1] - wafer[1]))
+            near, far = min(self._gateways(wafer, step),
+                            key=lambda g: (hops(here, g[0]) + hops(g[1], target), abs(g[0].y - here.y),
+                                           abs(g[1].x - target.x)))
+            path += self._xy_path(path[-1], self.device_at(near.x, near.y))[1:]
+            path.append(self.device_at(far.x, far.y))
+            here, wafer = far, (wafer[0] + step[0], wafer[1] + step[1])
+        return path + self._xy_path(path[-1], dst)[1:]
+
     def _route(self, src: int, dst: int) -> tuple[tuple[int, ...], float]:
-        path = self._xy_path(src, dst)
+        mesh = self.mesh
+        across = mesh.wafers > 1 and self.wafer_of(src) != self.wafer_of(dst)
+        path = self._wafer_path(src, dst) if across else self._xy_path(src, dst)
         hops = list(zip(path, path[1:], strict=False))
-        links, mesh = tuple(self._links[hop] for hop in hops), self.mesh
+        links = tuple(self._links[hop] for hop in hops)
+        wafer_hops = sum(1 for u, v in hops if self.wafer_of(u) != self.wafer_of(v)) if across else 0
+        on_wafer = len(hops) - wafer_hops
         if mesh.inter_die_hop_latency_s is None:
-            return links, len(hops) * mesh.hop_latency_s
-        crossing = sum(1 for u, v in hops if self.node_of(u) != self.node_of(v))
-        return links, (len(hops) - crossing) * mesh.hop_latency_s + crossing * mesh.inter_die_hop_latency_s
+            latency = on_wafer * mesh.hop_latency_s
+        else:
+            crossing = sum(1 for u, v in hops if self.node_of(u) != self.node_of(v)) - wafer_hops
+            latency = (on_wafer - crossing) * mesh.hop_latency_s + crossing * mesh.inter_die_hop_latency_s
+        if wafer_hops:
+            assert mesh.inter_wafer_hop_latency_s is not None  # Mesh requires it with several wafers
+            latency += wafer_hops * mesh.inter_wafer_hop_latency_s
+        return links, latency
 
     def collective_levels(self, groups: tuple[tuple[int, ...], ...]) -> tuple[Groups, Groups] | None:
         """With ``hierarchical`` die collectives, groups spanning several dies with the same number
@@ -374,7 +526,7 @@ def _by_dies(topology: MeshTopology, *, snake: bool, transpose: bool = False) ->
     """Dies walked as :func:`walk`, and the cores inside each die the same way."""
     mesh = topology.mesh
     return [topology.device_at(die_x * mesh.cores_x + x, die_y * mesh.cores_y + y)
-            for die_x, die_y in walk(mesh.dies_x, mesh.dies_y, snake=snake, transpose=transpose)
+            for die_x, die_y in walk(mesh.grid_dies_x, mesh.grid_dies_y, snake=snake, transpose=transpose)
             for x, y in walk(mesh.cores_x, mesh.cores_y, snake=snake, transpose=transpose)]
 
 
@@ -405,3 +557,26 @@ def mesh_orders(topology: MeshTopology) -> dict[str, Sequence[int]]:
         "s-shape-rotated": _mirrored(topology, s_shape, flip_x=True, flip_y=True),
         **{name: [topology.device_at(x, y) for x, y in c] for name, c in cells.items()},
     }
+
+
+@cache
+def _one_wafer(mesh: Mesh, dram: Dram) -> MeshTopology:
+    """The topology of one wafer of ``mesh`` (its orders are each wafer's)."""
+    return MeshTopology(replace(mesh, wafers_x=1, wafers_y=1), dram)
+
+
+@cache
+def wafer_orders(topology: MeshTopology) -> dict[str, Sequence[int]]:
+    """Every named order of :func:`mesh_orders` taken inside each wafer, the wafers visited as
+    a boustrophedon of their grid (as PALM's s-shape visits dies): a run of whole wafers' worth
+    of devices, or of a divisor of it, stays on one wafer. On one wafer: :func:`mesh_orders`."""
+    mesh = topology.mesh
+    if mesh.wafers == 1:
+        return mesh_orders(topology)
+    one = _one_wafer(mesh, topology.dram)
+    wafers = walk(mesh.wafers_x, mesh.wafers_y, snake=True)
+    def on_wafers(order: Sequence[int]) -> list[int]:
+        cells = [one.coord(d) for d in order]
+        return [topology.device_at(wx * mesh.wafer_width + c.x, wy * mesh.wafer_height + c.y)
+                for wx, wy in wafers for c in cells]
+    return {name: on_wafers(order) for name, order in mesh_orders(one).items()}

@@ -151,13 +151,28 @@ class Topology:
         ids = range(self.num_devices)
         return {"line": ids, "s-shape": ids}
 
-    def device_order(self, name: str) -> Sequence[int]:
-        """The device order ``name`` (see :meth:`device_orders`).
+    def wafer_device_orders(self) -> dict[str, Sequence[int]]:
+        """The named orders walked wafer by wafer (a multi-wafer mesh); a machine of one wafer
+        (every kind but the mesh) has :meth:`device_orders`."""
+        return self.device_orders()
+
+    @property
+    def devices_per_wafer(self) -> int:
+        """Devices of one wafer: all of them on a machine of one wafer (every kind but the mesh)."""
+        return self.num_devices
+
+    def wafer_of(self, device: int) -> int:
+        """The wafer holding ``device`` (0 on a machine of one wafer)."""
+        return 0
+
+    def device_order(self, name: str, *, within_wafers: bool = False) -> Sequence[int]:
+        """The device order ``name`` (see :meth:`device_orders`), walked wafer by wafer if
+        ``within_wafers`` (:meth:`wafer_device_orders`).
 
         Raises:
             InputError: this machine has no order of that name (the message lists its names).
         """
-        orders = self.device_orders()
+        orders = self.wafer_device_orders() if within_wafers else self.device_orders()
         if name not in orders:
             raise InputError(f"strategy: placement {name!r} is not offered by this machine (offers {sorted(orders)})")
         return orders[name]

@@ -82,7 +82,7 @@ def _scaled(hardware, factor):
     """``hardware`` with every link, NIC and DRAM bandwidth multiplied by ``factor``."""
     net, dram = hardware.network, hardware.memory.dram
     names = [f for f in net.__dataclass_fields__ if f.endswith("bandwidth_bytes_per_s")]
-    net = dataclasses.replace(net, **{f: getattr(net, f) * factor for f in names})
+    net = dataclasses.replace(net, **{f: getattr(net, f) * factor for f in names if getattr(net, f) is not None})
     if dram is not None:
         dram = dataclasses.replace(dram, bandwidth_bytes_per_s=dram.bandwidth_bytes_per_s * factor)
     return dataclasses.replace(hardware, network=net, memory=dataclasses.replace(hardware.memory, dram=dram))

@@ -121,3 +121,27 @@ def test_fits_agrees_with_strategy_under_context_parallelism(tp, pp, dp, cp, sta
     assert placement.fits(stage_devices, degrees) == accepted
     exact = tuple(tuple(range(k * tp * cp * dp, (k + 1) * tp * cp * dp)) for k in range(pp))
     assert placement.fits(exact, degrees)
+
+
+@pytest.mark.parametrize(("degrees", "offered"), [
+    (ParallelDegrees(16, 20, 4), ["span", "within"]),   # stages of 64 cores: five a wafer
+    (ParallelDegrees(16, 10, 6), ["span"]),             # stages of 96 cores: stage 3 would cross a wafer
+])
+def test_several_wafers_offer_stages_within_a_wafer_where_none_would_cross(degrees, offered):
+    hardware = simulator.load_hardware("wafer-4")
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = set()
+    for _ in range(30):
+        trial = study.ask()
+        fields = placement.suggest_placement(trial, hardware, degrees)
+        seen.add(fields["wafer_stages"])
+        strategy = simulator.Strategy(tp=degrees.tp, pp=degrees.pp, dp=degrees.dp, **fields)
+        simulator.legality.check_plan(simulator.load_model("T-145B"), hardware, strategy)
+        study.tell(trial, 0.0)
+    assert sorted(seen) == offered
+
+
+def test_one_wafer_is_asked_no_wafer_stages():
+    trial = optuna.create_study().ask()
+    assert "wafer_stages" not in placement.suggest_placement(trial, WAFER, ParallelDegrees(16, 5, 4))
+    assert set(trial.params) == {"placement"}
