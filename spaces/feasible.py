@@ -60,8 +60,7 @@ class FeasiblePlans:
 
 def plan_of(strategy: Strategy) -> Plan:
     """The plan of ``strategy``."""
-    degrees = ParallelDegrees(strategy.tp, strategy.pp, strategy.dp, strategy.cp, strategy.ep)
-    return (degrees.label, strategy.microbatch_size,
+    return (ParallelDegrees.of(strategy).label, strategy.microbatch_size,
             ScheduleChoice(strategy.schedule, strategy.num_chunks).label, strategy.recompute,
             strategy.sequence_parallel, strategy.zero_stage)
 
