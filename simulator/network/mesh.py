@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import ClassVar
 
 from simulator.errors import InputError
 from simulator.hardware.spec import Dram, Network, network_kind
@@ -63,6 +64,7 @@ class Mesh(Network):
             not one per port, or a core outside the die.
     """
 
+    device_noun: ClassVar[str] = "cores"
     dies_x: int
     dies_y: int
     cores_x: int
