@@ -50,6 +50,7 @@ from simulator.strategy import (
     WAFER_STAGES,
     ZERO_STAGES,
     Strategy,
+    search_dimensions,
     strategy_fields,
 )
 from simulator.strategy_loader import load_strategy, read_best
@@ -89,7 +90,7 @@ __all__ = [
     "StageReport", "Strategy", "hardware_from_tables", "hardware_presets", "hardware_tables",
     "hardware_to_toml", "load_hardware", "load_model", "load_strategy",
     "model_presets", "num_microbatches", "read_best", "simulate", "simulate_timeline", "simulate_with_records",
-    "strategy_fields", "GROUP_LAYOUTS", "GROUP_ORDERS", "PLACEMENTS", "PRECISIONS", "RECOMPUTES", "SCHEMA_VERSION",
-    "TRANSFER_STRATEGIES", "WAFER_STAGES", "ZERO_STAGES", "PassKind", "MEGATRON_CORE", "Stack", "load_stack",
-    "stack_presets",
+    "search_dimensions", "strategy_fields", "GROUP_LAYOUTS", "GROUP_ORDERS", "PLACEMENTS", "PRECISIONS", "RECOMPUTES",
+    "SCHEMA_VERSION", "TRANSFER_STRATEGIES", "WAFER_STAGES", "ZERO_STAGES", "PassKind", "MEGATRON_CORE", "Stack",
+    "load_stack", "stack_presets",
 ]

@@ -17,7 +17,7 @@ from simulator.errors import InputError
 
 
 def _field(default: Any, *, placed: bool = False, where: bool = False, column: bool = False,
-           flag: bool = True) -> Any:
+           flag: bool = True, dimension: str | None = None) -> Any:
     """A :class:`Strategy` field with what reads it, as metadata (one list of fields for every
     reader: :func:`strategy_fields`).
 
@@ -27,8 +27,11 @@ def _field(default: Any, *, placed: bool = False, where: bool = False, column: b
         where: it says where stages sit and how they talk, and no stage cost reads it.
         column: a column of a search's trials table (what the search varies).
         flag: ``palm-search simulate`` has a flag of its name (the explicit lists have their own).
+        dimension: the search dimension that decides it (:data:`spaces.DIMENSIONS`, whose
+            fields are those naming it); None: no search dimension does.
     """
-    return field(default=default, metadata={"placed": placed, "where": where, "column": column, "flag": flag})
+    return field(default=default, metadata={"placed": placed, "where": where, "column": column, "flag": flag,
+                                            "dimension": dimension})
 
 
 Schedule = Literal["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"]
@@ -67,10 +70,10 @@ of their own, the ``s x s`` scores in memory), ``fused`` (one FlashAttention ker
 (:func:`simulator.legality.attention_of`)."""
 TRANSFER_STRATEGIES: tuple[int, ...] = (1, 2)
 MATH_FIDELITIES: tuple[str, ...] = ("LoFi", "HiFi2", "HiFi3", "HiFi4")
-ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
-"""ZeRO stages: nothing sharded, optimizer states, + gradients, + weights (Rajbhandari et al., SC'20)."""
 """Math fidelities of Tenstorrent's matrix engine, fewest passes first (tt-metal
 ``tech_reports/matrix_engine``: each pass multiplies 5 bits of ``SrcA`` by 7 of ``SrcB``)."""
+ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
+"""ZeRO stages: nothing sharded, optimizer states, + gradients, + weights (Rajbhandari et al., SC'20)."""
 
 BYTES_PER_ELEMENT: dict[str, float] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 2, "int8": 1,
                                        "bfloat8_b": 1 + 1 / 16, "bfloat4_b": 0.5 + 1 / 16}
@@ -194,32 +197,33 @@ class Strategy:
         InputError: a field is out of its domain (message names the field and value).
     """
 
-    tp: int = _field(1, placed=True, column=True)
-    pp: int = _field(1, placed=True, column=True)
-    dp: int = _field(1, placed=True, column=True)
-    cp: int = _field(1, placed=True, column=True)
-    ep: int = _field(1, placed=True, column=True)
-    microbatch_size: int = _field(1, column=True)
+    tp: int = _field(1, placed=True, column=True, dimension="degrees")
+    pp: int = _field(1, placed=True, column=True, dimension="degrees")
+    dp: int = _field(1, placed=True, column=True, dimension="degrees")
+    cp: int = _field(1, placed=True, column=True, dimension="degrees")
+    ep: int = _field(1, placed=True, column=True, dimension="degrees")
+    microbatch_size: int = _field(1, column=True, dimension="microbatch_size")
     global_batch_size: int | None = _field(None)
-    schedule: Schedule = _field("1f1b", column=True)
-    num_chunks: int = _field(1, column=True)
-    recompute: Recompute = _field("none", column=True)
-    sequence_parallel: bool = _field(False, column=True)
+    schedule: Schedule = _field("1f1b", column=True, dimension="schedule")
+    num_chunks: int = _field(1, column=True, dimension="schedule")
+    recompute: Recompute = _field("none", column=True, dimension="recompute")
+    sequence_parallel: bool = _field(False, column=True, dimension="sequence_parallel")
     tp_overlap: bool = _field(False)
     p2p_blocking: bool = _field(False, where=True)
-    zero_stage: int = _field(0, placed=True, column=True)
-    shard_group_size: int | None = _field(None, placed=True, column=True)
+    zero_stage: int = _field(0, placed=True, column=True, dimension="zero_stage")
+    shard_group_size: int | None = _field(None, placed=True, column=True, dimension="zero_stage")
     optimizer: Optimizer = _field("adam")
     precision: Precision = _field("fp16")
     mode: Mode = _field("training")
-    partition: PartitionKind = _field("balanced")
-    stage_layers: tuple[int, ...] | None = _field(None, flag=False)
-    placement: str = _field("s-shape", placed=True, where=True, column=True)
-    stage_devices: tuple[tuple[int, ...], ...] | None = _field(None, placed=True, where=True, flag=False)
-    group_layout: GroupLayout = _field("compact", placed=True, where=True, column=True)
-    group_order: GroupOrder = _field("tp-major", placed=True, where=True, column=True)
-    wafer_stages: WaferStages = _field("span", placed=True, where=True, column=True)
-    transfer_strategy: int = _field(1, where=True)
+    partition: PartitionKind = _field("balanced", dimension="partition")
+    stage_layers: tuple[int, ...] | None = _field(None, flag=False, dimension="partition")
+    placement: str = _field("s-shape", placed=True, where=True, column=True, dimension="placement")
+    stage_devices: tuple[tuple[int, ...], ...] | None = _field(None, placed=True, where=True, flag=False,
+                                                              dimension="placement")
+    group_layout: GroupLayout = _field("compact", placed=True, where=True, column=True, dimension="groups")
+    group_order: GroupOrder = _field("tp-major", placed=True, where=True, column=True, dimension="groups")
+    wafer_stages: WaferStages = _field("span", placed=True, where=True, column=True, dimension="placement")
+    transfer_strategy: int = _field(1, where=True, dimension="transfer_strategy")
     math_fidelity: str | None = _field(None)
     attention: Attention = _field("auto")
     prompt_length: int | None = _field(None)
@@ -236,11 +240,11 @@ class Strategy:
             _positive("global_batch_size", self.global_batch_size)
         if self.shard_group_size is not None:
             _positive("shard_group_size", self.shard_group_size)
-            if self.zero_stage != 3 or self.weight_replicas % self.shard_group_size:
+            if not self.shards_weights or self.weight_replicas % self.shard_group_size:
                 raise InputError(f"strategy: `shard_group_size` needs zero_stage 3 and to divide dp * cp ="
                                  f" {self.weight_replicas}, got {self.shard_group_size} with zero_stage"
                                  f" {self.zero_stage}")
-        if self.ep > 1 and (self.shard_group_size is not None or self.zero_stage == 3):
+        if self.ep > 1 and self.shards_weights:
             raise InputError(f"strategy: `ep` = {self.ep} with ZeRO-3 or hybrid sharding is not modelled (expert"
                              f" weights gathered over the expert-data-parallel group); use zero_stage <= 2")
         _choice("schedule", self.schedule, SCHEDULES)
@@ -415,26 +419,33 @@ def _fields(data: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def strategy_fields(**metadata: bool) -> tuple[str, ...]:
+def strategy_fields(**metadata: bool | str | None) -> tuple[str, ...]:
     """Names of the :class:`Strategy` fields whose metadata (see :func:`_field`: ``placed``,
-    ``where``, ``column``, ``flag``) has each given value, in declaration order."""
+    ``where``, ``column``, ``flag``, ``dimension``) has each given value, in declaration order."""
     return _selected(tuple(sorted(metadata.items())))
 
 
+def search_dimensions() -> dict[str, tuple[str, ...]]:
+    """Each search dimension (:func:`_field` ``dimension``) with the fields it decides, both in
+    declaration order: the one list behind :data:`spaces.DIMENSIONS`."""
+    names = dict.fromkeys(f.metadata["dimension"] for f in fields(Strategy) if f.metadata["dimension"])
+    return {name: strategy_fields(dimension=name) for name in names}
+
+
 @lru_cache(maxsize=64)
-def _selected(metadata: tuple[tuple[str, bool], ...]) -> tuple[str, ...]:
+def _selected(metadata: tuple[tuple[str, bool | str | None], ...]) -> tuple[str, ...]:
     """:func:`strategy_fields` of sorted ``(key, value)`` pairs, found once (a screen asks per point)."""
     return tuple(f.name for f in fields(Strategy) if all(f.metadata[k] == v for k, v in metadata))
 
 
 @lru_cache(maxsize=64)
-def _unselected_defaults(metadata: tuple[tuple[str, bool], ...]) -> dict[str, Any]:
+def _unselected_defaults(metadata: tuple[tuple[str, bool | str | None], ...]) -> dict[str, Any]:
     """The defaults of the fields :func:`_selected` leaves out (a dict nobody changes)."""
     kept = set(_selected(metadata))
     return {f.name: f.default for f in fields(Strategy) if f.name not in kept}
 
 
-def projection(strategy: Strategy, **metadata: bool) -> Strategy:
+def projection(strategy: Strategy, **metadata: bool | str | None) -> Strategy:
     """``strategy`` with every field not selected by ``metadata`` (:func:`strategy_fields`) at its
     default: a key for what reads only those fields (e.g. ``placed=True``: the placement). The
     last few are kept (an estimate projects each strategy twice: its replicas and its placement)."""
@@ -442,5 +453,5 @@ def projection(strategy: Strategy, **metadata: bool) -> Strategy:
 
 
 @lru_cache(maxsize=256)
-def _projected(strategy: Strategy, metadata: tuple[tuple[str, bool], ...]) -> Strategy:
+def _projected(strategy: Strategy, metadata: tuple[tuple[str, bool | str | None], ...]) -> Strategy:
     return replace(strategy, **_unselected_defaults(metadata))

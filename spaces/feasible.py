@@ -26,14 +26,14 @@ from dataclasses import dataclass
 from itertools import product
 from typing import cast
 
-from simulator import RECOMPUTES, Hardware, InputError, ModelSpec, Strategy, check_memory
+from simulator import RECOMPUTES, ZERO_STAGES, Hardware, InputError, ModelSpec, Strategy, check_memory
 from spaces import parallelism
 from spaces.parallelism import ParallelDegrees, ScheduleChoice
 
 Plan = tuple[str, int, str, str, bool, int]
 """``(degrees label, microbatch size, schedule label, recompute, sequence parallel, ZeRO stage)``."""
 
-_SAVING = {"recompute": RECOMPUTES[::-1], "sequence_parallel": (True, False), "zero_stage": (3, 2, 1, 0)}
+_SAVING = {"recompute": RECOMPUTES[::-1], "sequence_parallel": (True, False), "zero_stage": ZERO_STAGES[::-1]}
 """Choices from most to least memory saved."""
 
 
@@ -60,8 +60,7 @@ class FeasiblePlans:
 
 def plan_of(strategy: Strategy) -> Plan:
     """The plan of ``strategy``."""
-    degrees = ParallelDegrees(strategy.tp, strategy.pp, strategy.dp, strategy.cp, strategy.ep)
-    return (degrees.label, strategy.microbatch_size,
+    return (ParallelDegrees.of(strategy).label, strategy.microbatch_size,
             ScheduleChoice(strategy.schedule, strategy.num_chunks).label, strategy.recompute,
             strategy.sequence_parallel, strategy.zero_stage)
 

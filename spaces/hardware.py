@@ -84,7 +84,7 @@ class HardwareSpace:
     choices: dict[str, tuple[HardwareValue, ...]]
 
     def __post_init__(self) -> None:
-        if self.base.kind != "mesh":
+        if not isinstance(self.base.network, mesh_network.Mesh):
             raise InputError(f"hardware space: the base machine must be a mesh, {self.base.name!r} is a"
                              f" {self.base.kind}")
         for name, values in self.choices.items():

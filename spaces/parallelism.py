@@ -15,7 +15,7 @@ is suggested only when ``tp > 1``, ZeRO only when ``dp > 1``.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from functools import lru_cache
 from typing import NamedTuple, TypeVar, cast
 
@@ -81,6 +81,15 @@ class ParallelDegrees(NamedTuple):
             raise InputError(f"degrees: expected 'TPxPPxDP[xCP][eEP]' like '8x20x2', got {label!r}")
         cp = int(parts[3]) if len(parts) == 4 else 1
         return cls(int(parts[0]), int(parts[1]), int(parts[2]), cp, int(expert or 1))
+
+    @classmethod
+    def of(cls, plan: object) -> ParallelDegrees:
+        """The degrees of ``plan``: a :class:`simulator.Strategy` (or anything with its degree
+        fields as attributes), or a mapping of ``Strategy`` fields (a degree it lacks takes its
+        default here; ``tp``, ``pp``, ``dp`` have none: KeyError, as a missing argument)."""
+        if isinstance(plan, Mapping):
+            return cls(**{name: plan[name] for name in cls._fields if name in plan})
+        return cls(*(getattr(plan, name) for name in cls._fields))
 
 
 class ScheduleChoice(NamedTuple):

@@ -1,23 +1,18 @@
 """A whole training :class:`~spaces.candidate.Candidate` (hardware and strategy) from one Optuna trial.
 
-Dimensions (``searched`` names) and the ``Strategy`` fields each decides:
-
-=====================  =====================================================
-``degrees``            ``tp``, ``pp``, ``dp``, ``cp``, ``ep``
-``microbatch_size``    ``microbatch_size``
-``schedule``           ``schedule``, ``num_chunks``
-``recompute``          ``recompute``
-``sequence_parallel``  ``sequence_parallel``
-``zero_stage``         ``zero_stage``, ``shard_group_size`` (hybrid sharding, GPUs only)
-``groups``             ``group_layout``, ``group_order``
-``placement``          ``placement``, ``stage_devices``, ``wafer_stages`` (several wafers)
-``partition``          ``partition``, ``stage_layers``
-``transfer_strategy``  ``transfer_strategy``
-=====================  =====================================================
+The dimensions (``searched`` names) and the ``Strategy`` fields each decides are the fields'
+``dimension`` metadata (:func:`simulator.search_dimensions`, :data:`DIMENSIONS`): ``degrees``
+(``tp``, ``pp``, ``dp``, ``cp``, ``ep``), ``microbatch_size``, ``schedule`` (with ``num_chunks``),
+``recompute``, ``sequence_parallel``, ``zero_stage`` (with ``shard_group_size``, hybrid sharding,
+GPUs only), ``partition`` (with ``stage_layers``), ``placement`` (with ``stage_devices``, and
+``wafer_stages`` on several wafers), ``groups`` (``group_layout``, ``group_order``) and
+``transfer_strategy``.
 
 Fields of dimensions not searched come from ``fixed`` (or the ``Strategy`` defaults). Fixed
-``tp`` / ``pp`` / ``dp`` also restrict a searched ``degrees``. Dimensions are drawn in the order
-above, so every later choice list is a fixed function of a parameter name (see :mod:`spaces._choices`).
+``tp`` / ``pp`` / ``dp`` also restrict a searched ``degrees``. Dimensions are drawn in one fixed
+order (degrees, microbatch size, schedule, recompute, sequence parallelism, ZeRO, groups,
+placement, transfer strategy, partition), so every later choice list is a fixed function of a
+parameter name (see :mod:`spaces._choices`).
 """
 
 from __future__ import annotations
@@ -28,27 +23,28 @@ from typing import Any, cast
 
 import optuna
 
-from simulator import TRANSFER_STRATEGIES, ZERO_STAGES, Hardware, InputError, ModelSpec, Strategy, check_memory
+from simulator import (
+    TRANSFER_STRATEGIES,
+    ZERO_STAGES,
+    Hardware,
+    InputError,
+    ModelSpec,
+    Strategy,
+    check_memory,
+    search_dimensions,
+    strategy_fields,
+)
 from spaces import groups, parallelism, partition, placement
 from spaces.candidate import Candidate
 from spaces.feasible import FeasiblePlans, plan_of
 from spaces.parallelism import ParallelDegrees
 
-DIMENSIONS: dict[str, tuple[str, ...]] = {
-    "degrees": ("tp", "pp", "dp", "cp", "ep"),
-    "microbatch_size": ("microbatch_size",),
-    "schedule": ("schedule", "num_chunks"),
-    "recompute": ("recompute",),
-    "sequence_parallel": ("sequence_parallel",),
-    "zero_stage": ("zero_stage", "shard_group_size"),
-    "groups": ("group_layout", "group_order"),
-    "placement": ("placement", "stage_devices", "wafer_stages"),
-    "partition": ("partition", "stage_layers"),
-    "transfer_strategy": ("transfer_strategy",),
-}
-"""Searchable dimensions and the ``Strategy`` fields each sets."""
-PLACEMENT_DIMENSIONS = ("degrees", "groups", "placement", "transfer_strategy")
-"""The dimensions that decide which devices a mapping's stages and groups use (and so its flows)."""
+DIMENSIONS: dict[str, tuple[str, ...]] = search_dimensions()
+"""Searchable dimensions and the ``Strategy`` fields each sets (the fields' ``dimension`` metadata)."""
+PLACEMENT_DIMENSIONS = tuple(name for name, names in DIMENSIONS.items()
+                             if set(names) & {*strategy_fields(placed=True), *strategy_fields(where=True)})
+"""The dimensions that decide which devices a mapping's stages and groups use, or how they talk (a
+field :func:`simulator.placement.place` reads, or one marked ``where``): a placement's flows."""
 
 
 def placement_key(params: Mapping[str, object]) -> tuple[str, ...]:
@@ -164,7 +160,7 @@ class _Draft:
 
 
 def _degrees_of(draft: _Draft) -> ParallelDegrees:
-    return ParallelDegrees(draft.tp, draft.pp, draft.dp, draft.cp, draft.ep)
+    return ParallelDegrees.of(draft)
 
 
 def _allowed(space: SearchedSpace, draft: _Draft, count: int) -> tuple[object, ...] | None:
@@ -202,7 +198,7 @@ def _suggest_memory(trial: optuna.trial.Trial, space: SearchedSpace, draft: _Dra
             trial, space.model, degrees, _allowed(space, draft, 4)))
     if "zero_stage" in searched:
         draft.set(zero_stage=parallelism.suggest_zero_stage(trial, degrees, _allowed(space, draft, 5)))
-        if draft.zero_stage == ZERO_STAGES[-1]:  # weights sharded: hybrid sharding applies
+        if draft.zero_stage == ZERO_STAGES[-1]:  # weights sharded (shards_weights): hybrid sharding applies
             _suggest_shard_group(trial, space, draft, degrees)
 
 

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from simulator import Hardware, InputError, hardware_from_tables, hardware_tables, hardware_to_toml, load_hardware
+from simulator.network import cluster, mesh
 
 Opt = typer.Option
 
@@ -26,13 +27,12 @@ def new_hardware(
 
     hardware = load_hardware(start)
     changes: dict[str, int] = {}
-    for flag, value, kind, keys in (("--dies", dies, "mesh", ("dies_x", "dies_y")),
-                                    ("--cores", cores, "mesh", ("cores_x", "cores_y"))):
+    for flag, value, keys in (("--dies", dies, ("dies_x", "dies_y")), ("--cores", cores, ("cores_x", "cores_y"))):
         if value is not None:
-            _require(hardware.kind, kind, flag)
+            _require(hardware, mesh.Mesh, flag)
             changes.update(zip(keys, grid_of(flag, value), strict=True))
     if nodes is not None:
-        _require(hardware.kind, "cluster", "--nodes")
+        _require(hardware, cluster.Cluster, "--nodes")
         changes["nodes"] = nodes
     cited = {f"{hardware.kind}.{key}": f"palm-search hardware new --from {start}: changed to {value};"
              " replace with your chip's source" for key, value in changes.items()}
@@ -52,7 +52,7 @@ def _uncarried(hardware: Hardware, changes: dict[str, int], start: str) -> dict[
     """Sources flagging the values ``start`` could not carry over: a one-die chip's die-to-die link
     (never used, so never measured) once ``--dies`` makes dies meet."""
     network = hardware.network
-    if hardware.kind != "mesh" or network.num_devices > network.devices_per_node:  # more than one die
+    if not isinstance(network, mesh.Mesh) or network.num_devices > network.devices_per_node:  # more than one die
         return {}
     if changes.get("dies_x", 1) * changes.get("dies_y", 1) == 1:
         return {}
@@ -62,9 +62,10 @@ def _uncarried(hardware: Hardware, changes: dict[str, int], start: str) -> dict[
             if any(key.startswith(f"mesh.{stem}") for stem in UNCARRIED_ACROSS_DIES)}
 
 
-def _require(kind: str, wanted: str, flag: str) -> None:
-    if kind != wanted:
-        raise InputError(f"{flag}: applies to a {wanted}, and this machine is a {kind}")
+def _require(hardware: Hardware, wanted: type[mesh.Mesh | cluster.Cluster], flag: str) -> None:
+    """Raises: InputError: ``hardware``'s network is not a ``wanted`` record (``flag`` needs one)."""
+    if not isinstance(hardware.network, wanted):
+        raise InputError(f"{flag}: applies to a {wanted.kind}, and this machine is a {hardware.kind}")
 
 
 def hardware_cost(

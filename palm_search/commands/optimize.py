@@ -149,7 +149,7 @@ def devices_used(spec: StudySpec, hardware) -> str:
     h100-cluster preset's size``)."""
     from simulator import hardware_presets
 
-    noun = {"cluster": "GPUs", "mesh": "cores"}.get(hardware.kind, "devices")
+    noun = hardware.network.device_noun
     if spec.device_counts:
         counts = ", ".join(f"{n:,}" for n in spec.device_counts)
         return f"{counts} of the machine's {hardware.num_devices:,} {noun}: the study's [search] devices"

@@ -34,8 +34,8 @@ from joblib import Parallel, delayed
 from optuna.trial import TrialState
 
 from palm_search.search.evaluate import ServingTarget, estimate_points
-from simulator import ModelSpec, Strategy
-from spaces import Candidate, placement_key
+from simulator import ModelSpec
+from spaces import Candidate, ParallelDegrees, placement_key
 
 SCREEN_LIMIT = 20_000
 """Most points a screen estimates (about 2-3 ms each); a larger space is searched by TPE."""
@@ -181,15 +181,11 @@ def _chunks(walk: Iterable[tuple[int, dict, Candidate]]) -> Iterator[list[tuple[
     :data:`_TASK_POINTS` points, sorted by placement (each worker builds a plan's stage costs and a
     placement's flows once). Sets are not merged: the small ones end the screen (they are sent
     last, :func:`_largest_first`)."""
-    for _, same in groupby(walk, key=lambda point: _degrees(point[2].strategy)):
+    for _, same in groupby(walk, key=lambda point: ParallelDegrees.of(point[2].strategy)):
         points = sorted(same, key=lambda point: placement_key(point[1]))
         size = math.ceil(len(points) / math.ceil(len(points) / _TASK_POINTS))
         for start in range(0, len(points), size):
             yield points[start:start + size]
-
-
-def _degrees(strategy: Strategy) -> tuple[int, ...]:
-    return strategy.tp, strategy.pp, strategy.dp, strategy.cp, strategy.ep
 
 
 def enqueue_screened(study: optuna.Study, ranked: list[tuple[dict, float]], count: int,

@@ -47,8 +47,7 @@ class SpaceBuilder:
         the part of the space a walk for that strategy needs."""
         if "degrees" not in self.space.searched:
             return self
-        degrees = ParallelDegrees(strategy.tp, strategy.pp, strategy.dp, strategy.cp)
-        return replace(self, space=replace(self.space, degree_choices=(degrees,)))
+        return replace(self, space=replace(self.space, degree_choices=(ParallelDegrees.of(strategy),)))
 
     @property
     def prescreen(self) -> dict | None:
@@ -96,7 +95,7 @@ class DegreeWalk:
                                  " a mapping may use in [search] `devices`")
         else:
             base = Strategy.from_dict(dict(spec.fixed))
-            self.degrees = (ParallelDegrees(base.tp, base.pp, base.dp, base.cp, base.ep),)
+            self.degrees = (ParallelDegrees.of(base),)
         self.found: list[DegreePlans] = []
 
     def _plans(self, degrees: ParallelDegrees) -> DegreePlans:
@@ -132,10 +131,7 @@ class DegreeWalk:
 
 def _fixed_degrees(spec: StudySpec) -> ParallelDegrees | None:
     """The degrees when the study fixes all three (custom placements are then checked fully)."""
-    if all(k in spec.fixed for k in ("tp", "pp", "dp")):
-        return ParallelDegrees(spec.fixed["tp"], spec.fixed["pp"], spec.fixed["dp"], spec.fixed.get("cp", 1),
-                               spec.fixed.get("ep", 1))
-    return None
+    return ParallelDegrees.of(spec.fixed) if all(k in spec.fixed for k in ("tp", "pp", "dp")) else None
 
 
 @dataclass

@@ -285,10 +285,12 @@ class Network:
 
     Attributes:
         kind: the name of the kind (``mesh``, ``cluster``, ``torus``...).
+        device_noun: what its devices are called in messages (``cores``, ``GPUs``; ``devices``).
     """
 
     __slots__ = ()
     kind: ClassVar[str] = ""
+    device_noun: ClassVar[str] = "devices"
 
     @property
     def num_devices(self) -> int:

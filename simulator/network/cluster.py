@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import TypeVar, overload
+from typing import ClassVar, TypeVar, overload
 
 from simulator.hardware.spec import Dram, Network, network_kind
 from simulator.network.topology import Drawing, Edge, Mark, Topology, topology_for
@@ -37,6 +37,7 @@ class Cluster(Network):
             efficiencies, which are measured on NVLink.
     """
 
+    device_noun: ClassVar[str] = "GPUs"
     nodes: int
     gpus_per_node: int
     intra_node_bandwidth_bytes_per_s: float

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
+from typing import ClassVar
 
 from simulator.errors import InputError
 from simulator.hardware.spec import DIE_COLLECTIVES, DieCollectives, Dram, Network, network_kind
@@ -88,6 +89,7 @@ class Mesh(Network):
             cores of a die's edge.
     """
 
+    device_noun: ClassVar[str] = "cores"
     dies_x: int
     dies_y: int
     cores_x: int

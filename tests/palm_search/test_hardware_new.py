@@ -23,6 +23,8 @@ def test_a_new_file_from_a_preset_loads_with_the_changes_and_says_which_sources_
 
 def test_a_change_that_does_not_apply_or_breaks_a_bound_is_one_line():
     for args, fragment in ((["--from", "h100-cluster", "--dies", "2x2"], "applies to a mesh"),
+                           (["--from", "tpu-v4-cube", "--cores", "2x2"], "a mesh, and this machine is a torus"),
+                           (["--from", "wafer", "--nodes", "2"], "applies to a cluster, and this machine is a mesh"),
                            (["--from", "wafer", "--dies", "2000x2000"], "more than the 262,144"),
                            (["--from", "wafer", "--dies", "2by2"], "AxB")):
         result = runner.invoke(app, ["hardware", "new", *args])

@@ -477,3 +477,15 @@ def test_the_screens_estimates_are_each_points_estimate_alone(changes, monkeypat
     alone = [simulator.estimate_samples_per_s(model_spec, hardware, c.strategy) for _, c in walk]
     assert sum(v > 0 for v in alone) > 10 and 0 < remembered
     assert [screened[i] for i in range(len(walk))] == pytest.approx(alone, rel=1e-12, abs=0)
+
+
+def test_the_point_of_an_expert_parallel_strategy_is_found():
+    # the walk around a strategy keeps all its degrees (`ep` was dropped once: no MoE point found)
+    from palm_search.search.space import SpaceBuilder, point_of
+    from simulator import Strategy
+    from spaces import SearchedSpace
+
+    space = SearchedSpace(model=load_model("Mixtral-8x7B"), searched=frozenset({"degrees"}), device_counts=(8,))
+    build = SpaceBuilder(space=space, hardware=load_hardware("a100-cluster"), fixed={})
+    strategy = Strategy(dp=8, ep=8)
+    assert point_of(build, strategy) == {"degrees": "1x1x8e8"}

@@ -142,3 +142,15 @@ def test_expert_parallelism_is_proposed_for_moe_models_only():
     assert all(ParallelDegrees.parse(d.label) == d for d in moe)
     assert ParallelDegrees(1, 1, 16, 1, 16).label == "1x1x16e16"
     assert parallelism.enumerate_zero_stages(ParallelDegrees(1, 1, 16, 1, 16)) == (0, 1, 2)
+
+
+def test_the_degrees_are_the_strategy_fields_of_the_degrees_dimension():
+    # one list of strategy fields: a new degree field marked `dimension="degrees"` fails here
+    # until ParallelDegrees (its label, the search's categorical) carries it too
+    from spaces import DIMENSIONS
+
+    assert ParallelDegrees._fields == DIMENSIONS["degrees"]
+    strategy = simulator.Strategy(tp=2, pp=3, dp=4, cp=2, ep=8)
+    assert ParallelDegrees.of(strategy) == ParallelDegrees(2, 3, 4, 2, 8)
+    assert ParallelDegrees.of(strategy.to_dict()) == ParallelDegrees.of(strategy)
+    assert ParallelDegrees.of({"tp": 2, "pp": 3, "dp": 4, "precision": "bf16"}) == ParallelDegrees(2, 3, 4, 1, 1)

@@ -125,6 +125,19 @@ def test_placement_key_keeps_the_placement_dimensions_only():
     assert placement_key(point) == placement_key({**point, "microbatch_size|dp=2": 4})
     assert placement_key(point) != placement_key({**point, "placement": "s-shape"})
     assert placement_key(point) != placement_key({**point, "degrees": "8x10x4"})
+    # ZeRO decides the shard groups the placement builds (hybrid sharding: `place` reads it)
+    assert placement_key({**point, "zero_stage": 1}) != placement_key({**point, "zero_stage": 3})
+
+
+def test_the_dimensions_are_the_strategy_fields_metadata():
+    # every field a dimension decides is a Strategy field, each in one dimension, and the ones no
+    # dimension decides are what a study fixes or sets itself (mode, precision, the stack's...)
+    from spaces.training import DIMENSIONS, PLACEMENT_DIMENSIONS
+
+    decided = [name for names in DIMENSIONS.values() for name in names]
+    assert len(decided) == len(set(decided)) and set(decided) < set(simulator.strategy_fields())
+    assert {"degrees", "placement", "groups", "transfer_strategy"} <= set(PLACEMENT_DIMENSIONS)
+    assert not {"microbatch_size", "schedule", "recompute", "partition"} & set(PLACEMENT_DIMENSIONS)
 
 
 def test_hybrid_sharding_is_offered_with_zero3_within_a_gpu_node_and_where_it_fits():
