@@ -41,6 +41,7 @@ from simulator.passes import PassKind
 from simulator.result import SCHEMA_VERSION, ResourceUsage, SimulationResult, StageReport
 from simulator.stacks import MEGATRON_CORE, Stack, load_stack, stack_presets
 from simulator.strategy import (
+    ATTENTION_SPLITS,
     GROUP_LAYOUTS,
     GROUP_ORDERS,
     PLACEMENTS,
@@ -90,7 +91,8 @@ __all__ = [
     "StageReport", "Strategy", "hardware_from_tables", "hardware_presets", "hardware_tables",
     "hardware_to_toml", "load_hardware", "load_model", "load_strategy",
     "model_presets", "num_microbatches", "read_best", "simulate", "simulate_timeline", "simulate_with_records",
-    "search_dimensions", "strategy_fields", "GROUP_LAYOUTS", "GROUP_ORDERS", "PLACEMENTS", "PRECISIONS", "RECOMPUTES",
+    "search_dimensions", "strategy_fields", "ATTENTION_SPLITS",
+    "GROUP_LAYOUTS", "GROUP_ORDERS", "PLACEMENTS", "PRECISIONS", "RECOMPUTES",
     "SCHEMA_VERSION", "TRANSFER_STRATEGIES", "WAFER_STAGES", "ZERO_STAGES", "PassKind", "MEGATRON_CORE", "Stack",
     "load_stack", "stack_presets",
 ]

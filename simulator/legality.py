@@ -69,12 +69,14 @@ def global_batch(model: ModelSpec, strategy_batch: int | None = None) -> int:
     return strategy_batch or model.global_batch_size
 
 
-def tp_divides(model: ModelSpec, tp: int) -> bool:
-    """True if ``tp`` splits the model's heads, hidden and FFN, and its experts' (ResNet-50: its
-    64 channels)."""
+def tp_divides(model: ModelSpec, tp: int, attention_split: str = "heads") -> bool:
+    """True if ``tp`` splits the model's heads (where the attention is split by them), hidden and
+    FFN, and its experts' (ResNet-50: its 64 channels)."""
     if not model.is_transformer:
         return RESNET50_TP_CHANNELS % tp == 0
     experts = model.expert_ffn_hidden_size % tp == 0 and model.shared_expert_size % tp == 0
+    if attention_split != "heads":
+        return all(getattr(model, key) % tp == 0 for key in TP_SPLIT_SIZES[1:]) and experts
     return all(getattr(model, key) % tp == 0 for key in TP_SPLIT_SIZES) and kv_heads_split(model, tp) and experts
 
 

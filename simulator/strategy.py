@@ -228,7 +228,7 @@ class Strategy:
     attention: Attention = _field("auto")
     prompt_length: int | None = _field(None)
     decode_context_length: int = _field(0)
-    attention_split: AttentionSplit = _field("heads", column=True)
+    attention_split: AttentionSplit = _field("heads", column=True, dimension="degrees")
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "ep", "microbatch_size", "num_chunks"):

@@ -51,21 +51,24 @@ EXPERT_PARALLEL_CHOICES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 
 class ParallelDegrees(NamedTuple):
     """Tensor, pipeline, data, context and expert parallel degrees; ``tp * cp * pp * dp``
-    devices (``ep`` of them carved from the ``dp * cp`` replicas)."""
+    devices (``ep`` of them carved from the ``dp * cp`` replicas); and how the tensor-parallel
+    group divides the attention (:attr:`simulator.Strategy.attention_split`)."""
 
     tp: int
     pp: int
     dp: int
     cp: int = 1
     ep: int = 1
+    attention_split: str = "heads"
 
     @property
     def label(self) -> str:
         """``"TPxPPxDP"``, the categorical value Optuna stores (e.g. ``"8x20x2"``),
-        ``"TPxPPxDPxCP"`` with context parallelism (``"8x1x16x4"``) and a suffix ``eEP`` with
-        expert parallelism (``"1x1x16e16"``)."""
+        ``"TPxPPxDPxCP"`` with context parallelism (``"8x1x16x4"``), a suffix ``eEP`` with
+        expert parallelism (``"1x1x16e16"``) and ``u`` with the attention split by users
+        (``"64x1x1u"``)."""
         return f"{self.tp}x{self.pp}x{self.dp}" + (f"x{self.cp}" if self.cp > 1 else "") \
-            + (f"e{self.ep}" if self.ep > 1 else "")
+            + (f"e{self.ep}" if self.ep > 1 else "") + ("u" if self.attention_split == "users" else "")
 
     @classmethod
     def parse(cls, label: str) -> ParallelDegrees:
@@ -73,14 +76,15 @@ class ParallelDegrees(NamedTuple):
 
         Raises:
             InputError: not three or four positive integers joined by ``x``, then optionally
-                ``e`` and one.
+                ``e`` and one, then optionally ``u``.
         """
-        degrees, _, expert = label.partition("e")
+        users = label.endswith("u")
+        degrees, _, expert = label.removesuffix("u").partition("e")
         parts = degrees.split("x")
         if len(parts) not in (3, 4) or not all(p.isdigit() and int(p) > 0 for p in [*parts, expert or "1"]):
-            raise InputError(f"degrees: expected 'TPxPPxDP[xCP][eEP]' like '8x20x2', got {label!r}")
+            raise InputError(f"degrees: expected 'TPxPPxDP[xCP][eEP][u]' like '8x20x2', got {label!r}")
         cp = int(parts[3]) if len(parts) == 4 else 1
-        return cls(int(parts[0]), int(parts[1]), int(parts[2]), cp, int(expert or 1))
+        return cls(int(parts[0]), int(parts[1]), int(parts[2]), cp, int(expert or 1), "users" if users else "heads")
 
     @classmethod
     def of(cls, plan: object) -> ParallelDegrees:
@@ -118,7 +122,7 @@ def schedule_choices(chunk_choices: Sequence[int] = CHUNK_CHOICES) -> tuple[Sche
 
 def enumerate_degrees(model: ModelSpec, hardware: Hardware, *, devices: int | None = None,
                       max_tp: int | None = None, global_batch_size: int | None = None,
-                      ) -> list[ParallelDegrees]:
+                      attention_splits: Sequence[str] = ("heads",)) -> list[ParallelDegrees]:
     """Every legal ``(tp, pp, dp, cp, ep)`` using exactly ``devices`` devices, sorted by (tp, pp, dp),
     context parallelism (:data:`CONTEXT_PARALLEL_CHOICES`) where the machine runs attention fused
     and ``2 cp`` splits the sequence (:func:`simulator.legality.check_workload`), expert
@@ -130,6 +134,8 @@ def enumerate_degrees(model: ModelSpec, hardware: Hardware, *, devices: int | No
         devices: devices to use, ``tp * pp * dp``.
         max_tp: largest tensor-parallel degree (e.g. GPUs per node on a cluster).
         global_batch_size: ``B`` if not the model's.
+        attention_splits: the attention splits to offer (``users`` only for inference, where
+            ``tp`` need not divide the heads; :func:`simulator.legality.tp_divides`).
 
     Raises:
         InputError: ``devices`` is below 1 or above the machine's.
@@ -139,14 +145,16 @@ def enumerate_degrees(model: ModelSpec, hardware: Hardware, *, devices: int | No
         raise InputError(f"degrees: `devices` must be in 1..{hardware.num_devices}, got {devices}")
     batch, units = global_batch(model, global_batch_size), partition_units(model)
     found = []
-    for tp in divisors(devices):
-        if not tp_divides(model, tp) or (max_tp is not None and tp > max_tp):
-            continue
-        for pp in divisors(devices // tp):
-            for cp in _context_parallel_choices(model, hardware, devices // (tp * pp)):
-                dp = devices // (tp * pp * cp)
-                if pp <= units and batch % dp == 0:
-                    found += [ParallelDegrees(tp, pp, dp, cp, ep) for ep in _expert_parallel_choices(model, dp * cp)]
+    for split in attention_splits:
+        for tp in divisors(devices):
+            if not tp_divides(model, tp, split) or (max_tp is not None and tp > max_tp):
+                continue
+            for pp in divisors(devices // tp):
+                for cp in _context_parallel_choices(model, hardware, devices // (tp * pp)):
+                    dp = devices // (tp * pp * cp)
+                    if pp <= units and batch % dp == 0:
+                        found += [ParallelDegrees(tp, pp, dp, cp, ep, split)
+                                  for ep in _expert_parallel_choices(model, dp * cp)]
     return found
 
 

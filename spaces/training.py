@@ -24,6 +24,7 @@ from typing import Any, cast
 import optuna
 
 from simulator import (
+    ATTENTION_SPLITS,
     TRANSFER_STRATEGIES,
     ZERO_STAGES,
     Hardware,
@@ -112,8 +113,10 @@ def candidate_degrees(model: ModelSpec, hardware: Hardware, fixed: Mapping[str, 
     """
     # the ``Strategy`` field ``global_batch_size`` (int | None); ``fixed`` maps fields to objects
     batch = cast("int | None", fixed.get("global_batch_size"))
+    splits = ATTENTION_SPLITS if fixed.get("mode") == "inference" and model.is_causal else ("heads",)
     found = [d for n in sorted(set(device_counts or [hardware.num_devices]))
-             for d in parallelism.enumerate_degrees(model, hardware, devices=n, max_tp=max_tp, global_batch_size=batch)]
+             for d in parallelism.enumerate_degrees(model, hardware, devices=n, max_tp=max_tp, global_batch_size=batch,
+                                                    attention_splits=splits)]
     return [d for d in found
             if all(fixed.get(k, v) == v for k, v in d._asdict().items())
             and parallelism.enumerate_microbatch_sizes(model, d, global_batch_size=batch,

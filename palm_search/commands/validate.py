@@ -21,6 +21,7 @@ from joblib import Parallel, delayed
 
 from palm_search.search.baseline import lowest_fitting_zero
 from simulator import (
+    ATTENTION_SPLITS,
     MEGATRON_CORE,
     Hardware,
     ModelSpec,
@@ -452,19 +453,15 @@ SERVING_SIMULATED = 4
 def _serving_splits(model: ModelSpec, hardware: Hardware, users: int) -> Iterator[tuple[int, int, str]]:
     """``(tp, pp, attention_split)`` on all the machine's cores, or on one card also a multiple of 8
     of them down to half (130 = 2 x 5 x 13 cores of a p150 admit no split of a 32-head model):
-    every legal split by heads (dp 1), and every ``tp`` dividing the hidden and FFN sizes split by
-    users."""
+    every legal split (dp 1) by heads and by users."""
     cores = hardware.num_devices
     chips = topology_of(hardware).node_of(cores - 1) + 1
     fewer = range(8 * (cores // 8), cores // 2 - 1, -8) if chips == 1 else ()
     for n in sorted({cores, *fewer}, reverse=True):
-        for d in enumerate_degrees(model, hardware, devices=n, global_batch_size=users):
+        for d in enumerate_degrees(model, hardware, devices=n, global_batch_size=users,
+                                   attention_splits=ATTENTION_SPLITS):
             if d.dp == 1 and d.cp == 1:
-                yield d.tp, d.pp, "heads"
-        for pp in (pp for pp in range(1, model.num_layers + 1) if n % pp == 0):
-            tp = n // pp
-            if model.hidden_size % tp == 0 and model.ffn_hidden_size % tp == 0:
-                yield tp, pp, "users"
+                yield d.tp, d.pp, d.attention_split
 
 
 def _serving_candidates(model: ModelSpec, hardware: Hardware, record: dict, stack: Stack) -> Iterator[Strategy]:

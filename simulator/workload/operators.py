@@ -34,9 +34,6 @@ OperatorKind = Literal["gemm", "memory", "attention"]
 ATTENTION_CORE = frozenset({"attention_scores", "attention_softmax", "attention_dropout", "attention_values"})
 """Operators recomputed by selective recompute (Korthikanti et al., MLSys'23, §4.2.1)."""
 
-CAUSAL = frozenset({"gpt", "llama"})
-"""Decoder architectures, whose attention masks the future (half the scores)."""
-
 TOKEN_ID_BYTES = 4
 """Bytes of one token id (int32) read by the embedding lookup."""
 
@@ -183,7 +180,7 @@ def kv_cache_bytes(model: ModelSpec, strategy: Strategy, bytes_per_element: floa
     group (:func:`latent_cache_width`). 0 in training, and for an encoder, which keeps no cache.
     Each element takes ``bytes_per_element`` (a serving stack's KV-cache format), by default the
     strategy's."""
-    if strategy.training or model.architecture not in CAUSAL:
+    if strategy.training or not model.is_causal:
         return 0.0
     element = strategy.bytes_per_element if bytes_per_element is None else bytes_per_element
     if model.uses_latent_attention:
@@ -273,7 +270,7 @@ def _attention_core(model: ModelSpec, strategy: Strategy, shape: _CoreShape) -> 
             name="fused_attention", kind="attention", flops=2.0 * scores * (shape.key_head + shape.value_head),
             weight_bytes=0.0, input_bytes=(shape.queries + shape.keys + shape.values) * bpe,
             output_bytes=shape.outputs * bpe,
-            executed_fraction=0.5 if model.architecture in CAUSAL and not strategy.decoding else 1.0),)
+            executed_fraction=0.5 if model.is_causal and not strategy.decoding else 1.0),)
     rows, keys = b * (model.num_heads / t) * s, key_length(model, strategy)
     return (
         _gemm("attention_scores", rows, keys, shape.key_head, 0.0, shape.queries + shape.keys, bpe),

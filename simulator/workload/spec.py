@@ -95,6 +95,12 @@ class ModelSpec:
         return self.architecture != "resnet50"
 
     @property
+    def is_causal(self) -> bool:
+        """True for the decoder architectures (GPT, LLaMA), whose attention masks the future and
+        which generate token by token against a KV cache."""
+        return self.architecture in ("gpt", "llama")
+
+    @property
     def kv_heads(self) -> int:
         """Key/value heads: :attr:`num_kv_heads`, or ``a`` without grouped-query attention."""
         return self.num_kv_heads or self.num_heads

@@ -323,7 +323,7 @@ def test_screen_tasks_cover_the_walk_once_each_holding_one_set_of_degrees_in_eve
 
     points = sorted(points, key=lambda point: point[:2])  # a walk's first choice is the degrees
     walk = [(i, {"degrees": f"{tp}x{pp}", "placement": str(k)}, SimpleNamespace(strategy=SimpleNamespace(
-        tp=tp, pp=pp, dp=1, cp=1, ep=1))) for i, (tp, pp, k) in enumerate(points)]
+        tp=tp, pp=pp, dp=1, cp=1, ep=1, attention_split="heads"))) for i, (tp, pp, k) in enumerate(points)]
     chunks = [[i for i, _, _ in chunk] for chunk in _chunks(iter(walk))]
     assert sorted(i for chunk in chunks for i in chunk) == list(range(len(walk)))
     assert all(0 < len(chunk) <= _TASK_POINTS for chunk in chunks)
