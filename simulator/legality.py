@@ -261,7 +261,7 @@ def _check_generation(model: ModelSpec, strategy: Strategy) -> None:
         if value and value > model.sequence_length:
             raise InputError(f"strategy: `{name}` = {value} exceeds the context of {model.name},"
                              f" {model.sequence_length} tokens")
-    if strategy.decoding and model.architecture not in ("gpt", "llama"):
+    if strategy.decoding and not model.is_causal:
         raise InputError(f"strategy: `decode_context_length` needs a causal decoder (gpt, llama), not"
                          f" {model.name} ({model.architecture})")
     if strategy.decoding and strategy.cp > 1:
