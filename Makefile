@@ -35,6 +35,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/simulator_speed.py
 	$(BIN)/python benchmarks/datacenter_scale.py
 	$(BIN)/python benchmarks/simulator_instructions.py
+	$(BIN)/python benchmarks/serving.py
 	$(BIN)/python benchmarks/steady_state.py
 	$(BIN)/python benchmarks/search_speed.py
 	$(BIN)/python benchmarks/fidelity.py
