@@ -120,7 +120,8 @@ class Strategy:
             expert-data-parallel groups of ``tp * cp * dp / (ep * etp)`` ranks
             (``megatron/core/parallel_state.py``, ``initialize_model_parallel``: the
             ``expert_tensor_and_model_parallel`` and ``expert_data_parallel`` groups of its
-            expert ``RankGenerator``). ``ep * etp`` divides ``tp * cp * dp``.
+            expert ``RankGenerator``). ``ep * etp`` divides ``tp * cp * dp``; ``etp`` below
+            ``tp`` needs ``sequence_parallel`` (:func:`simulator.legality.check_plan`).
         microbatch_size: samples per microbatch ``b``.
         global_batch_size: samples per iteration ``B``; ``B / (b * dp)`` is the number of
             microbatches ``m`` per replica per iteration. ``None`` takes the model's.

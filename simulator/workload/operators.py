@@ -378,9 +378,8 @@ def expert_parallel_collectives(model: ModelSpec, strategy: Strategy) -> tuple[C
     runs the same two with the gradients. Balanced routing (what each rank sends, it
     receives). The volume does not depend on the expert tensor-parallel degree: each rank
     dispatches its own sequence-parallel share, and with ``etp > 1`` the expert-TP group then
-    all-gathers the received copies (the layer's TP collectives count the dense MLP's ``b s h``
-    all-gather and reduce-scatter there, not the ``k`` times larger gather of copies). Empty
-    when ``ep == 1``."""
+    all-gathers the received copies (:func:`transformer_layer_collectives`). Empty when
+    ``ep == 1``."""
     if strategy.ep == 1:
         return ()
     size = (strategy.microbatch_size * rank_sequence(model, strategy) * model.experts_per_token * model.hidden_size
@@ -494,20 +493,29 @@ def transformer_layer_collectives(model: ModelSpec, strategy: Strategy, moe: boo
     et al., MLSys'23, §4.2.2). The backward pass has the same collectives (the conjugate
     operators); a full-recompute forward repeats the forward's. Empty when ``t == 1``.
 
-    A Mixture-of-Experts layer (``moe``) whose experts are not split over the TP group
-    (expert tensor parallelism ``etp`` other than ``t``, which needs sequence parallelism)
-    dispatches each rank's own ``b s / t`` tokens straight to the all-to-all, so only the
-    attention's all-gather and reduce-scatter remain, and the shared experts' pair if it has
-    them (Megatron-Core ``MoELayer``: ``SharedExpertMLP`` is tensor-parallel over ``t``).
+    A Mixture-of-Experts layer (``moe``) under sequence parallelism (which Megatron-Core
+    requires with expert and tensor parallelism together) dispatches each rank's own ``b s / t``
+    tokens to the all-to-all, so of the ``b s h`` pairs only the attention's remains, and the
+    shared experts' if it has them (``SharedExpertMLP`` is tensor-parallel over ``t``); with
+    expert tensor parallelism ``etp > 1`` (``etp = t``: the TP group) the expert-TP group then
+    all-gathers the ``b s k etp / t`` token copies its experts take and reduce-scatters their
+    outputs (Megatron-Core ``MoEAlltoAllTokenDispatcher``: ``gather_from_sequence_parallel_region``
+    after the all-to-all, ``reduce_scatter_to_sequence_parallel_region`` before the combine).
     """
     if strategy.tp == 1:
         return ()
     size = strategy.microbatch_size * rank_sequence(model, strategy) * model.hidden_size * strategy.bytes_per_element
-    pairs = 1 if moe and strategy.expert_tp != strategy.tp and not model.num_shared_experts else 2
-    if strategy.sequence_parallel:
-        return (Collective(kind="all_gather", size_bytes=size, count=pairs),
-                Collective(kind="reduce_scatter", size_bytes=size, count=pairs))
-    return (Collective(kind="all_reduce", size_bytes=size, count=pairs),)
+    if not strategy.sequence_parallel:
+        return (Collective(kind="all_reduce", size_bytes=size, count=2),)
+    if not moe:
+        return (Collective(kind="all_gather", size_bytes=size, count=2),
+                Collective(kind="reduce_scatter", size_bytes=size, count=2))
+    pairs = 2 if model.num_shared_experts else 1
+    copies = size * model.experts_per_token * strategy.expert_tp / strategy.tp
+    experts = ((Collective(kind="all_gather", size_bytes=copies), Collective(kind="reduce_scatter", size_bytes=copies))
+               if strategy.expert_tp > 1 else ())
+    return (Collective(kind="all_gather", size_bytes=size, count=pairs),
+            Collective(kind="reduce_scatter", size_bytes=size, count=pairs), *experts)
 
 
 def context_parallel_collectives(model: ModelSpec, strategy: Strategy, backward: bool) -> tuple[Collective, ...]:

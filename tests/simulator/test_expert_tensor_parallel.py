@@ -94,6 +94,18 @@ def test_etp_1_drops_the_mlp_tensor_parallel_pair_of_an_moe_layer():
     assert dense == {"all_gather": 2, "reduce_scatter": 2}
 
 
+def test_etp_tp_gathers_the_k_token_copies_over_the_tensor_parallel_group():
+    # Megatron-Core's alltoall dispatcher with expert TP = tp = 2: attention's b s h pair, then
+    # an all-gather of the b s k h received copies and a reduce-scatter of the experts' outputs
+    b, t = 2, 2
+    strategy = Strategy(tp=t, dp=8, ep=4, microbatch_size=b, sequence_parallel=True, precision="bf16")
+    bsh = b * QWEN.sequence_length * QWEN.hidden_size * 2
+    kinds = [(c.kind, c.size_bytes, c.count) for c in transformer_layer_collectives(QWEN, strategy, moe=True)]
+    assert kinds == [("all_gather", bsh, 1), ("reduce_scatter", bsh, 1),
+                     ("all_gather", bsh * QWEN.experts_per_token, 1),
+                     ("reduce_scatter", bsh * QWEN.experts_per_token, 1)]
+
+
 def test_expert_states_shard_over_tp_cp_dp_over_ep_etp():
     # zero_stage 1, Adam bf16: a device's routed-expert optimizer states (12 bytes a parameter)
     # over tp dp / (ep etp) = 2 * 8 / (4 * 1) = 4 ranks
