@@ -89,12 +89,19 @@ def expert_parallel_legal(model: ModelSpec, ep: int) -> bool:
 def _check_expert_parallel(model: ModelSpec, strategy: Strategy) -> None:
     """:func:`expert_parallel_legal` for the strategy.
 
+    An ``etp`` below ``tp`` needs sequence parallelism, as Megatron-Core's ``TransformerConfig``
+    requires with expert and tensor parallelism together: the experts take each rank's own
+    sequence shard.
+
     Raises:
-        InputError: naming ``ep`` and the experts.
+        InputError: naming ``ep`` and the experts, or ``etp``.
     """
     if not expert_parallel_legal(model, strategy.ep):
         raise InputError(f"strategy: `ep` = {strategy.ep} must divide the {model.num_experts} routed experts of"
                          f" {model.name} (1 for a dense model)")
+    if model.is_moe and strategy.expert_tp != strategy.tp and not strategy.sequence_parallel:
+        raise InputError(f"strategy: `etp` = {strategy.etp} below tp = {strategy.tp} needs sequence_parallel"
+                         " (Megatron-Core: expert and tensor parallelism need sequence parallelism)")
 
 
 def sequence_parallel_legal(model: ModelSpec, tp: int) -> bool:

@@ -59,12 +59,14 @@ class StagePlacement:
         """Devices of one whole data-parallel group (those listed times :attr:`copies`)."""
         return len(self.dp_groups[0]) * self.copies
     ep_groups: tuple[tuple[int, ...], ...] = ()
-    """Expert parallelism's ``tp dp cp / ep`` groups of ``ep`` devices: consecutive ranks of a
-    weight-replica group (Megatron-Core's ``tp-cp-ep-dp`` order), in rank order (the all-to-all
-    connects every pair); empty for ``ep == 1``."""
+    """Expert parallelism's ``tp dp cp / ep`` groups of ``ep`` devices, in rank order (the
+    all-to-all connects every pair); empty for ``ep == 1``. With expert tensor parallelism
+    ``etp = tp`` (the default) each is ``ep`` consecutive ranks of a weight-replica group
+    (Megatron-Core's ``tp-cp-ep-dp`` order); else ``ep`` ranks ``etp`` apart
+    (:func:`_expert_groups`)."""
     expert_dp_groups: tuple[tuple[int, ...], ...] = ()
-    """The ``tp ep`` groups of the ``dp cp / ep`` ranks holding the same experts (every
-    ``ep``-th rank of a weight-replica group), in ring order; empty for ``ep == 1``."""
+    """The ``ep etp`` groups of the ``tp dp cp / (ep etp)`` ranks holding the same experts (every
+    ``ep etp``-th rank of the stage), in ring order; empty for ``ep == 1``."""
 
 
 WALK_ORDERED: tuple[str, ...] = ("line", "s-shape")
@@ -125,9 +127,7 @@ def _stage(topology: Topology, devices: tuple[int, ...], strategy: Strategy, rep
         tp_groups = [ordered[i::dp] for i in range(kept)]
     dp_groups = [tuple(g[r] for g in tp_groups) for r in range(tp)]
     cp_groups = [g[k:k + cp] for g in dp_groups for k in range(0, kept, cp)] if cp > 1 else []
-    ep = strategy.ep
-    ep_groups = [tuple(g[k:k + ep]) for g in dp_groups for k in range(0, kept, ep)] if ep > 1 else []
-    expert_dp_groups = [tuple(g[k::ep]) for g in dp_groups for k in range(ep)] if ep > 1 else []
+    ep_groups, expert_dp_groups = _expert_groups(tp_groups, strategy.ep, strategy.expert_tp)
     shards, replica_groups = strategy.zero_shards, []
     if shards < dp:
         replica_groups = [g[k::shards] for g in dp_groups for k in range(shards)]
@@ -142,6 +142,22 @@ def _stage(topology: Topology, devices: tuple[int, ...], strategy: Strategy, rep
         ep_groups=tuple(ep_groups),
         expert_dp_groups=tuple(topology.ring_order(g) for g in expert_dp_groups),
     )
+
+
+def _expert_groups(tp_groups: list[list[int]], ep: int, etp: int) -> tuple[list[tuple[int, ...]],
+                                                                         list[tuple[int, ...]]]:
+    """(EP groups, expert-data-parallel groups) of a stage whose ranks, TP fastest, are those of
+    ``tp_groups`` in order: Megatron-Core's expert rank order ``etp-ep-edp``
+    (``parallel_state.initialize_model_parallel``, its expert ``RankGenerator``) makes an EP group
+    of ``ep`` ranks ``etp`` apart within a block of ``ep * etp``, and an expert-data-parallel
+    group of the ranks ``ep * etp`` apart. Both empty for ``ep == 1``."""
+    if ep == 1:
+        return [], []
+    ranks = [d for g in tp_groups for d in g]
+    block = ep * etp
+    ep_groups = [tuple(ranks[b + j:b + block:etp]) for j in range(etp) for b in range(0, len(ranks), block)]
+    expert_dp_groups = [tuple(ranks[j + e * etp::block]) for j in range(etp) for e in range(ep)]
+    return ep_groups, expert_dp_groups
 
 
 def _listed(devices: tuple[int, ...], ordered: list[int], tp_groups: list[list[int]]) -> tuple[int, ...]:

@@ -124,8 +124,20 @@ class Strategy:
             experts are split over ``ep`` devices that exchange tokens by all-to-all (Lepikhin et
             al., "GShard", ICLR'21). The groups are carved from a stage's ``dp * cp`` weight
             replicas, ``ep`` consecutive ones (Megatron-Core's ``tp-cp-ep-dp-pp`` order: ``ep``
-            divides ``dp * cp``); expert tensor parallelism equals ``tp``; expert gradients are
-            reduced over the ``dp * cp / ep`` ranks holding the same experts. 1 for dense models.
+            divides ``dp * cp``); expert gradients are reduced over the ``dp * cp / ep`` ranks
+            holding the same experts. 1 for dense models. With :attr:`etp` other than ``tp``
+            the groups are carved from all the stage's ranks instead (below).
+        etp: expert tensor-parallel degree (Megatron-Core's ``expert_tensor_parallel_size``):
+            each routed expert's FFN is split over ``etp`` ranks. ``None`` (the default) is
+            ``tp``, the layout above. Otherwise (1 or ``tp``: other values are not modelled)
+            Megatron-Core's expert rank order ``etp-ep-edp`` cuts the stage's ``tp * cp * dp``
+            ranks (in their TP-fastest order) into expert-TP groups of ``etp`` consecutive ranks,
+            EP groups of ``ep`` ranks ``etp`` apart (so an EP group may span TP ranks), and
+            expert-data-parallel groups of ``tp * cp * dp / (ep * etp)`` ranks
+            (``megatron/core/parallel_state.py``, ``initialize_model_parallel``: the
+            ``expert_tensor_and_model_parallel`` and ``expert_data_parallel`` groups of its
+            expert ``RankGenerator``). ``ep * etp`` divides ``tp * cp * dp``; ``etp`` below
+            ``tp`` needs ``sequence_parallel`` (:func:`simulator.legality.check_plan`).
         microbatch_size: samples per microbatch ``b``.
         global_batch_size: samples per iteration ``B``; ``B / (b * dp)`` is the number of
             microbatches ``m`` per replica per iteration. ``None`` takes the model's.
@@ -202,6 +214,7 @@ class Strategy:
     dp: int = _field(1, placed=True, column=True, dimension="degrees")
     cp: int = _field(1, placed=True, column=True, dimension="degrees")
     ep: int = _field(1, placed=True, column=True, dimension="degrees")
+    etp: int | None = _field(None, placed=True, column=True)
     microbatch_size: int = _field(1, column=True, dimension="microbatch_size")
     global_batch_size: int | None = _field(None)
     schedule: Schedule = _field("1f1b", column=True, dimension="schedule")
@@ -233,9 +246,7 @@ class Strategy:
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "ep", "microbatch_size", "num_chunks"):
             _positive(name, getattr(self, name))
-        if self.weight_replicas % self.ep:
-            raise InputError(f"strategy: `ep` must divide dp * cp = {self.dp}*{self.cp} = {self.weight_replicas},"
-                             f" got {self.ep}")
+        self._check_expert_degrees()
         if self.global_batch_size is not None:
             _positive("global_batch_size", self.global_batch_size)
         if self.shard_group_size is not None:
@@ -288,6 +299,21 @@ class Strategy:
                              " 'explicit' gives every stage's devices")
         self._check_explicit_lists()
 
+    def _check_expert_degrees(self) -> None:
+        """``ep`` and ``etp`` cut the stage's ranks evenly (see the class docstring)."""
+        if self.etp is None:
+            if self.weight_replicas % self.ep:
+                raise InputError(f"strategy: `ep` must divide dp * cp = {self.dp}*{self.cp} ="
+                                 f" {self.weight_replicas}, got {self.ep}")
+            return
+        _positive("etp", self.etp)
+        if self.etp not in (1, self.tp):
+            raise InputError(f"strategy: `etp` must be 1 or tp = {self.tp} (other expert tensor-parallel"
+                             f" degrees are not modelled), got {self.etp}")
+        if self.devices_per_stage % (self.ep * self.etp):
+            raise InputError(f"strategy: `ep` * `etp` = {self.ep}*{self.etp} must divide tp * cp * dp ="
+                             f" {self.devices_per_stage}")
+
     def _check_explicit_lists(self) -> None:
         if self.stage_layers is not None:
             if len(self.stage_layers) != self.pp * self.num_chunks:
@@ -329,11 +355,16 @@ class Strategy:
         return self.dp * self.cp
 
     @property
+    def expert_tp(self) -> int:
+        """Ranks each routed expert's FFN is split over: :attr:`etp`, else ``tp``."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
     def expert_replicas(self) -> int:
         """Devices of a stage holding the same experts, over which expert gradients are reduced
-        and ZeRO shards expert states: ``dp * cp / ep`` (Megatron-Core's expert-data-parallel
-        group)."""
-        return self.weight_replicas // self.ep
+        and ZeRO shards expert states: ``tp * cp * dp / (ep * etp)`` (Megatron-Core's
+        expert-data-parallel group; ``dp * cp / ep`` when ``etp`` is ``tp``)."""
+        return self.devices_per_stage // (self.ep * self.expert_tp)
 
     @property
     def training(self) -> bool:

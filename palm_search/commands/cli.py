@@ -107,6 +107,8 @@ def simulate_command(
                                        " (ring attention).")] = None,
     ep: Annotated[int | None, Opt(help="Expert-parallel degree of a Mixture-of-Experts model: its routed experts"
                                        " split over ep of the dp*cp ranks (all-to-all dispatch).")] = None,
+    etp: Annotated[int | None, Opt(help="Expert tensor-parallel degree: each routed expert split over etp ranks"
+                                        " (1 or tp; default tp). With etp 1, ep*etp divides tp*cp*dp.")] = None,
     microbatch_size: Annotated[int | None, Opt(help="Samples per microbatch.")] = None,
     global_batch_size: Annotated[int | None, Opt(help="Samples per iteration (default: model's).")] = None,
     schedule: Annotated[str | None, Opt(help="gpipe, 1f1b, interleaved-1f1b or zb-h1.")] = None,

@@ -116,6 +116,7 @@ def _describe(strategy: Strategy | None) -> str:
     context = f" cp={strategy.cp}" if strategy.cp > 1 else ""
     context += " attention by users" if strategy.attention_split == "users" else ""
     experts = f" ep={strategy.ep}" if strategy.ep > 1 else ""
+    experts += f" etp={strategy.etp}" if strategy.etp is not None and strategy.etp != strategy.tp else ""
     precision = f" {strategy.precision}" if strategy.precision == "fp8" else ""
     return (f"tp={strategy.tp} pp={strategy.pp} dp={strategy.dp}{context}{experts} b={strategy.microbatch_size} "
             f"{strategy.schedule}{chunks}{zero}{recompute}{extras}{precision}")
@@ -217,9 +218,10 @@ def korthikanti_row(record: dict) -> ValidationRow:
                 _describe(strategy), note=f"{record['iteration_time_s']} s per iteration")
 
 
-def _bridge_strategy(record: dict, ep: int = 1) -> Strategy:
+def _bridge_strategy(record: dict, ep: int = 1, etp: int | None = None) -> Strategy:
     """The stated mapping of a Megatron-Bridge row as its recipe runs it: the printed TP, PP, CP,
-    VP (interleaved 1F1B with ``vp`` chunks when > 1), EP, GBS and MBS, DP = GPUs / (TP PP CP);
+    VP (interleaved 1F1B with ``vp`` chunks when > 1), EP, the recipe's expert TP ``etp`` (None:
+    ``tp``), GBS and MBS, DP = GPUs / (TP PP CP);
     Megatron-core's distributed optimizer (ZeRO-1) or, FSDP printed 1, its FSDP (ZeRO-3);
     sequence parallelism and overlapped TP communication with TP, FlashAttention, even layers per
     (virtual) stage.
@@ -229,6 +231,7 @@ def _bridge_strategy(record: dict, ep: int = 1) -> Strategy:
     """
     tp, pp, cp, vp = (int(record[k]) for k in ("tp", "pp", "cp", "vp"))
     return Strategy(tp=tp, pp=pp, cp=cp, dp=int(record["gpus"]) // (tp * pp * cp), ep=ep,
+                    etp=None if etp == tp else etp,
                     microbatch_size=int(record["mbs"]), global_batch_size=int(record["gbs"]),
                     schedule="interleaved-1f1b" if vp > 1 else "1f1b", num_chunks=vp, precision=record["precision"],
                     zero_stage=3 if int(record["fsdp"]) else 1, sequence_parallel=tp > 1, tp_overlap=tp > 1,
@@ -263,10 +266,10 @@ def megatron_bridge_row(record: dict) -> ValidationRow:
 def megatron_bridge_moe_row(record: dict) -> ValidationRow:
     """The Megatron-Bridge summary's DGX-H100 Mixture-of-Experts rows: a model preset (its
     Hugging Face config) at the row's sequence and batch, the stated mapping with expert
-    parallelism (:func:`_bridge_strategy`). A row whose configuration a later release printed
-    again (``superseded_by``) is reported, not counted. A mapping the strategy cannot express
-    (expert tensor parallelism ``etp`` other than ``tp``, which the strategy's experts take, or
-    an ``ep`` it rejects) is kept, not simulated, not counted (see the suite's SOURCE.md)."""
+    parallelism and the recipe's expert tensor parallelism (:func:`_bridge_strategy`). A row
+    whose configuration a later release printed again (``superseded_by``) is reported, not
+    counted. A mapping the strategy cannot express is kept, not simulated, not counted (see the
+    suite's SOURCE.md)."""
     from simulator import InputError
 
     gpus, release, later = int(record["gpus"]), record["version"], record["superseded_by"]
@@ -276,10 +279,7 @@ def megatron_bridge_moe_row(record: dict) -> ValidationRow:
             record["tokens_per_s_per_gpu"])
     source = f"release {release} (L{record['line']})"
     try:
-        if int(record["etp"]) != int(record["tp"]):
-            raise InputError(f"expert tensor parallelism {record['etp']} != tp {record['tp']}: experts split over"
-                             f" tp only, ep groups within dp * cp")
-        strategy = _bridge_strategy(record, ep=int(record["ep"]))
+        strategy = _bridge_strategy(record, ep=int(record["ep"]), etp=int(record["etp"]))
     except InputError as error:
         return _row(*args, 0.0, "not expressible", measured=False, excluded_as="not expressible",
                     note=f"{source}: {error}")

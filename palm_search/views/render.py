@@ -30,6 +30,7 @@ def print_result(result: SimulationResult, console: Console | None = None, machi
     s = result.strategy
     context = f" cp={s['cp']}" if s.get("cp", 1) > 1 else ""
     context += f" ep={s['ep']}" if s.get("ep", 1) > 1 else ""
+    context += f" etp={s['etp']}" if s.get("etp") not in (None, s["tp"]) else ""
     zero = f" zero={s['zero_stage']}" + (f"/{s['shard_group_size']}" if s.get("shard_group_size") else "")
     console.print(f"[bold]{result.model}[/] on [bold]{result.hardware}[/]  tp={s['tp']} pp={s['pp']} "
                   f"dp={s['dp']}{context} microbatch={s['microbatch_size']} schedule={s['schedule']} "

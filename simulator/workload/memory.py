@@ -77,9 +77,10 @@ def sharded_state_bytes(parameters: float, strategy: Strategy, *, expert: bool =
 
     ZeRO stage >= 1 divides optimizer states, >= 2 also gradients, 3 also weights by ``dp``
     (Rajbhandari et al., SC'20, §5.1-5.3), or by the shard group under hybrid sharding. A
-    device's routed-expert parameters (``expert``: already ``1/ep`` of the experts) shard over
-    the ``dp cp / ep`` ranks holding the same experts instead (Megatron-Core's distributed
-    optimizer shards expert states over the expert-data-parallel group).
+    device's routed-expert parameters (``expert``: already ``1/ep`` of the experts, each ``1/etp``
+    of its FFN) shard over the ``tp dp cp / (ep etp)`` ranks holding the same experts instead
+    (:attr:`~simulator.strategy.Strategy.expert_replicas`: Megatron-Core's distributed optimizer
+    shards expert states over the expert-data-parallel group).
     """
     per = state_bytes_per_parameter(strategy)
     dp = strategy.expert_replicas if expert else strategy.zero_shards

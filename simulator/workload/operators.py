@@ -357,14 +357,16 @@ def moe_mlp(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     """A Mixture-of-Experts MLP on one device (Shazeer et al., ICLR'17; Fedus et al., JMLR'22;
     DeepSeekMoE, Dai et al., ACL'24): the router ``(b s, h) x (h, E)``, replicated on the
     tensor-parallel group as Megatron-Core's ``TopKRouter``; the device's ``E / ep`` routed
-    experts (each a SwiGLU of ``h x f_e``, split over ``t`` as the dense MLP: Megatron-Core's
-    expert tensor parallelism, taken equal to ``tp`` here) as grouped GEMMs over the ``b s k``
-    token copies the expert-parallel all-to-all brings them (every device sends ``b s k`` and, with
-    balanced routing, receives as many: :func:`expert_parallel_collectives`); and the shared
+    experts (each a SwiGLU of ``h x f_e``, split over the expert tensor-parallel degree ``e``,
+    :attr:`~simulator.strategy.Strategy.expert_tp`, ``t`` by default) as grouped GEMMs over the
+    ``b s k e / t`` token copies the expert-parallel all-to-all brings them (every device sends
+    its ``b s k / t`` and, with balanced routing, receives as many; with ``e > 1`` the expert-TP
+    group gathers them: :func:`expert_parallel_collectives`), so the stage's routed flop
+    ``2 b s k h f_e`` per replica splits evenly whatever ``e``; and the shared
     experts, a dense SwiGLU of ``n_s f_s`` over the device's own ``b s`` tokens. Around the
     experts run the element-wise kernels of Megatron-Core's token dispatcher
     (``moe_utils.permute`` / ``unpermute``): the router's softmax and top-k over ``b s E``
-    scores, the permutation copying each token to its ``k`` slots (``b s k h`` read and
+    scores, the permutation copying each token to its ``k`` slots (``b s k e h / t`` read and
     written), and the un-permutation summing the ``k`` expert outputs of each token weighted by
     its routing probabilities.
 
@@ -375,8 +377,9 @@ def moe_mlp(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     (:attr:`Operator.table_bytes`)."""
     h, bpe, t = model.hidden_size, strategy.bytes_per_element, strategy.tp
     tokens, fp8 = strategy.microbatch_size * rank_sequence(model, strategy), strategy.precision == "fp8"
-    copies, local = tokens * model.experts_per_token, model.num_experts / strategy.ep
-    inner, reached = model.expert_ffn_hidden_size / t, min(local, tokens * model.experts_per_token)
+    kept = tokens * strategy.expert_tp / t
+    copies, local = kept * model.experts_per_token, model.num_experts / strategy.ep
+    inner, reached = model.expert_ffn_hidden_size / strategy.expert_tp, min(local, copies)
     routed = tuple(replace(op, weight_bytes=op.weight_bytes * reached, table_bytes=op.weight_bytes * local,
                            executed_fraction=model.expert_load_imbalance, expert=True) if op.kind == "gemm" else op
                    for op in _swiglu("expert", copies, inner, h, bpe, fp8))
@@ -387,7 +390,7 @@ def moe_mlp(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
         _elementwise("router_top_k", tokens * model.num_experts, 5.0, bpe),
         _elementwise("token_permute", copies * h, 1.0, bpe),
         *routed,
-        _elementwise("token_unpermute", tokens * h, 2.0 * k, bpe, inputs=k),
+        _elementwise("token_unpermute", kept * h, 2.0 * k, bpe, inputs=k),
         *(_swiglu("shared_expert", tokens, shared, h, bpe, fp8) if shared else ()),
     )
 
@@ -399,7 +402,10 @@ def expert_parallel_collectives(model: ModelSpec, strategy: Strategy) -> tuple[C
     experts), which send ``(ep - 1) / ep`` of it to the other ranks (Megatron-Core
     ``MoEAlltoAllTokenDispatcher``; Lepikhin et al., "GShard", ICLR'21, §2.2). The backward
     runs the same two with the gradients. Balanced routing (what each rank sends, it
-    receives). Empty when ``ep == 1``."""
+    receives). The volume does not depend on the expert tensor-parallel degree: each rank
+    dispatches its own sequence-parallel share, and with ``etp > 1`` the expert-TP group then
+    all-gathers the received copies (:func:`transformer_layer_collectives`). Empty when
+    ``ep == 1``."""
     if strategy.ep == 1:
         return ()
     size = (strategy.microbatch_size * rank_sequence(model, strategy) * model.experts_per_token * model.hidden_size
@@ -505,21 +511,37 @@ def classification_head(model: ModelSpec, strategy: Strategy) -> tuple[Operator,
     )
 
 
-def transformer_layer_collectives(model: ModelSpec, strategy: Strategy) -> tuple[Collective, ...]:
+def transformer_layer_collectives(model: ModelSpec, strategy: Strategy, moe: bool = False) -> tuple[Collective, ...]:
     """TP collectives of one layer's forward (PALM Table III, Transformer row; Megatron §3).
 
     Two all-reduces of ``b s h`` elements (after attention and after the MLP); with sequence
     parallelism two all-gathers and two reduce-scatters of the same size instead (Korthikanti
     et al., MLSys'23, §4.2.2). The backward pass has the same collectives (the conjugate
     operators); a full-recompute forward repeats the forward's. Empty when ``t == 1``.
+
+    A Mixture-of-Experts layer (``moe``) under sequence parallelism (which Megatron-Core
+    requires with expert and tensor parallelism together) dispatches each rank's own ``b s / t``
+    tokens to the all-to-all, so of the ``b s h`` pairs only the attention's remains, and the
+    shared experts' if it has them (``SharedExpertMLP`` is tensor-parallel over ``t``); with
+    expert tensor parallelism ``etp > 1`` (``etp = t``: the TP group) the expert-TP group then
+    all-gathers the ``b s k etp / t`` token copies its experts take and reduce-scatters their
+    outputs (Megatron-Core ``MoEAlltoAllTokenDispatcher``: ``gather_from_sequence_parallel_region``
+    after the all-to-all, ``reduce_scatter_to_sequence_parallel_region`` before the combine).
     """
     if strategy.tp == 1:
         return ()
     size = strategy.microbatch_size * rank_sequence(model, strategy) * model.hidden_size * strategy.bytes_per_element
-    if strategy.sequence_parallel:
+    if not strategy.sequence_parallel:
+        return (Collective(kind="all_reduce", size_bytes=size, count=2),)
+    if not moe:
         return (Collective(kind="all_gather", size_bytes=size, count=2),
                 Collective(kind="reduce_scatter", size_bytes=size, count=2))
-    return (Collective(kind="all_reduce", size_bytes=size, count=2),)
+    pairs = 2 if model.num_shared_experts else 1
+    copies = size * model.experts_per_token * strategy.expert_tp / strategy.tp
+    experts = ((Collective(kind="all_gather", size_bytes=copies), Collective(kind="reduce_scatter", size_bytes=copies))
+               if strategy.expert_tp > 1 else ())
+    return (Collective(kind="all_gather", size_bytes=size, count=pairs),
+            Collective(kind="reduce_scatter", size_bytes=size, count=pairs), *experts)
 
 
 def context_parallel_collectives(model: ModelSpec, strategy: Strategy, backward: bool) -> tuple[Collective, ...]:

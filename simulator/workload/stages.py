@@ -87,7 +87,7 @@ def _layer_unit(model: ModelSpec, hardware: Hardware, strategy: Strategy, moe: b
     shard = hardware.memory.sram_dataflow() == "tiled"
     layer_ops = formats.serve(operators.transformer_layer(model, strategy, shard_elementwise=shard, moe=moe),
                               model, hardware, strategy, stack)
-    layer_collectives = operators.transformer_layer_collectives(model, strategy)
+    layer_collectives = operators.transformer_layer_collectives(model, strategy, moe)
     return cost_unit(
         layer_ops, recomputed=_recomputed(layer_ops, strategy),
         collectives=UnitCollectives(
@@ -426,7 +426,7 @@ def _state_bytes(parameters: float, experts: float, strategy: Strategy) -> memor
 
 def expert_dp_collectives(experts: float, strategy: Strategy) -> tuple[Collective, ...]:
     """Data-parallel collectives of a device's ``experts`` routed-expert parameters over the
-    ``dp cp / ep`` ranks holding the same experts (Megatron-Core's expert-data-parallel group):
+    ``tp dp cp / (ep etp)`` ranks holding the same experts (Megatron-Core's expert-data-parallel group):
     an all-reduce of their gradients, or with ZeRO 1-2 a reduce-scatter and an all-gather of
     the same volume (:func:`dp_collectives`). Empty without experts, for inference, or when
     each expert has one replica."""

@@ -230,7 +230,7 @@ def file_kind_cases(draw) -> Case:
 SIMULATE_FLAGS = ("tp", "pp", "dp", "cp", "microbatch_size", "global_batch_size", "schedule", "num_chunks", "recompute",
                   "zero_stage", "shard_group_size", "optimizer", "precision", "mode", "partition", "stage_layers",
                   "placement", "stage_devices", "group_layout", "group_order", "transfer_strategy", "math_fidelity",
-                  "attention", "eval_timeout", "ep", "stack", "prompt_length", "decode_context_length",
+                  "attention", "eval_timeout", "ep", "etp", "stack", "prompt_length", "decode_context_length",
                   "attention_split", "wafer_stages")
 OPTIMIZE_FLAGS = ("trials", "sampler", "seed", "objective", "network", "fidelity", "top", "artifacts_top", "jobs",
                   "executor", "eval_timeout", "stack", "mode", "precision", "prompt_length", "users")
