@@ -84,13 +84,13 @@ def test_the_tilize_runs_in_series_with_the_gemm():
 @pytest.mark.parametrize("preset", ["a100-cluster", "wafer"])
 def test_gpu_and_wafer_convolutions_are_unchanged(preset):
     hardware, strategy = load_hardware(preset), _inference(precision="fp16")
-    ops = [op for _, unit in _resnet_units(resnet50(), hardware, strategy) for op in unit.ops]
+    ops = [op for _, unit in _resnet_units(resnet50(), hardware, strategy).items for op in unit.ops]
     plain = [op for _, unit in operators.resnet50_units(resnet50(), strategy) for op in unit]
     assert ops == plain
 
 
 def test_tiled_hardware_runs_the_tt_metal_convolution():
-    ops = [op for _, unit in _resnet_units(resnet50(), GRAYSKULL, _inference()) for op in unit.ops]
+    ops = [op for _, unit in _resnet_units(resnet50(), GRAYSKULL, _inference()).items for op in unit.ops]
     assert all(op.sharded for op in ops) and any(op.l1_only for op in ops)
 
 
