@@ -91,6 +91,27 @@ def sharded_state_bytes(parameters: float, strategy: Strategy, *, expert: bool =
     )
 
 
+def stage_state_bytes(parameters: float, experts: float, strategy: Strategy) -> StateBytes:
+    """Model states of a device holding ``parameters``, ``experts`` of them in routed experts
+    (sharded over the expert replicas: :func:`sharded_state_bytes`)."""
+    if not experts:
+        return sharded_state_bytes(parameters, strategy)
+    dense = sharded_state_bytes(parameters - experts, strategy)
+    routed = sharded_state_bytes(experts, strategy, expert=True)
+    return StateBytes(weights_bytes=dense.weights_bytes + routed.weights_bytes,
+                      gradients_bytes=dense.gradients_bytes + routed.gradients_bytes,
+                      optimizer_bytes=dense.optimizer_bytes + routed.optimizer_bytes)
+
+
+def updated_parameters(parameters: float, experts: float, strategy: Strategy) -> float:
+    """Parameters whose update a device of a stage holding ``parameters`` runs (elements): ZeRO
+    >= 1 updates its shard, of the ``experts`` among them its shard over the expert replicas
+    (:func:`sharded_state_bytes`)."""
+    sharded = strategy.shards_optimizer_states
+    return (parameters - experts) / (strategy.zero_shards if sharded else 1) \
+        + experts / (strategy.expert_replicas if sharded else 1)
+
+
 def fp8_weight_copy_bytes(fp8_parameters: float, strategy: Strategy) -> float:
     """The cached FP8 weights of a device's ``fp8_parameters`` FP8-GEMM parameters (bytes;
     :data:`FP8_WEIGHT_COPY_BYTES` each, sharded like the weights under ZeRO-3); 0

@@ -20,7 +20,6 @@ from simulator.costs import Collective, PassCost
 from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
 from simulator.strategy import WORKING_PRECISION, Strategy
-from simulator.workload import memory
 from simulator.workload.matrix_feed import fed_flop_per_s
 from simulator.workload.operators import Operator, UnitCollectives, parameter_count
 
@@ -252,24 +251,21 @@ def idle_pass(segments: int) -> PassCost:
     return PassCost(compute_s=0.0, dram_bytes=0.0, tp_collectives=(), segments=segments, flops=0.0)
 
 
-def optimizer_step(parameters: float, dram_bytes: float, segments: int, hardware: Hardware,
-                   strategy: Strategy, expert_parameters: float = 0.0) -> PassCost:
-    """Element-wise update of the device's (ZeRO-sharded) parameters as one fused kernel.
+def optimizer_step(updated_parameters: float, bytes_per_parameter: float, optimizer: str, dram_bytes: float,
+                   segments: int, hardware: Hardware) -> PassCost:
+    """Element-wise update of a device's ``updated_parameters`` (its ZeRO shard:
+    :func:`~simulator.workload.memory.updated_parameters`) as one fused kernel.
 
-    Moves :func:`~simulator.workload.memory.optimizer_step_bytes_per_parameter` bytes per
-    parameter (Adam fp16: 28) at the memory-bound efficiency; ZeRO >= 1 updates its shard, of
-    the ``expert_parameters`` among ``parameters`` its shard over the expert replicas
-    (:func:`~simulator.workload.memory.sharded_state_bytes`).
+    Moves ``bytes_per_parameter``
+    (:func:`~simulator.workload.memory.optimizer_step_bytes_per_parameter`, Adam fp16: 28) per
+    parameter at the memory-bound efficiency, and ``optimizer``'s arithmetic
+    (:data:`ADAM_FLOP_PER_PARAMETER`, :data:`SGD_FLOP_PER_PARAMETER`); ``dram_bytes`` is the
+    update's DRAM traffic where a planner gives it (bytes).
     """
-    if not strategy.training:
-        return idle_pass(segments)
-    sharded = strategy.shards_optimizer_states
-    updated = (parameters - expert_parameters) / (strategy.zero_shards if sharded else 1) \
-        + expert_parameters / (strategy.expert_replicas if sharded else 1)
-    moved = updated * memory.optimizer_step_bytes_per_parameter(strategy)
+    moved = updated_parameters * bytes_per_parameter
     cal = hardware.calibration
-    per_parameter = ADAM_FLOP_PER_PARAMETER if strategy.optimizer == "adam" else SGD_FLOP_PER_PARAMETER
+    per_parameter = ADAM_FLOP_PER_PARAMETER if optimizer == "adam" else SGD_FLOP_PER_PARAMETER
     compute_s = (moved / (hardware.memory.operand_bandwidth_bytes_per_s * cal.memory_bound_efficiency)
                  + cal.kernel_overhead_s)
     return PassCost(compute_s=compute_s, dram_bytes=dram_bytes, tp_collectives=(), segments=segments,
-                    flops=updated * per_parameter)
+                    flops=updated_parameters * per_parameter)

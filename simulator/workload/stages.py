@@ -350,12 +350,12 @@ def _forward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int,
         overlap_s=compute_s if multicast or replicas else 0.0)
 
 
-def _backward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int, strategy: Strategy,
+def _backward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int, training: bool,
               zero3: Zero3Pass) -> PassCost:
     """Backward pass of a stage per microbatch (recompute included; idle for inference). The TP
     collectives of ``tp_overlap`` run under the weight-gradient GEMMs; with multicast, both run
     under the whole pass, as ZeRO-3's prefetched collectives do; its exposed ones follow the pass."""
-    if not strategy.training:
+    if not training:
         return idle_pass(segments)
     compute_s = sum(unit.backward_s * count for unit, count in groups) + zero3.host_s
     multicast = plan.backward_multicast_bytes if plan else 0.0
@@ -375,11 +375,11 @@ def _backward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int
         overlap_s=compute_s if multicast or replicas else sum(unit.overlap_s * count for unit, count in groups))
 
 
-def _live_activation_bytes(groups: Sequence[Group], strategy: Strategy) -> float:
+def _live_activation_bytes(groups: Sequence[Group], training: bool) -> float:
     """Activations one microbatch holds on the stage at its peak (bytes): every unit's stash in
     training (each waits for its backward); in inference only the largest unit's output, the
     one alive while the next unit runs (nothing waits for a backward)."""
-    if not strategy.training:
+    if not training:
         return max(unit.activation_bytes for unit, _ in groups)
     return sum(unit.activation_bytes * count for unit, count in groups)
 
@@ -407,18 +407,6 @@ def _split_backward(backward: PassCost, groups: Sequence[Group], multicast: bool
     return backward_input, backward_weight
 
 
-def _state_bytes(parameters: float, experts: float, strategy: Strategy) -> memory.StateBytes:
-    """Model states of a device holding ``parameters``, ``experts`` of them in routed experts
-    (sharded over the expert replicas: :func:`memory.sharded_state_bytes`)."""
-    if not experts:
-        return memory.sharded_state_bytes(parameters, strategy)
-    dense = memory.sharded_state_bytes(parameters - experts, strategy)
-    routed = memory.sharded_state_bytes(experts, strategy, expert=True)
-    return memory.StateBytes(weights_bytes=dense.weights_bytes + routed.weights_bytes,
-                             gradients_bytes=dense.gradients_bytes + routed.gradients_bytes,
-                             optimizer_bytes=dense.optimizer_bytes + routed.optimizer_bytes)
-
-
 def expert_dp_collectives(experts: float, strategy: Strategy) -> tuple[Collective, ...]:
     """Data-parallel collectives of a device's ``experts`` routed-expert parameters over the
     ``tp dp cp / (ep etp)`` ranks holding the same experts (Megatron-Core's expert-data-parallel group):
@@ -434,19 +422,31 @@ def expert_dp_collectives(experts: float, strategy: Strategy) -> tuple[Collectiv
 
 
 def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy, stack: Stack) -> StageCost:
-    """Cost of one virtual stage made of ``entries`` (name, unit)."""
+    """Cost of one virtual stage made of ``entries`` (name, unit), one way: its data-parallel
+    and ZeRO-3 collectives and buffers and its live activations (here), its model states and
+    update (:mod:`~simulator.workload.memory`), its DRAM traffic (the mesh's planner), the
+    update's time (:func:`optimizer_step`), then its passes."""
     groups, segments = _groups(entries), len(entries)
-    plan = _sram_plan(groups, hardware, strategy)
     parameters = sum(unit.parameters * count for unit, count in groups)
     experts = sum(unit.expert_parameters * count for unit, count in groups)
-    states = _state_bytes(parameters, experts, strategy)
     fp8_parameters = sum(op.parameter_bytes * count for unit, count in groups for op in unit.ops
                          if op.fp8) / strategy.bytes_per_element
+    gemm_flops = sum(unit.gemm_flops * count for unit, count in groups)
     buffers = zero3_buffer_bytes(parameters, max(unit.parameters for unit, _ in groups), strategy, hardware, stack)
     tensors = zero3_tensors(groups, parameters, segments, strategy, stack)
-    gemm_flops = sum(unit.gemm_flops * count for unit, count in groups)
-    backward = _backward(groups, plan, segments, strategy,
-                         zero3_collectives(tensors, strategy, hardware, True, stack))
+    zero3_backward = zero3_collectives(tensors, strategy, hardware, True, stack)
+    zero3_forward = zero3_collectives(tensors, strategy, hardware, False, stack)
+    data_parallel = dp_collectives(parameters - experts, strategy, hardware)
+    expert_data_parallel = expert_dp_collectives(experts, strategy)
+    activations = _live_activation_bytes(groups, strategy.training)
+    states = memory.stage_state_bytes(parameters, experts, strategy)
+    fp8_copy_bytes = memory.fp8_weight_copy_bytes(fp8_parameters, strategy)
+    updated = memory.updated_parameters(parameters, experts, strategy)
+    update_bytes = memory.optimizer_step_bytes_per_parameter(strategy)
+    plan = _sram_plan(groups, hardware, strategy)
+    step = optimizer_step(updated, update_bytes, strategy.optimizer, plan.update_dram_bytes if plan else 0.0,
+                          segments, hardware) if strategy.training else idle_pass(segments)
+    backward = _backward(groups, plan, segments, strategy.training, zero3_backward)
     multicast = bool(plan and (plan.backward_multicast_bytes or plan.backward_replica_bytes))
     backward_input, backward_weight = _split_backward(backward, groups, multicast)
     weights = states.weights_bytes
@@ -455,23 +455,21 @@ def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy,
                       for unit, count in groups) / (strategy.zero_shards if strategy.shards_weights else 1)
     return StageCost(
         units=tuple(name for name, _ in entries),
-        forward=_forward(groups, plan, segments,
-                         zero3_collectives(tensors, strategy, hardware, False, stack)),
+        forward=_forward(groups, plan, segments, zero3_forward),
         backward=backward, backward_input=backward_input, backward_weight=backward_weight,
-        optimizer_step=optimizer_step(parameters, plan.update_dram_bytes if plan else 0.0, segments,
-                                      hardware, strategy, experts),
+        optimizer_step=step,
         activation_send_bytes=entries[-1][1].send_bytes,
         gradient_send_bytes=entries[0][1].send_bytes if strategy.training else 0.0,
-        dp_collectives=dp_collectives(parameters - experts, strategy, hardware), parameters=parameters,
-        expert_dp_collectives=expert_dp_collectives(experts, strategy),
+        dp_collectives=data_parallel, parameters=parameters,
+        expert_dp_collectives=expert_data_parallel,
         model_flops_per_microbatch=gemm_flops * (3.0 if strategy.training else 1.0),
         hardware_flops_per_microbatch=gemm_flops * (3.0 if strategy.training else 1.0)
         + sum(unit.recompute_gemm_flops * count for unit, count in groups),
         memory=MemoryBreakdown(
-            weights_bytes=weights + memory.fp8_weight_copy_bytes(fp8_parameters, strategy) + buffers,
+            weights_bytes=weights + fp8_copy_bytes + buffers,
             gradients_bytes=states.gradients_bytes,
             optimizer_bytes=states.optimizer_bytes,
-            activation_bytes_per_microbatch=_live_activation_bytes(groups, strategy),
+            activation_bytes_per_microbatch=activations,
             sram_resident_bytes=plan.resident_bytes if plan else 0.0),
     )
 
