@@ -315,14 +315,13 @@ PLANNERS = {"palm-algorithm-1": sram.plan_stage, "tiled": plan_stage_tiled}
 """A mesh's dataflow -> the planner of a stage's DRAM traffic."""
 
 
-def _sram_plan(groups: list[Group], hardware: Hardware,
-               strategy: Strategy) -> sram.SramPlan | None:
+def _sram_plan(groups: list[Group], hardware: Hardware, fields: sram.PlanFields) -> sram.SramPlan | None:
     """The stage's DRAM traffic as the mesh's dataflow moves it (None off meshes)."""
     dataflow = hardware.memory.sram_dataflow()
     if dataflow is None:
         return None
     return PLANNERS[dataflow]([(unit.ops, count) for unit, count in groups], hardware.memory.sram.capacity_bytes,
-                              strategy, [(unit.recomputed, count) for unit, count in groups if unit.recomputed])
+                              fields, [(unit.recomputed, count) for unit, count in groups if unit.recomputed])
 
 
 def _multicast(size_bytes: float) -> tuple[tuple[Collective, ...], int]:
@@ -443,7 +442,7 @@ def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy,
     fp8_copy_bytes = memory.fp8_weight_copy_bytes(fp8_parameters, strategy)
     updated = memory.updated_parameters(parameters, experts, strategy)
     update_bytes = memory.optimizer_step_bytes_per_parameter(strategy)
-    plan = _sram_plan(groups, hardware, strategy)
+    plan = _sram_plan(groups, hardware, sram.PlanFields.of(strategy))
     step = optimizer_step(updated, update_bytes, strategy.optimizer, plan.update_dram_bytes if plan else 0.0,
                           segments, hardware) if strategy.training else idle_pass(segments)
     backward = _backward(groups, plan, segments, strategy.training, zero3_backward)
