@@ -5,9 +5,17 @@ virtual stage, logits the last); ResNet-50 is its 18 units (stem, 16 bottlenecks
 are split into ``pp * num_chunks`` contiguous virtual stages in model order
 (:mod:`simulator.workload.partition`); virtual stage ``j = c * pp + i`` is chunk ``c`` of
 pipeline stage ``i`` (Megatron assigns chunks ``i, i + p, i + 2p, ...`` to device ``i``;
-Narayanan et al. SC'21 §2.2.2). Each unit is costed once by the roofline
-(:mod:`simulator.workload.roofline`); a stage sums its units, and on a mesh PALM Algorithm 1
-(:mod:`simulator.workload.sram`) gives its DRAM traffic (``dram_bytes = 0`` on a cluster).
+Narayanan et al. SC'21 §2.2.2).
+
+Costing flows one way. Each unit is built and costed once: its operators and collectives
+(:mod:`simulator.workload.operators`), served in the stack's formats
+(:mod:`simulator.workload.formats`), its stashed activations (:mod:`simulator.workload.memory`),
+then its roofline (:mod:`simulator.workload.roofline`, which takes the strategy's fields in a
+:class:`~simulator.workload.roofline.Costing`). A stage then sums its units: its data-parallel
+and ZeRO-3 collectives (here), its model states and update (:mod:`simulator.workload.memory`),
+on a mesh its DRAM traffic (PALM Algorithm 1, :mod:`simulator.workload.sram`, or the tiled
+dataflow, both taking :class:`~simulator.workload.sram.PlanFields`; ``dram_bytes = 0`` on a
+cluster), and the update's time (:func:`~simulator.workload.roofline.optimizer_step`).
 """
 
 from __future__ import annotations
