@@ -72,7 +72,27 @@ def state_bytes_per_parameter(strategy: Strategy) -> StateBytes:
     return StateBytes(weights_bytes=bpe, gradients_bytes=bpe, optimizer_bytes=master + moments)
 
 
-def sharded_state_bytes(parameters: float, strategy: Strategy, *, expert: bool = False) -> StateBytes:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateSharding:
+    """Model-state bytes per parameter (:func:`state_bytes_per_parameter`) and the ranks ZeRO
+    shards each of them over (1: held whole), as :func:`state_sharding` gives them."""
+
+    per_parameter: StateBytes
+    weights_shards: int
+    gradients_shards: int
+    optimizer_shards: int
+
+    def of(self, parameters: float) -> StateBytes:
+        """Model-state bytes of one device holding ``parameters``."""
+        per = self.per_parameter
+        return StateBytes(
+            weights_bytes=parameters * per.weights_bytes / self.weights_shards,
+            gradients_bytes=parameters * per.gradients_bytes / self.gradients_shards,
+            optimizer_bytes=parameters * per.optimizer_bytes / self.optimizer_shards,
+        )
+
+
+def state_sharding(strategy: Strategy, *, expert: bool = False) -> StateSharding:
     """Model-state bytes of one device holding ``parameters``, after ZeRO sharding over ``dp``.
 
     ZeRO stage >= 1 divides optimizer states, >= 2 also gradients, 3 also weights by ``dp``
@@ -82,13 +102,38 @@ def sharded_state_bytes(parameters: float, strategy: Strategy, *, expert: bool =
     (:attr:`~simulator.strategy.Strategy.expert_replicas`: Megatron-Core's distributed optimizer
     shards expert states over the expert-data-parallel group).
     """
-    per = state_bytes_per_parameter(strategy)
     dp = strategy.expert_replicas if expert else strategy.zero_shards
-    return StateBytes(
-        weights_bytes=parameters * per.weights_bytes / (dp if strategy.shards_weights else 1),
-        gradients_bytes=parameters * per.gradients_bytes / (dp if strategy.shards_gradients else 1),
-        optimizer_bytes=parameters * per.optimizer_bytes / (dp if strategy.shards_optimizer_states else 1),
-    )
+    return StateSharding(per_parameter=state_bytes_per_parameter(strategy),
+                         weights_shards=dp if strategy.shards_weights else 1,
+                         gradients_shards=dp if strategy.shards_gradients else 1,
+                         optimizer_shards=dp if strategy.shards_optimizer_states else 1)
+
+
+def sharded_state_bytes(parameters: float, strategy: Strategy, *, expert: bool = False) -> StateBytes:
+    """Model-state bytes of one device holding ``parameters``, after ZeRO sharding
+    (:func:`state_sharding`)."""
+    return state_sharding(strategy, expert=expert).of(parameters)
+
+
+def stage_state_bytes(parameters: float, experts: float, strategy: Strategy) -> StateBytes:
+    """Model states of a device holding ``parameters``, ``experts`` of them in routed experts
+    (sharded over the expert replicas: :func:`sharded_state_bytes`)."""
+    if not experts:
+        return sharded_state_bytes(parameters, strategy)
+    dense = sharded_state_bytes(parameters - experts, strategy)
+    routed = sharded_state_bytes(experts, strategy, expert=True)
+    return StateBytes(weights_bytes=dense.weights_bytes + routed.weights_bytes,
+                      gradients_bytes=dense.gradients_bytes + routed.gradients_bytes,
+                      optimizer_bytes=dense.optimizer_bytes + routed.optimizer_bytes)
+
+
+def updated_parameters(parameters: float, experts: float, strategy: Strategy) -> float:
+    """Parameters whose update a device of a stage holding ``parameters`` runs (elements): ZeRO
+    >= 1 updates its shard, of the ``experts`` among them its shard over the expert replicas
+    (:func:`sharded_state_bytes`)."""
+    sharded = strategy.shards_optimizer_states
+    return (parameters - experts) / (strategy.zero_shards if sharded else 1) \
+        + experts / (strategy.expert_replicas if sharded else 1)
 
 
 def fp8_weight_copy_bytes(fp8_parameters: float, strategy: Strategy) -> float:

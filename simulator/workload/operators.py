@@ -594,6 +594,48 @@ def logits_collectives(model: ModelSpec, strategy: Strategy) -> tuple[Collective
     return (Collective(kind="all_gather", size_bytes=size, count=1), *reductions)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnitCollectives:
+    """Tensor-parallel collectives of one unit per microbatch: its forward, its backward, and
+    the forward's again when the backward recomputes it; its context-parallel ones, forward
+    and backward, which its attention's compute hides; and a Mixture-of-Experts layer's
+    expert-parallel all-to-alls of one pass (the same in the forward, the backward and a full
+    recompute's forward)."""
+
+    forward: tuple[Collective, ...] = ()
+    backward: tuple[Collective, ...] = ()
+    recompute: tuple[Collective, ...] = ()
+    context_forward: tuple[Collective, ...] = ()
+    context_backward: tuple[Collective, ...] = ()
+    expert: tuple[Collective, ...] = ()
+
+
+def layer_collectives(model: ModelSpec, strategy: Strategy, moe: bool) -> UnitCollectives:
+    """Every collective of one transformer layer, dense or Mixture-of-Experts (``moe``): its TP
+    collectives in the forward, the backward and a full recompute's forward
+    (:func:`transformer_layer_collectives`), its context-parallel ones
+    (:func:`context_parallel_collectives`) and its expert-parallel all-to-alls
+    (:func:`expert_parallel_collectives`)."""
+    collectives = transformer_layer_collectives(model, strategy, moe)
+    return UnitCollectives(
+        forward=collectives, backward=collectives,
+        recompute=collectives if strategy.recompute == "full" else (),
+        context_forward=context_parallel_collectives(model, strategy, backward=False),
+        context_backward=context_parallel_collectives(model, strategy, backward=True),
+        expert=expert_parallel_collectives(model, strategy) if moe else ())
+
+
+def boundary_bytes(model: ModelSpec, strategy: Strategy) -> float:
+    """Stage-boundary activation of a transformer per device: ``b s h B / t``.
+
+    Megatron's scatter/gather optimisation sends ``1/t`` per device and all-gathers on arrival
+    (Narayanan et al. SC'21 §4.1); the same size with sequence parallelism; ``s`` is a
+    context-parallel rank's share.
+    """
+    return (strategy.microbatch_size * rank_sequence(model, strategy) * model.hidden_size
+            * strategy.bytes_per_element / strategy.tp)
+
+
 # ResNet-50 ------------------------------------------------------------------------------------
 
 RESNET50_STAGES: tuple[tuple[int, int, int], ...] = ((3, 64, 1), (4, 128, 2), (6, 256, 2), (3, 512, 2))

@@ -20,31 +20,14 @@ from simulator.costs import Collective, PassCost
 from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
 from simulator.strategy import WORKING_PRECISION, Strategy
-from simulator.workload import memory
 from simulator.workload.matrix_feed import fed_flop_per_s
-from simulator.workload.operators import Operator, parameter_count
+from simulator.workload.operators import Operator, UnitCollectives, parameter_count
 
 ADAM_FLOP_PER_PARAMETER = 10.0
 """Adam update arithmetic per parameter: moments 3 + 4, step 3 (Kingma & Ba 2015, Alg. 1)."""
 
 SGD_FLOP_PER_PARAMETER = 2.0
 """SGD update arithmetic per parameter: scale and subtract."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class UnitCollectives:
-    """Tensor-parallel collectives of one unit per microbatch: its forward, its backward, and
-    the forward's again when the backward recomputes it; its context-parallel ones, forward
-    and backward, which its attention's compute hides; and a Mixture-of-Experts layer's
-    expert-parallel all-to-alls of one pass (the same in the forward, the backward and a full
-    recompute's forward)."""
-
-    forward: tuple[Collective, ...] = ()
-    backward: tuple[Collective, ...] = ()
-    recompute: tuple[Collective, ...] = ()
-    context_forward: tuple[Collective, ...] = ()
-    context_backward: tuple[Collective, ...] = ()
-    expert: tuple[Collective, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,6 +73,30 @@ class UnitCost:
     def training_s(self) -> float:
         """Forward + backward compute time (s), the balanced partition's measure."""
         return self.forward_s + self.backward_s
+
+
+@dataclass(frozen=True, slots=True)
+class Costing:
+    """What :func:`cost_unit` takes beyond a unit's operators: the device, its peak at the
+    strategy's working precision (flop/s; :func:`peak_flop_per_s`), whether the strategy trains
+    (else backward costs are 0), whether its backward recomputes the whole forward (its
+    expert-parallel all-to-alls again) and the working precision's bytes per element."""
+
+    hardware: Hardware
+    peak_flop_per_s: float
+    training: bool
+    full_recompute: bool
+    bytes_per_element: float
+
+    @classmethod
+    def of(cls, hardware: Hardware, strategy: Strategy) -> Costing:
+        """The costing of ``strategy`` on ``hardware``.
+
+        Raises:
+            InputError: the hardware states no peak for the strategy's precision.
+        """
+        return cls(hardware, peak_flop_per_s(hardware, strategy), strategy.training, strategy.recompute == "full",
+                   strategy.bytes_per_element)
 
 
 def peak_flop_per_s(hardware: Hardware, strategy: Strategy) -> float:
@@ -185,8 +192,8 @@ def _weight_gradient_flops(ops: Sequence[Operator]) -> float:
 
 
 def cost_unit(ops: tuple[Operator, ...], *, recomputed: tuple[Operator, ...], collectives: UnitCollectives,
-              activation_bytes: float, send_bytes: float, hardware: Hardware, strategy: Strategy,
-              parameters: float | None = None, overlap: bool = False) -> UnitCost:
+              activation_bytes: float, send_bytes: float, costing: Costing, parameters: float | None = None,
+              overlap: bool = False) -> UnitCost:
     """Cost one unit per microbatch on one device.
 
     Args:
@@ -196,28 +203,26 @@ def cost_unit(ops: tuple[Operator, ...], *, recomputed: tuple[Operator, ...], co
             weight-gradient GEMMs (``tp_overlap``).
         activation_bytes: activations stashed per microbatch until the backward (bytes).
         send_bytes: activation sent to the next stage if the unit ends one (bytes).
+        costing: the device and the strategy's fields the costs take.
         parameters: its parameters (elements); by default the operators' parameter bytes over
             the working precision.
-
-    Raises:
-        InputError: no peak for the strategy's precision.
     """
-    peak = peak_flop_per_s(hardware, strategy)
+    hardware, peak, training = costing.hardware, costing.peak_flop_per_s, costing.training
+    bytes_per_element = costing.bytes_per_element
     forward_s, backward_s = _pass_times(ops, hardware, peak)
     recompute_s = _pass_times(recomputed, hardware, peak)[0]
-    training = strategy.training
     flops = sum(op.flops * op.executed_fraction for op in ops)
     overlapped = collectives.backward if overlap and training else ()
     backward = () if overlapped else collectives.backward
     if parameters is None:
-        parameters = parameter_count(ops, strategy.bytes_per_element)
+        parameters = parameter_count(ops, bytes_per_element)
     attention_forward_s, attention_backward_s = _pass_times([op for op in ops if op.kind == "attention"],
                                                             hardware, peak)
-    recompute_experts = collectives.expert if strategy.recompute == "full" else ()
+    recompute_experts = collectives.expert if costing.full_recompute else ()
     return UnitCost(
         expert_forward=collectives.expert,
         expert_backward=(*collectives.expert, *recompute_experts) if training else (),
-        expert_parameters=parameter_count([op for op in ops if op.expert], strategy.bytes_per_element),
+        expert_parameters=parameter_count([op for op in ops if op.expert], bytes_per_element),
         context_forward=collectives.context_forward,
         context_backward=collectives.context_backward if training else (),
         attention_forward_s=attention_forward_s,
@@ -246,24 +251,21 @@ def idle_pass(segments: int) -> PassCost:
     return PassCost(compute_s=0.0, dram_bytes=0.0, tp_collectives=(), segments=segments, flops=0.0)
 
 
-def optimizer_step(parameters: float, dram_bytes: float, segments: int, hardware: Hardware,
-                   strategy: Strategy, expert_parameters: float = 0.0) -> PassCost:
-    """Element-wise update of the device's (ZeRO-sharded) parameters as one fused kernel.
+def optimizer_step(updated_parameters: float, bytes_per_parameter: float, optimizer: str, dram_bytes: float,
+                   segments: int, hardware: Hardware) -> PassCost:
+    """Element-wise update of a device's ``updated_parameters`` (its ZeRO shard:
+    :func:`~simulator.workload.memory.updated_parameters`) as one fused kernel.
 
-    Moves :func:`~simulator.workload.memory.optimizer_step_bytes_per_parameter` bytes per
-    parameter (Adam fp16: 28) at the memory-bound efficiency; ZeRO >= 1 updates its shard, of
-    the ``expert_parameters`` among ``parameters`` its shard over the expert replicas
-    (:func:`~simulator.workload.memory.sharded_state_bytes`).
+    Moves ``bytes_per_parameter``
+    (:func:`~simulator.workload.memory.optimizer_step_bytes_per_parameter`, Adam fp16: 28) per
+    parameter at the memory-bound efficiency, and ``optimizer``'s arithmetic
+    (:data:`ADAM_FLOP_PER_PARAMETER`, :data:`SGD_FLOP_PER_PARAMETER`); ``dram_bytes`` is the
+    update's DRAM traffic where a planner gives it (bytes).
     """
-    if not strategy.training:
-        return idle_pass(segments)
-    sharded = strategy.shards_optimizer_states
-    updated = (parameters - expert_parameters) / (strategy.zero_shards if sharded else 1) \
-        + expert_parameters / (strategy.expert_replicas if sharded else 1)
-    moved = updated * memory.optimizer_step_bytes_per_parameter(strategy)
+    moved = updated_parameters * bytes_per_parameter
     cal = hardware.calibration
-    per_parameter = ADAM_FLOP_PER_PARAMETER if strategy.optimizer == "adam" else SGD_FLOP_PER_PARAMETER
+    per_parameter = ADAM_FLOP_PER_PARAMETER if optimizer == "adam" else SGD_FLOP_PER_PARAMETER
     compute_s = (moved / (hardware.memory.operand_bandwidth_bytes_per_s * cal.memory_bound_efficiency)
                  + cal.kernel_overhead_s)
     return PassCost(compute_s=compute_s, dram_bytes=dram_bytes, tp_collectives=(), segments=segments,
-                    flops=updated * per_parameter)
+                    flops=updated_parameters * per_parameter)

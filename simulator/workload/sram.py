@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from simulator.strategy import Strategy
-from simulator.workload.memory import optimizer_step_bytes_per_parameter, sharded_state_bytes
+from simulator.workload.memory import StateSharding, optimizer_step_bytes_per_parameter, state_sharding
 from simulator.workload.operators import Operator
 
 SramStrategy = Literal["resident", "activation_stream", "weight_stream", "weight_stationary", "input_stationary"]
@@ -120,7 +120,31 @@ class SramPlan:
     backward_replica_bytes: float = 0.0
 
 
-def stage_totals(groups: Iterable[OperatorGroup], strategy: Strategy) -> StageTotals:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanFields:
+    """What a stage's DRAM planner takes of the strategy: whether it trains (a backward and an
+    update), the working precision's bytes per element, ZeRO's sharding of the model states
+    (:func:`~simulator.workload.memory.state_sharding`), the update's traffic per parameter
+    (:func:`~simulator.workload.memory.optimizer_step_bytes_per_parameter`, bytes) and the
+    tensor- and data-parallel degrees (the tiled dataflow's multicast groups)."""
+
+    training: bool
+    bytes_per_element: float
+    states: StateSharding
+    update_bytes_per_parameter: float
+    tp: int
+    dp: int
+
+    @classmethod
+    def of(cls, strategy: Strategy) -> PlanFields:
+        """The fields of ``strategy``."""
+        return cls(training=strategy.training, bytes_per_element=strategy.bytes_per_element,
+                   states=state_sharding(strategy),
+                   update_bytes_per_parameter=optimizer_step_bytes_per_parameter(strategy),
+                   tp=strategy.tp, dp=strategy.dp)
+
+
+def stage_totals(groups: Iterable[OperatorGroup], fields: PlanFields) -> StageTotals:
     """Algorithm 1, first loop: ``Wt``, ``WSG`` and ``ACT`` of the stage on one device.
 
     Training sums every operator's input into ``ACT`` as Algorithm 1 does (they are stashed for
@@ -133,10 +157,10 @@ def stage_totals(groups: Iterable[OperatorGroup], strategy: Strategy) -> StageTo
         weight += count * sum(op.weight_bytes for op in ops)
         held += count * sum(op.parameter_bytes for op in ops)
         activation += count * sum(op.input_bytes for op in ops)
-    if not strategy.training:
+    if not fields.training:
         activation = max((op.input_bytes + op.output_bytes for ops, _ in groups for op in ops), default=0.0)
-    parameters = held / strategy.bytes_per_element
-    wsg = sharded_state_bytes(parameters, strategy).total_bytes
+    parameters = held / fields.bytes_per_element
+    wsg = fields.states.of(parameters).total_bytes
     return StageTotals(weight_bytes=weight, wsg_bytes=wsg, activation_bytes=activation, parameters=parameters)
 
 
@@ -180,17 +204,17 @@ def stage_branch(totals: StageTotals, capacity: float) -> str:
     return "stationary"
 
 
-def operator_access(op: Operator, totals: StageTotals, capacity: float, strategy: Strategy) -> OperatorAccess:
+def operator_access(op: Operator, totals: StageTotals, capacity: float, fields: PlanFields) -> OperatorAccess:
     """Algorithm 1, second loop, for one operator (and its backward, see the module docstring).
 
     Args:
         op: the operator, split by tensor parallelism.
         totals: the stage sums from :func:`stage_totals`.
         capacity: SRAM capacity ``S`` of one device (bytes).
-        strategy: precision (gradient bytes) and mode (no backward for inference).
+        fields: the strategy's mode (no backward for inference).
     """
     branch = stage_branch(totals, capacity)
-    gradient = op.weight_bytes if strategy.training else 0.0
+    gradient = op.weight_bytes if fields.training else 0.0
     chosen: SramStrategy
     if branch == "resident":
         chosen, forward = "resident", 0.0
@@ -202,17 +226,17 @@ def operator_access(op: Operator, totals: StageTotals, capacity: float, strategy
         phi, stationary_weights = _phi(op.input_bytes, op.weight_bytes, capacity)
         chosen = "weight_stationary" if stationary_weights else "input_stationary"
         forward = phi + op.output_bytes
-    backward = _backward(op, branch, totals, capacity, gradient) if strategy.training else 0.0
+    backward = _backward(op, branch, totals, capacity, gradient) if fields.training else 0.0
     return OperatorAccess(name=op.name, strategy=chosen, forward_dram_bytes=forward,
                           backward_dram_bytes=backward)
 
 
-def update_bytes(totals: StageTotals, capacity: float, strategy: Strategy) -> float:
+def update_bytes(totals: StageTotals, capacity: float, fields: PlanFields) -> float:
     """Gradient-update traffic: fp32 states loaded and stored unless all of ``WSG`` is on chip."""
-    if not strategy.training or totals.wsg_bytes <= capacity:
+    if not fields.training or totals.wsg_bytes <= capacity:
         return 0.0
-    shard = strategy.zero_shards if strategy.shards_optimizer_states else 1
-    return totals.parameters / shard * optimizer_step_bytes_per_parameter(strategy)
+    shard = fields.states.optimizer_shards
+    return totals.parameters / shard * fields.update_bytes_per_parameter
 
 
 def _resident(totals: StageTotals, capacity: float) -> float:
@@ -224,33 +248,33 @@ def _resident(totals: StageTotals, capacity: float) -> float:
     return totals.activation_bytes if branch == "weight_stream" else capacity
 
 
-def plan_stage(groups: Sequence[OperatorGroup], capacity: float, strategy: Strategy,
+def plan_stage(groups: Sequence[OperatorGroup], capacity: float, fields: PlanFields,
                recomputed: Sequence[OperatorGroup] = ()) -> SramPlan:
     """Algorithm 1 over a stage: SRAM strategies and DRAM traffic of one device.
 
     Args:
         groups: the stage's operators, each group repeated ``count`` times (identical layers).
         capacity: SRAM capacity of one device (bytes).
-        strategy: precision, optimizer, ZeRO, ``dp`` and mode.
+        fields: the strategy's precision, mode, model states and update (:class:`PlanFields`).
         recomputed: operators re-run in the backward (recompute); their forward traffic is
             added to the backward.
 
     Returns:
         The stage's :class:`SramPlan`.
     """
-    totals = stage_totals(groups, strategy)
+    totals = stage_totals(groups, fields)
     forward = backward = 0.0
     strategies: list[str] = []
     for ops, count in groups:
         for op in ops:
-            access = operator_access(op, totals, capacity, strategy)
+            access = operator_access(op, totals, capacity, fields)
             forward += count * access.forward_dram_bytes
             backward += count * access.backward_dram_bytes
             strategies.append(access.strategy)
-    if strategy.training:
+    if fields.training:
         for ops, count in recomputed:
-            backward += count * sum(operator_access(op, totals, capacity, strategy).forward_dram_bytes
+            backward += count * sum(operator_access(op, totals, capacity, fields).forward_dram_bytes
                                     for op in ops)
     return SramPlan(forward_dram_bytes=forward, backward_dram_bytes=backward,
-                    update_dram_bytes=update_bytes(totals, capacity, strategy),
+                    update_dram_bytes=update_bytes(totals, capacity, fields),
                     resident_bytes=_resident(totals, capacity), strategies=tuple(strategies))

@@ -5,9 +5,17 @@ virtual stage, logits the last); ResNet-50 is its 18 units (stem, 16 bottlenecks
 are split into ``pp * num_chunks`` contiguous virtual stages in model order
 (:mod:`simulator.workload.partition`); virtual stage ``j = c * pp + i`` is chunk ``c`` of
 pipeline stage ``i`` (Megatron assigns chunks ``i, i + p, i + 2p, ...`` to device ``i``;
-Narayanan et al. SC'21 §2.2.2). Each unit is costed once by the roofline
-(:mod:`simulator.workload.roofline`); a stage sums its units, and on a mesh PALM Algorithm 1
-(:mod:`simulator.workload.sram`) gives its DRAM traffic (``dram_bytes = 0`` on a cluster).
+Narayanan et al. SC'21 §2.2.2).
+
+Costing flows one way. Each unit is built and costed once: its operators and collectives
+(:mod:`simulator.workload.operators`), served in the stack's formats
+(:mod:`simulator.workload.formats`), its stashed activations (:mod:`simulator.workload.memory`),
+then its roofline (:mod:`simulator.workload.roofline`, which takes the strategy's fields in a
+:class:`~simulator.workload.roofline.Costing`). A stage then sums its units: its data-parallel
+and ZeRO-3 collectives (here), its model states and update (:mod:`simulator.workload.memory`),
+on a mesh its DRAM traffic (PALM Algorithm 1, :mod:`simulator.workload.sram`, or the tiled
+dataflow, both taking :class:`~simulator.workload.sram.PlanFields`; ``dram_bytes = 0`` on a
+cluster), and the update's time (:func:`~simulator.workload.roofline.optimizer_step`).
 """
 
 from __future__ import annotations
@@ -21,9 +29,9 @@ from simulator.legality import attention_of, check_workload, num_microbatches
 from simulator.stacks.spec import MEGATRON_CORE, Stack
 from simulator.strategy import FORMAT_BYTES, Strategy
 from simulator.workload import formats, memory, operators, sram
-from simulator.workload.operators import Operator
+from simulator.workload.operators import Operator, UnitCollectives
 from simulator.workload.partition import balanced_partition, uniform_partition
-from simulator.workload.roofline import UnitCollectives, UnitCost, cost_unit, idle_pass, optimizer_step
+from simulator.workload.roofline import Costing, UnitCost, cost_unit, idle_pass, optimizer_step
 from simulator.workload.spec import ModelSpec
 from simulator.workload.tiled_stage import plan_stage_tiled
 
@@ -33,120 +41,115 @@ Item = tuple[str, UnitCost]
 Group = tuple[UnitCost, int]
 """A unit repeated ``count`` times on a stage."""
 
-def _recomputed(ops: tuple[Operator, ...], strategy: Strategy) -> tuple[Operator, ...]:
-    """Operators re-run in a layer's backward: all (full), the attention core (selective), none."""
-    if strategy.recompute == "full":
+def _recomputed(ops: tuple[Operator, ...], recompute: str) -> tuple[Operator, ...]:
+    """Operators re-run in a layer's backward under ``recompute``: all (full), the attention
+    core (selective), none."""
+    if recompute == "full":
         return ops
-    if strategy.recompute == "selective":
+    if recompute == "selective":
         return tuple(op for op in ops if op.name in operators.ATTENTION_CORE)
     return ()
 
 
-def _boundary_bytes(model: ModelSpec, strategy: Strategy) -> float:
-    """Stage-boundary activation of a transformer per device: ``b s h B / t``.
+@dataclass(frozen=True, slots=True)
+class Units:
+    """A model's units, each costed once: the partitionable ``items``, the unit prepended to the
+    first stage and the one appended to the last (a transformer's embedding and logits), and
+    one layer's KV cache of one microbatch (bytes; :func:`operators.kv_cache_bytes`)."""
 
-    Megatron's scatter/gather optimisation sends ``1/t`` per device and all-gathers on arrival
-    (Narayanan et al. SC'21 §4.1); the same size with sequence parallelism; ``s`` is a
-    context-parallel rank's share.
-    """
-    return (strategy.microbatch_size * operators.rank_sequence(model, strategy) * model.hidden_size
-            * strategy.bytes_per_element / strategy.tp)
+    items: list[Item]
+    first: UnitCost | None = None
+    last: UnitCost | None = None
+    kv_cache_bytes: float = 0.0
 
 
 def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy, tied_on_one_stage: bool,
-                       stack: Stack) -> tuple[UnitCost, UnitCost, UnitCost, UnitCost | None]:
-    """(embedding, dense layer, logits, Mixture-of-Experts layer or None) units, each costed once
-    with the stack's serving formats (:func:`formats.serve`)."""
-    send = _boundary_bytes(model, strategy)
+                       stack: Stack) -> Units:
+    """A transformer's units, costed one way: its operators and collectives
+    (:mod:`~simulator.workload.operators`), served in the stack's formats (:func:`formats.serve`),
+    their stashed activations (:mod:`~simulator.workload.memory`), then their roofline
+    (:func:`cost_unit`, with the fields of the strategy it takes: :class:`Costing`); its layers
+    alternate dense and Mixture-of-Experts as the model says."""
     shard = hardware.memory.sram_dataflow() == "tiled"
-    layer = _layer_unit(model, hardware, strategy, False, send, stack)
-    moe_layer = _layer_unit(model, hardware, strategy, True, send, stack) if model.is_moe else None
-    embed = cost_unit(
-        formats.serve(operators.embedding(model, strategy, shard_elementwise=shard), model, hardware, strategy, stack),
-        recomputed=(), collectives=UnitCollectives(forward=operators.embedding_collectives(model, strategy)),
-        activation_bytes=memory.embedding_activation_bytes(model, strategy), send_bytes=send,
-        hardware=hardware, strategy=strategy)
-    logits_ops = formats.serve(operators.logits(model, strategy, shard_elementwise=shard), model, hardware, strategy,
-                               stack)
+    kv_format = stack.serving.kv_cache_format
+    send = operators.boundary_bytes(model, strategy)
+    raw_layers = {moe: operators.transformer_layer(model, strategy, shard_elementwise=shard, moe=moe)
+                  for moe in ((False, True) if model.is_moe else (False,))}
+    raw_embed = operators.embedding(model, strategy, shard_elementwise=shard)
+    raw_logits = operators.logits(model, strategy, shard_elementwise=shard)
+    collectives = {moe: operators.layer_collectives(model, strategy, moe) for moe in raw_layers}
+    embed_collectives = UnitCollectives(forward=operators.embedding_collectives(model, strategy))
+    logits_collectives = UnitCollectives(forward=operators.logits_collectives(model, strategy))
+    kv_cache = operators.kv_cache_bytes(model, strategy, FORMAT_BYTES[kv_format] if kv_format else None)
+    layers = {moe: formats.serve(ops, model, hardware, strategy, stack) for moe, ops in raw_layers.items()}
+    embed_ops = formats.serve(raw_embed, model, hardware, strategy, stack)
+    logits_ops = formats.serve(raw_logits, model, hardware, strategy, stack)
+    activations = {moe: memory.layer_activation_bytes(model, strategy, moe) for moe in layers}
+    embed_activation = memory.embedding_activation_bytes(model, strategy)
+    logits_activation = memory.logits_activation_bytes(model, strategy)
+    costing = Costing.of(hardware, strategy)
+    units = {moe: cost_unit(ops, recomputed=_recomputed(ops, strategy.recompute), collectives=collectives[moe],
+                            activation_bytes=activations[moe], send_bytes=send, overlap=strategy.tp_overlap,
+                            costing=costing)
+             for moe, ops in layers.items()}
+    embed = cost_unit(embed_ops, recomputed=(), collectives=embed_collectives, activation_bytes=embed_activation,
+                      send_bytes=send, costing=costing)
     logits_parameters = operators.parameter_count(logits_ops, strategy.bytes_per_element)
     if tied_on_one_stage:
         logits_parameters -= operators.parameter_count(logits_ops[1:2], strategy.bytes_per_element)
-    logits = cost_unit(
-        logits_ops, recomputed=(),
-        collectives=UnitCollectives(forward=operators.logits_collectives(model, strategy)),
-        activation_bytes=memory.logits_activation_bytes(model, strategy), send_bytes=send,
-        hardware=hardware, strategy=strategy, parameters=logits_parameters)
+    logits = cost_unit(logits_ops, recomputed=(), collectives=logits_collectives, activation_bytes=logits_activation,
+                       send_bytes=send, parameters=logits_parameters, costing=costing)
     if tied_on_one_stage and logits.parameter_bytes:
         logits = replace(logits, parameter_bytes=logits.parameter_bytes - logits_ops[1].parameter_bytes)
-    return embed, layer, logits, moe_layer
+    items = [(f"layer{index}", units[model.is_moe and model.is_moe_layer(index)]) for index in range(model.num_layers)]
+    return Units(items, embed, logits, kv_cache)
 
 
-def _layer_unit(model: ModelSpec, hardware: Hardware, strategy: Strategy, moe: bool, send: float,
-                stack: Stack) -> UnitCost:
-    """A transformer layer's unit, dense or Mixture-of-Experts (``moe``)."""
-    shard = hardware.memory.sram_dataflow() == "tiled"
-    layer_ops = formats.serve(operators.transformer_layer(model, strategy, shard_elementwise=shard, moe=moe),
-                              model, hardware, strategy, stack)
-    layer_collectives = operators.transformer_layer_collectives(model, strategy, moe)
-    return cost_unit(
-        layer_ops, recomputed=_recomputed(layer_ops, strategy),
-        collectives=UnitCollectives(
-            forward=layer_collectives, backward=layer_collectives,
-            recompute=layer_collectives if strategy.recompute == "full" else (),
-            context_forward=operators.context_parallel_collectives(model, strategy, backward=False),
-            context_backward=operators.context_parallel_collectives(model, strategy, backward=True),
-            expert=operators.expert_parallel_collectives(model, strategy) if moe else ()),
-        activation_bytes=memory.layer_activation_bytes(model, strategy, moe), send_bytes=send,
-        hardware=hardware, strategy=strategy, overlap=strategy.tp_overlap)
-
-
-def _resnet_activation(ops: tuple[Operator, ...], strategy: Strategy) -> float:
+def _resnet_activation(ops: tuple[Operator, ...], training: bool, recompute: str) -> float:
     """Stashed activations of a ResNet unit: every operator's output (full recompute: the input).
 
     Inference keeps the largest output in flight. Same accounting as Korthikanti §4 (store what
     the backward reads) applied to convolution, batch norm and ReLU outputs; a halo's buffer
     (:attr:`~simulator.workload.operators.Operator.l1_only`) is not stashed.
     """
-    if not strategy.training:
+    if not training:
         return max(op.output_bytes for op in ops)
-    if strategy.recompute == "full":
+    if recompute == "full":
         return ops[0].input_bytes
     return sum(op.output_bytes for op in ops if not op.l1_only)
 
 
-def _resnet_units(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> list[Item]:
-    units = []
+def _resnet_units(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> Units:
+    """ResNet-50's units: its operators and collectives, then their roofline."""
     full = strategy.recompute == "full"
     tt_metal = hardware.memory.sram_dataflow() == "tiled"
-    for name, ops in operators.resnet50_units(model, strategy, tt_metal=tt_metal):
-        forward, backward = operators.convolution_collectives(ops, strategy)
-        unit = cost_unit(
-            ops, recomputed=ops if full else (),
-            collectives=UnitCollectives(forward=forward, backward=backward, recompute=forward if full else ()),
-            activation_bytes=_resnet_activation(ops, strategy), send_bytes=ops[-1].output_bytes,
-            hardware=hardware, strategy=strategy)
-        units.append((name, unit))
-    return units
+    units = operators.resnet50_units(model, strategy, tt_metal=tt_metal)
+    collectives = [operators.convolution_collectives(ops, strategy) for _, ops in units]
+    costing = Costing.of(hardware, strategy)
+    return Units([(name, cost_unit(
+        ops, recomputed=ops if full else (),
+        collectives=UnitCollectives(forward=forward, backward=backward, recompute=forward if full else ()),
+        activation_bytes=_resnet_activation(ops, strategy.training, strategy.recompute),
+        send_bytes=ops[-1].output_bytes, costing=costing))
+        for (name, ops), (forward, backward) in zip(units, collectives, strict=True)])
 
 
-def _units_per_item(model: ModelSpec, hardware: Hardware, strategy: Strategy, stack: Stack) -> tuple[
-        list[Item], UnitCost | None, UnitCost | None]:
-    """(partitionable items, unit prepended to the first stage, unit appended to the last)."""
+def _units(model: ModelSpec, hardware: Hardware, strategy: Strategy, stack: Stack) -> Units:
+    """The model's units (a transformer's embedding and logits share a stage when the model ties
+    them, as GPT's do, and the pipeline has a single virtual stage)."""
     if not model.is_transformer:
-        return _resnet_units(model, hardware, strategy), None, None
+        return _resnet_units(model, hardware, strategy)
     tied = model.architecture != "llama" and not model.num_classes and strategy.pp * strategy.num_chunks == 1
-    embed, layer, logits, moe_layer = _transformer_units(model, hardware, strategy, tied, stack)
-    return [(f"layer{index}", moe_layer if moe_layer and model.is_moe_layer(index) else layer)
-            for index in range(model.num_layers)], embed, logits
+    return _transformer_units(model, hardware, strategy, tied, stack)
 
 
-def _partition(items: list[Item], first: UnitCost | None, last: UnitCost | None,
-               strategy: Strategy) -> tuple[int, ...]:
-    """Items per virtual stage for the strategy's ``partition``."""
-    parts = strategy.pp * strategy.num_chunks
-    if strategy.stage_layers is not None:
-        return strategy.stage_layers
-    if strategy.partition == "uniform":
+def _partition(items: list[Item], first: UnitCost | None, last: UnitCost | None, parts: int,
+               stage_layers: tuple[int, ...] | None, partition: str) -> tuple[int, ...]:
+    """Items per virtual stage (``parts`` of them): the explicit ``stage_layers``, or as the
+    ``partition`` (``uniform`` or balanced) splits them."""
+    if stage_layers is not None:
+        return stage_layers
+    if partition == "uniform":
         return uniform_partition(len(items), parts)
     costs = [unit.training_s for _, unit in items]
     costs[0] += first.training_s if first else 0.0
@@ -320,14 +323,13 @@ PLANNERS = {"palm-algorithm-1": sram.plan_stage, "tiled": plan_stage_tiled}
 """A mesh's dataflow -> the planner of a stage's DRAM traffic."""
 
 
-def _sram_plan(groups: list[Group], hardware: Hardware,
-               strategy: Strategy) -> sram.SramPlan | None:
+def _sram_plan(groups: list[Group], hardware: Hardware, fields: sram.PlanFields) -> sram.SramPlan | None:
     """The stage's DRAM traffic as the mesh's dataflow moves it (None off meshes)."""
     dataflow = hardware.memory.sram_dataflow()
     if dataflow is None:
         return None
     return PLANNERS[dataflow]([(unit.ops, count) for unit, count in groups], hardware.memory.sram.capacity_bytes,
-                              strategy, [(unit.recomputed, count) for unit, count in groups if unit.recomputed])
+                              fields, [(unit.recomputed, count) for unit, count in groups if unit.recomputed])
 
 
 def _multicast(size_bytes: float) -> tuple[tuple[Collective, ...], int]:
@@ -355,12 +357,12 @@ def _forward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int,
         overlap_s=compute_s if multicast or replicas else 0.0)
 
 
-def _backward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int, strategy: Strategy,
+def _backward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int, training: bool,
               zero3: Zero3Pass) -> PassCost:
     """Backward pass of a stage per microbatch (recompute included; idle for inference). The TP
     collectives of ``tp_overlap`` run under the weight-gradient GEMMs; with multicast, both run
     under the whole pass, as ZeRO-3's prefetched collectives do; its exposed ones follow the pass."""
-    if not strategy.training:
+    if not training:
         return idle_pass(segments)
     compute_s = sum(unit.backward_s * count for unit, count in groups) + zero3.host_s
     multicast = plan.backward_multicast_bytes if plan else 0.0
@@ -380,11 +382,11 @@ def _backward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int
         overlap_s=compute_s if multicast or replicas else sum(unit.overlap_s * count for unit, count in groups))
 
 
-def _live_activation_bytes(groups: Sequence[Group], strategy: Strategy) -> float:
+def _live_activation_bytes(groups: Sequence[Group], training: bool) -> float:
     """Activations one microbatch holds on the stage at its peak (bytes): every unit's stash in
     training (each waits for its backward); in inference only the largest unit's output, the
     one alive while the next unit runs (nothing waits for a backward)."""
-    if not strategy.training:
+    if not training:
         return max(unit.activation_bytes for unit, _ in groups)
     return sum(unit.activation_bytes * count for unit, count in groups)
 
@@ -412,18 +414,6 @@ def _split_backward(backward: PassCost, groups: Sequence[Group], multicast: bool
     return backward_input, backward_weight
 
 
-def _state_bytes(parameters: float, experts: float, strategy: Strategy) -> memory.StateBytes:
-    """Model states of a device holding ``parameters``, ``experts`` of them in routed experts
-    (sharded over the expert replicas: :func:`memory.sharded_state_bytes`)."""
-    if not experts:
-        return memory.sharded_state_bytes(parameters, strategy)
-    dense = memory.sharded_state_bytes(parameters - experts, strategy)
-    routed = memory.sharded_state_bytes(experts, strategy, expert=True)
-    return memory.StateBytes(weights_bytes=dense.weights_bytes + routed.weights_bytes,
-                             gradients_bytes=dense.gradients_bytes + routed.gradients_bytes,
-                             optimizer_bytes=dense.optimizer_bytes + routed.optimizer_bytes)
-
-
 def expert_dp_collectives(experts: float, strategy: Strategy) -> tuple[Collective, ...]:
     """Data-parallel collectives of a device's ``experts`` routed-expert parameters over the
     ``tp dp cp / (ep etp)`` ranks holding the same experts (Megatron-Core's expert-data-parallel group):
@@ -439,19 +429,31 @@ def expert_dp_collectives(experts: float, strategy: Strategy) -> tuple[Collectiv
 
 
 def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy, stack: Stack) -> StageCost:
-    """Cost of one virtual stage made of ``entries`` (name, unit)."""
+    """Cost of one virtual stage made of ``entries`` (name, unit), one way: its data-parallel
+    and ZeRO-3 collectives and buffers and its live activations (here), its model states and
+    update (:mod:`~simulator.workload.memory`), its DRAM traffic (the mesh's planner), the
+    update's time (:func:`optimizer_step`), then its passes."""
     groups, segments = _groups(entries), len(entries)
-    plan = _sram_plan(groups, hardware, strategy)
     parameters = sum(unit.parameters * count for unit, count in groups)
     experts = sum(unit.expert_parameters * count for unit, count in groups)
-    states = _state_bytes(parameters, experts, strategy)
     fp8_parameters = sum(op.parameter_bytes * count for unit, count in groups for op in unit.ops
                          if op.fp8) / strategy.bytes_per_element
+    gemm_flops = sum(unit.gemm_flops * count for unit, count in groups)
     buffers = zero3_buffer_bytes(parameters, max(unit.parameters for unit, _ in groups), strategy, hardware, stack)
     tensors = zero3_tensors(groups, parameters, segments, strategy, stack)
-    gemm_flops = sum(unit.gemm_flops * count for unit, count in groups)
-    backward = _backward(groups, plan, segments, strategy,
-                         zero3_collectives(tensors, strategy, hardware, True, stack))
+    zero3_backward = zero3_collectives(tensors, strategy, hardware, True, stack)
+    zero3_forward = zero3_collectives(tensors, strategy, hardware, False, stack)
+    data_parallel = dp_collectives(parameters - experts, strategy, hardware)
+    expert_data_parallel = expert_dp_collectives(experts, strategy)
+    activations = _live_activation_bytes(groups, strategy.training)
+    states = memory.stage_state_bytes(parameters, experts, strategy)
+    fp8_copy_bytes = memory.fp8_weight_copy_bytes(fp8_parameters, strategy)
+    updated = memory.updated_parameters(parameters, experts, strategy)
+    update_bytes = memory.optimizer_step_bytes_per_parameter(strategy)
+    plan = _sram_plan(groups, hardware, sram.PlanFields.of(strategy))
+    step = optimizer_step(updated, update_bytes, strategy.optimizer, plan.update_dram_bytes if plan else 0.0,
+                          segments, hardware) if strategy.training else idle_pass(segments)
+    backward = _backward(groups, plan, segments, strategy.training, zero3_backward)
     multicast = bool(plan and (plan.backward_multicast_bytes or plan.backward_replica_bytes))
     backward_input, backward_weight = _split_backward(backward, groups, multicast)
     weights = states.weights_bytes
@@ -460,23 +462,21 @@ def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy,
                       for unit, count in groups) / (strategy.zero_shards if strategy.shards_weights else 1)
     return StageCost(
         units=tuple(name for name, _ in entries),
-        forward=_forward(groups, plan, segments,
-                         zero3_collectives(tensors, strategy, hardware, False, stack)),
+        forward=_forward(groups, plan, segments, zero3_forward),
         backward=backward, backward_input=backward_input, backward_weight=backward_weight,
-        optimizer_step=optimizer_step(parameters, plan.update_dram_bytes if plan else 0.0, segments,
-                                      hardware, strategy, experts),
+        optimizer_step=step,
         activation_send_bytes=entries[-1][1].send_bytes,
         gradient_send_bytes=entries[0][1].send_bytes if strategy.training else 0.0,
-        dp_collectives=dp_collectives(parameters - experts, strategy, hardware), parameters=parameters,
-        expert_dp_collectives=expert_dp_collectives(experts, strategy),
+        dp_collectives=data_parallel, parameters=parameters,
+        expert_dp_collectives=expert_data_parallel,
         model_flops_per_microbatch=gemm_flops * (3.0 if strategy.training else 1.0),
         hardware_flops_per_microbatch=gemm_flops * (3.0 if strategy.training else 1.0)
         + sum(unit.recompute_gemm_flops * count for unit, count in groups),
         memory=MemoryBreakdown(
-            weights_bytes=weights + memory.fp8_weight_copy_bytes(fp8_parameters, strategy) + buffers,
+            weights_bytes=weights + fp8_copy_bytes + buffers,
             gradients_bytes=states.gradients_bytes,
             optimizer_bytes=states.optimizer_bytes,
-            activation_bytes_per_microbatch=_live_activation_bytes(groups, strategy),
+            activation_bytes_per_microbatch=activations,
             sram_resident_bytes=plan.resident_bytes if plan else 0.0),
     )
 
@@ -505,8 +505,10 @@ def build_stage_costs(model: ModelSpec, hardware: Hardware, strategy: Strategy,
     attention = attention_of(model, hardware, strategy)
     if attention != strategy.attention:
         strategy = replace(strategy, attention=attention)  # type: ignore[arg-type]
-    items, first, last = _units_per_item(model, hardware, strategy, stack)
-    counts = _partition(items, first, last, strategy)
+    units = _units(model, hardware, strategy, stack)
+    items, first, last = units.items, units.first, units.last
+    counts = _partition(items, first, last, strategy.pp * strategy.num_chunks, strategy.stage_layers,
+                        strategy.partition)
     stages: list[StageCost] = []
     start = 0
     cache: dict[tuple[tuple[int, int], ...], StageCost] = {}
@@ -521,17 +523,13 @@ def build_stage_costs(model: ModelSpec, hardware: Hardware, strategy: Strategy,
         if key not in cache:
             cache[key] = _stage_cost(entries, hardware, strategy, stack)
         stages.append(replace(cache[key], units=tuple(name for name, _ in entries)))
-    return _with_kv_cache(tuple(stages), model, strategy, stack)
+    return _with_kv_cache(tuple(stages), units.kv_cache_bytes * num_microbatches(model, strategy))
 
 
-def _with_kv_cache(stages: tuple[StageCost, ...], model: ModelSpec, strategy: Strategy,
-                   stack: Stack) -> tuple[StageCost, ...]:
-    """``stages`` holding the KV cache of their layers for every microbatch of the replica (each
-    user's cache stays resident between steps: :func:`operators.kv_cache_bytes`), in the stack's
-    KV-cache format where it gives one."""
-    kv_format = stack.serving.kv_cache_format
-    element = FORMAT_BYTES[kv_format] if kv_format else None
-    per_layer = operators.kv_cache_bytes(model, strategy, element) * num_microbatches(model, strategy)
+def _with_kv_cache(stages: tuple[StageCost, ...], per_layer: float) -> tuple[StageCost, ...]:
+    """``stages`` holding the KV cache of their layers, ``per_layer`` bytes each, for every
+    microbatch of the replica (each user's cache stays resident between steps:
+    :func:`operators.kv_cache_bytes`, in the stack's KV-cache format where it gives one)."""
     if not per_layer:
         return stages
     return tuple(replace(s, memory=replace(s.memory, kv_cache_bytes=per_layer * sum(

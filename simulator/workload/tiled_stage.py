@@ -51,9 +51,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 
-from simulator.strategy import Strategy
 from simulator.workload.operators import Operator
-from simulator.workload.sram import OperatorGroup, SramPlan, stage_branch, stage_totals, update_bytes
+from simulator.workload.sram import OperatorGroup, PlanFields, SramPlan, stage_branch, stage_totals, update_bytes
 from simulator.workload.tiled import Blocking, GemmShape, gemm_blocking
 
 TILE_SIDE = 32
@@ -131,22 +130,22 @@ def _layout(op: Operator, bytes_per_element: float) -> tuple[float, float, float
     return m / batch, k, n, batch, 1.0
 
 
-def operator_traffic(op: Operator, strategy: Strategy, sram_bytes: float) -> tuple[Traffic, Traffic]:
+def operator_traffic(op: Operator, fields: PlanFields, sram_bytes: float) -> tuple[Traffic, Traffic]:
     """(forward, backward without recompute) traffic of one device for ``op`` (none for an
     :attr:`~simulator.workload.operators.Operator.l1_only` one)."""
     if op.l1_only:
         return Traffic(), Traffic()
     resident = op.sharded and op.input_bytes + op.output_bytes <= sram_bytes
     if resident:
-        return _weights_only(op, strategy), operator_traffic(replace(op, sharded=False), strategy, sram_bytes)[1]
+        return _weights_only(op, fields), operator_traffic(replace(op, sharded=False), fields, sram_bytes)[1]
     if op.kind != "gemm":
         moved = Traffic(op.input_bytes + op.weight_bytes + op.output_bytes)
         return moved, moved.scaled(2.0)
-    e = strategy.bytes_per_element
+    e = fields.bytes_per_element
     m, k, n, batch, a_scale = _layout(op, e)
-    tp = strategy.tp if op.shared_input else 1
-    dp = strategy.dp if op.weight_bytes else 1
-    rows = dp * (strategy.tp if op.shared_weight else 1)
+    tp = fields.tp if op.shared_input else 1
+    dp = fields.dp if op.weight_bytes else 1
+    rows = dp * (fields.tp if op.shared_weight else 1)
     forward = product_traffic(m, k, n, e, sram_bytes, grid=(rows, tp), a_scale=a_scale,
                               b_scale=(op.b_bytes_per_element or e) / e)
     data_gradient = product_traffic(m, n, k, e, sram_bytes, grid=(rows, 1), c_scale=a_scale)
@@ -156,12 +155,12 @@ def operator_traffic(op: Operator, strategy: Strategy, sram_bytes: float) -> tup
     return forward.scaled(batch), (data_gradient + weight_gradient).scaled(batch)
 
 
-def _weights_only(op: Operator, strategy: Strategy) -> Traffic:
+def _weights_only(op: Operator, fields: PlanFields) -> Traffic:
     """Forward traffic of a :attr:`~simulator.workload.operators.Operator.sharded` operator whose
     activations fit in SRAM: its weights, read once by the devices sharing them (its ``dp``
     replicas, and its tensor-parallel group where it has ``shared_weight``) and multicast to them."""
-    group = strategy.tp if op.shared_weight else 1
-    sharing = strategy.dp * group
+    group = fields.tp if op.shared_weight else 1
+    sharing = fields.dp * group
     if sharing == 1:
         return Traffic(op.weight_bytes)
     multicast = op.weight_bytes if group > 1 else 0.0
@@ -174,20 +173,21 @@ def _weights_over_group(traffic: Traffic) -> Traffic:
     return Traffic(traffic.dram_bytes, traffic.multicast_bytes + traffic.replica_bytes, 0.0, traffic.order)
 
 
-def plan_stage_tiled(groups: Sequence[OperatorGroup], capacity: float, strategy: Strategy,
+def plan_stage_tiled(groups: Sequence[OperatorGroup], capacity: float, fields: PlanFields,
                      recomputed: Sequence[OperatorGroup] = ()) -> SramPlan:
     """The tiled dataflow over a stage: DRAM and multicast bytes of one device per microbatch.
 
     Args:
         groups: the stage's operators, each group repeated ``count`` times.
         capacity: SRAM of one device (bytes).
-        strategy: precision, ``tp``, mode, optimizer, ZeRO and ``dp``.
+        fields: the strategy's precision, ``tp``, mode, model states, update and ``dp``
+            (:class:`~simulator.workload.sram.PlanFields`).
         recomputed: operators re-run in the backward.
 
     Returns:
         The stage's plan; ``strategies`` holds the loop order of each distinct operator.
     """
-    totals = stage_totals(groups, strategy)
+    totals = stage_totals(groups, fields)
     if stage_branch(totals, capacity) == "resident":
         return SramPlan(forward_dram_bytes=0.0, backward_dram_bytes=0.0, update_dram_bytes=0.0,
                         resident_bytes=totals.wsg_bytes + totals.activation_bytes, strategies=("resident",))
@@ -195,16 +195,16 @@ def plan_stage_tiled(groups: Sequence[OperatorGroup], capacity: float, strategy:
     orders: list[str] = []
     for ops, count in groups:
         for op in ops:
-            f, b = operator_traffic(op, strategy, capacity)
+            f, b = operator_traffic(op, fields, capacity)
             forward, backward = forward + f.scaled(count), backward + b.scaled(count)
             orders.append(f.order)
-    if not strategy.training:
+    if not fields.training:
         backward = Traffic()
-    for ops, count in recomputed if strategy.training else ():
+    for ops, count in recomputed if fields.training else ():
         for op in ops:
-            backward = backward + operator_traffic(op, strategy, capacity)[0].scaled(count)
+            backward = backward + operator_traffic(op, fields, capacity)[0].scaled(count)
     return SramPlan(forward_dram_bytes=forward.dram_bytes, backward_dram_bytes=backward.dram_bytes,
-                    update_dram_bytes=update_bytes(totals, capacity, strategy), resident_bytes=capacity,
+                    update_dram_bytes=update_bytes(totals, capacity, fields), resident_bytes=capacity,
                     strategies=tuple(orders), forward_multicast_bytes=forward.multicast_bytes,
                     backward_multicast_bytes=backward.multicast_bytes,
                     forward_replica_bytes=forward.replica_bytes, backward_replica_bytes=backward.replica_bytes)

@@ -10,6 +10,7 @@ from workload_fixtures import resnet50
 from simulator import Strategy, load_hardware
 from simulator.workload import operators
 from simulator.workload.roofline import operator_s, peak_flop_per_s
+from simulator.workload.sram import PlanFields
 from simulator.workload.stages import _resnet_units
 from simulator.workload.tiled_stage import operator_traffic
 from simulator.workload.tt_conv import aligned_channels, implicit_gemm, is_matmul, tilize_bytes
@@ -84,13 +85,13 @@ def test_the_tilize_runs_in_series_with_the_gemm():
 @pytest.mark.parametrize("preset", ["a100-cluster", "wafer"])
 def test_gpu_and_wafer_convolutions_are_unchanged(preset):
     hardware, strategy = load_hardware(preset), _inference(precision="fp16")
-    ops = [op for _, unit in _resnet_units(resnet50(), hardware, strategy) for op in unit.ops]
+    ops = [op for _, unit in _resnet_units(resnet50(), hardware, strategy).items for op in unit.ops]
     plain = [op for _, unit in operators.resnet50_units(resnet50(), strategy) for op in unit]
     assert ops == plain
 
 
 def test_tiled_hardware_runs_the_tt_metal_convolution():
-    ops = [op for _, unit in _resnet_units(resnet50(), GRAYSKULL, _inference()) for op in unit.ops]
+    ops = [op for _, unit in _resnet_units(resnet50(), GRAYSKULL, _inference()).items for op in unit.ops]
     assert all(op.sharded for op in ops) and any(op.l1_only for op in ops)
 
 
@@ -99,9 +100,9 @@ def test_sharded_activations_that_fit_move_only_the_weights():
     units = operators.resnet50_units(resnet50(), strategy, tt_metal=True)
     conv = next(op for _, unit in units for op in unit if op.name == "block0_conv2")
     assert conv.shared_weight and conv.input_bytes + conv.output_bytes <= N150.memory.sram.capacity_bytes
-    forward, _ = operator_traffic(conv, strategy, N150.memory.sram.capacity_bytes)
+    forward, _ = operator_traffic(conv, PlanFields.of(strategy), N150.memory.sram.capacity_bytes)
     # read once by the group of 4 and multicast to it
     assert forward.dram_bytes == pytest.approx(conv.weight_bytes / 4)
     assert forward.multicast_bytes == pytest.approx(conv.weight_bytes)
     halo = next(op for _, unit in units for op in unit if op.l1_only)
-    assert operator_traffic(halo, strategy, N150.memory.sram.capacity_bytes)[0].dram_bytes == 0.0
+    assert operator_traffic(halo, PlanFields.of(strategy), N150.memory.sram.capacity_bytes)[0].dram_bytes == 0.0

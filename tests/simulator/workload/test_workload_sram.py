@@ -6,11 +6,11 @@ import pytest
 
 from simulator.strategy import Strategy
 from simulator.workload.operators import Operator
-from simulator.workload.sram import operator_access, plan_stage, stage_totals
+from simulator.workload.sram import PlanFields, operator_access, plan_stage, stage_totals
 
 CAPACITY = 100.0
-INFERENCE = Strategy(mode="inference")
-TRAINING = Strategy()
+INFERENCE = PlanFields.of(Strategy(mode="inference"))
+TRAINING = PlanFields.of(Strategy())
 
 
 def gemm(weight: float, inputs: float, outputs: float = 10.0, name: str = "op") -> Operator:
@@ -18,8 +18,8 @@ def gemm(weight: float, inputs: float, outputs: float = 10.0, name: str = "op") 
                     output_bytes=outputs)
 
 
-def access(op: Operator, strategy: Strategy = INFERENCE):
-    return operator_access(op, stage_totals([((op,), 1)], strategy), CAPACITY, strategy)
+def access(op: Operator, fields: PlanFields = INFERENCE):
+    return operator_access(op, stage_totals([((op,), 1)], fields), CAPACITY, fields)
 
 
 def test_activation_stream_when_weights_fit():
@@ -71,7 +71,7 @@ def test_backward_and_update_in_stationary_branch():
     data = min(2 * 10, 1 * 200) + 150              # Phi(dY=10, W=200) + dX
     weight = min(2 * 160, 2 * 200) + 200           # Phi(X + dY = 160, G=200) + G
     assert result.backward_dram_bytes == pytest.approx(data + weight)
-    plan = plan_stage([((op,), 1)], CAPACITY, Strategy(dp=2, zero_stage=1))
+    plan = plan_stage([((op,), 1)], CAPACITY, PlanFields.of(Strategy(dp=2, zero_stage=1)))
     assert plan.update_dram_bytes == pytest.approx(100 / 2 * 28)   # 100 parameters of 2 bytes
 
 

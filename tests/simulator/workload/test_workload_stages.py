@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import typing
 from dataclasses import replace
 
 import pytest
@@ -14,7 +15,7 @@ from simulator import load_hardware, load_model, simulate
 from simulator.costs import Collective
 from simulator.errors import InputError
 from simulator.strategy import Strategy
-from simulator.workload import memory
+from simulator.workload import memory, roofline, sram, tiled_stage
 from simulator.workload.partition import balanced_partition, uniform_partition
 from simulator.workload.stages import build_stage_costs, model_flops_per_iteration
 
@@ -268,3 +269,12 @@ def test_zero3_exposes_what_compute_does_not_hide():
     fast, slowed = ({z: simulate(model, hw, replace(strategy, zero_stage=z)).iteration_time_s for z in (2, 3)}
                     for hw in (a100, slow))
     assert slowed[3] > slowed[2] and slowed[3] - slowed[2] > fast[3] - fast[2]
+
+
+def test_costing_after_the_operators_takes_fields_not_the_strategy():
+    """Issue 33: costing flows one way (operators -> per-pass costs -> stage); the roofline and
+    the DRAM planners take the few fields they need (Costing, PlanFields), not the Strategy."""
+    steps = (roofline.cost_unit, roofline.optimizer_step, sram.stage_totals, sram.operator_access,
+             sram.update_bytes, sram.plan_stage, tiled_stage.operator_traffic, tiled_stage.plan_stage_tiled)
+    for step in steps:
+        assert Strategy not in typing.get_type_hints(step).values(), step.__name__

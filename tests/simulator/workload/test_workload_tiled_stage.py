@@ -11,7 +11,7 @@ from workload_fixtures import gpt, wafer
 
 from simulator.strategy import Strategy
 from simulator.workload import operators
-from simulator.workload.sram import plan_stage
+from simulator.workload.sram import PlanFields, plan_stage
 from simulator.workload.stages import build_stage_costs
 from simulator.workload.tiled import GemmShape, universal_lower_bound_bytes
 from simulator.workload.tiled_stage import operator_traffic, plan_stage_tiled, product_traffic
@@ -54,7 +54,7 @@ def test_a_square_gemm_that_fits_moves_each_operand_once():
 
 def test_an_elementwise_operator_streams_once_forward_twice_backward():
     op = operators.transformer_layer(gpt(), Strategy(tp=8))[0]
-    forward, backward = operator_traffic(op, Strategy(tp=8), 1e6)
+    forward, backward = operator_traffic(op, PlanFields.of(Strategy(tp=8)), 1e6)
     assert forward.dram_bytes == op.input_bytes + op.weight_bytes + op.output_bytes
     assert backward.dram_bytes == 2 * forward.dram_bytes
 
@@ -66,8 +66,8 @@ def test_a_column_parallel_gemm_is_multicast_only_with_tensor_parallelism():
         layer = {op.name: op for op in operators.transformer_layer(model, strategy)}
         qkv, projection = layer["qkv"], layer["attention_projection"]
         assert qkv.shared_input and not projection.shared_input
-        assert (operator_traffic(qkv, strategy, 3.75e6)[0].multicast_bytes > 0) == multicast
-        assert operator_traffic(projection, strategy, 3.75e6)[0].multicast_bytes == 0
+        assert (operator_traffic(qkv, PlanFields.of(strategy), 3.75e6)[0].multicast_bytes > 0) == multicast
+        assert operator_traffic(projection, PlanFields.of(strategy), 3.75e6)[0].multicast_bytes == 0
 
 
 def test_weights_are_multicast_to_the_replicas_only_with_data_parallelism():
@@ -75,9 +75,9 @@ def test_weights_are_multicast_to_the_replicas_only_with_data_parallelism():
     for dp in (1, 4):
         strategy = Strategy(tp=8, dp=dp)
         layer = {op.name: op for op in operators.transformer_layer(model, strategy)}
-        forward, backward = operator_traffic(layer["qkv"], strategy, 3.75e6)
+        forward, backward = operator_traffic(layer["qkv"], PlanFields.of(strategy), 3.75e6)
         assert (forward.replica_bytes > 0) == (dp > 1)
-        assert operator_traffic(layer["attention_scores"], strategy, 3.75e6)[0].replica_bytes == 0
+        assert operator_traffic(layer["attention_scores"], PlanFields.of(strategy), 3.75e6)[0].replica_bytes == 0
         if dp > 1:
             # each device receives every weight it multiplies at least once
             assert forward.replica_bytes >= layer["qkv"].weight_bytes * 0.999
@@ -86,7 +86,7 @@ def test_weights_are_multicast_to_the_replicas_only_with_data_parallelism():
 def test_a_stage_that_fits_moves_nothing_under_both_dataflows():
     ops = operators.transformer_layer(gpt(hidden=256, heads=4, sequence=64), Strategy(tp=1))
     for planner in (plan_stage, plan_stage_tiled):
-        plan = planner([(ops, 1)], 1e9, Strategy(tp=1))
+        plan = planner([(ops, 1)], 1e9, PlanFields.of(Strategy(tp=1)))
         assert plan.forward_dram_bytes == plan.backward_dram_bytes == plan.update_dram_bytes == 0
 
 
