@@ -50,7 +50,10 @@ BASES["serving study"] = {"study": {"name": "serving-small", "model": "T-1.7B", 
 """Valid documents the schema cases damage: a model, a machine, a training and a decode strategy
 (LLM inference: prompt and KV-cache context), a training and a serving study."""
 BASES["multi-chip hardware"] = tomllib.loads((ROOT / "simulator/hardware/presets/wormhole-n300.toml").read_text())
-"""A machine of two chips: its inter-chip hop latency and interleaved DRAM are keys the mini mesh lacks."""
+"""A machine of two chips: its inter-chip hop latency, interleaved DRAM and two-level collectives are keys
+the mini mesh lacks."""
+BASES["multi-wafer hardware"] = tomllib.loads((ROOT / "simulator/hardware/presets/wafer-4.toml").read_text())
+"""A machine of four wafers (``base = "wafer"``): its inter-wafer link keys."""
 BASES["moe model"] = {"model": {k: v for k, v in MODELS["Mixtral-8x7B"].items() if k != "aliases"}}
 """A Mixture-of-Experts model: its expert keys are keys a dense model lacks."""
 BASES["classifier model"] = {"model": {k: v for k, v in MODELS["BERT-base-SST-2"].items() if k != "aliases"}}
@@ -171,7 +174,8 @@ def optimize_case(study: bytes | str, source: str) -> Case:
 @st.composite
 def schema_cases(draw) -> Case:
     kind = draw(st.sampled_from(["model", "moe model", "classifier model", "hf config", "hardware",
-                                 "multi-chip hardware", "strategy", "decode strategy", "stack", "serving stack",
+                                 "multi-chip hardware", "multi-wafer hardware", "strategy", "decode strategy", "stack",
+                                 "serving stack",
                                  "study", "serving study"]), label="kind")
     if kind == "hf config":
         case = simulate_case({"config": json.dumps(draw(mutated(kind))).encode()}, f"schema {kind}")
