@@ -128,8 +128,9 @@ class Flow:
         return [(within, "reduce_scatter", size_bytes), (across, "reduce_scatter", shard)]
 
 
-def two_level_flow(flat: Flow, within: Flow, across: Flow) -> Flow:
-    """``flat``'s groups collecting in two levels (``within`` then ``across`` the dies): its loads
+def two_level_flow(name: str, group_size: int, within: Flow, across: Flow) -> Flow:
+    """Groups of ``group_size`` devices collecting in two levels (``within`` then ``across`` the
+    dies; every group's ring across them has ``group_size`` edges, as one flat ring would): its loads
     and occupancy are the levels' weighted by the share of the bytes per edge each moves, the same
     for every ring collective (``k (c-1)`` within against ``k-1`` across, ``c`` cores on ``k``
     dies), so that the occupancy times the bytes moved is each resource's busy time."""
@@ -141,9 +142,9 @@ def two_level_flow(flat: Flow, within: Flow, across: Flow) -> Flow:
         for r, load in flow.loads.items():
             loads[r] = loads.get(r, 0.0) + weight * load
             occupancy[r] = occupancy.get(r, 0.0) + weight * flow.occupancy[r]
-    return Flow(name=flat.name, kind=flat.kind, group_size=flat.group_size, loads=loads,
+    return Flow(name=name, kind=across.kind, group_size=group_size, loads=loads,
                 latency_s=max(within.latency_s, across.latency_s),
-                seconds_per_byte=max(occupancy.values(), default=0.0), num_edges=flat.num_edges,
+                seconds_per_byte=max(occupancy.values(), default=0.0), num_edges=across.num_edges,
                 occupancy=occupancy, levels=(within, across))
 
 

@@ -151,13 +151,12 @@ def ring_flow(topology: Topology, name: str, kind: str, groups: tuple[tuple[int,
     """The ring collectives of ``groups`` (of ``group_size`` devices, default the first's): one
     ring each, or two levels where the topology runs them so
     (:meth:`~simulator.network.topology.Topology.collective_levels`)."""
-    flat = make_flow(topology, name, kind, _rings(topology, groups), efficiency, group_size or len(groups[0]), copies)
-    levels = topology.collective_levels(groups)
+    size, levels = group_size or len(groups[0]), topology.collective_levels(groups)
     if levels is None:
-        return flat
+        return make_flow(topology, name, kind, _rings(topology, groups), efficiency, size, copies)
     within, across = (make_flow(topology, f"{name} {part}", kind, _rings(topology, g), efficiency, len(g[0]), copies)
                       for part, g in zip(("within dies", "across dies"), levels, strict=True))
-    return two_level_flow(flat, within, across)
+    return two_level_flow(name, size, within, across)
 
 
 def own_flows(flows: StageFlows) -> list[Flow]:
