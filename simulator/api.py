@@ -358,7 +358,7 @@ def _short_run(engine: Engine, m: int, pp: int) -> tuple[_Outcome | None, int]:
 
 
 def _busy_s(stats: StageStats) -> float:
-    return stats.compute_s + stats.communication_s + stats.dram_stall_s
+    return stats.compute_s + stats.communication_s + stats.dram_stall_s + stats.host_s
 
 
 def _period(a: EngineRun, b: EngineRun, delta: int) -> float:
@@ -433,13 +433,14 @@ def _assemble(prepared: _Prepared, outcome: _Outcome) -> SimulationResult:
 def _stage_report(i: int, devices: tuple[int, ...], prepared: _Prepared, run: EngineRun,
                   iteration_s: float) -> StageReport:
     st = run.stats[i]
-    busy = st.compute_s + st.communication_s + st.dram_stall_s + st.optimizer_s
+    busy = st.compute_s + st.communication_s + st.dram_stall_s + st.optimizer_s + st.host_s
     return StageReport(
         stage=i, devices=devices, compute_s=st.compute_s, communication_s=st.communication_s,
         dram_stall_s=st.dram_stall_s, optimizer_s=st.optimizer_s, bubble_s=max(iteration_s - busy, 0.0),
         memory_bytes=prepared.memory_bytes[i], microbatches_in_flight=sum(prepared.in_flight[i]),
         sram_resident_bytes=sum(c.memory.sram_resident_bytes
                                 for c in prepared.costs[i::prepared.strategy.pp]),
+        host_s=st.host_s,
     )
 
 

@@ -66,6 +66,9 @@ class PassCost:
         ep_collectives: expert-parallel all-to-alls over the stage's ``ep`` groups (token
             dispatch and combine of its Mixture-of-Experts layers), exposed (Megatron-Core runs
             them between the router and the experts and after the experts).
+        host_s: host time after the pass that the device waits for, in series with everything
+            above (s): a decode step's logits read back and sampled on the host
+            (:func:`simulator.workload.formats.host_sampling_s`).
     """
 
     compute_s: float
@@ -81,6 +84,7 @@ class PassCost:
     cp_overlap_s: float = 0.0
     exposed_dp_collectives: tuple[Collective, ...] = ()
     ep_collectives: tuple[Collective, ...] = ()
+    host_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

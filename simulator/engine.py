@@ -143,6 +143,7 @@ class Engine:
             cost, start = self.costs[j].pass_cost(p.kind), env.now
             yield from run_pass(i, cost, p.microbatch)
             stats.compute_s += cost.compute_s
+            stats.host_s += cost.host_s
             if machine.record:
                 machine.records.append(PassRecord(i, p.kind, p.microbatch, p.chunk, start, env.now, cost.recompute_s,
                                                   cost.compute_s))

@@ -28,6 +28,7 @@ class StageReport:
         memory_bytes: peak memory of one device (weights, gradients, optimizer, activations).
         microbatches_in_flight: most microbatches whose activations the stage holds at once.
         sram_resident_bytes: bytes PALM's Algorithm 1 keeps resident in SRAM (mesh only).
+        host_s: time the stage waited on the host (a decode step's logits read and sampled there).
     """
 
     stage: int
@@ -40,6 +41,7 @@ class StageReport:
     memory_bytes: float
     microbatches_in_flight: int
     sram_resident_bytes: float
+    host_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -98,7 +98,7 @@ def time_shares(result: SimulationResult) -> dict[str, float]:
     if not stages or not period or not result.feasible:
         return {}
     parts = {"compute": "compute_s", "communication": "communication_s", "dram_stall": "dram_stall_s",
-             "optimizer": "optimizer_s", "bubble": "bubble_s"}
+             "optimizer": "optimizer_s", "host": "host_s", "bubble": "bubble_s"}
     return {name: sum(getattr(s, attr) for s in stages) / len(stages) / period for name, attr in parts.items()}
 
 

@@ -67,13 +67,14 @@ def print_result(result: SimulationResult, console: Console | None = None, machi
 
 def _stage_table(result: SimulationResult) -> Table:
     table = Table(title="per pipeline stage (one device)")
-    for column in ("stage", "compute s", "comm s", "DRAM stall s", "optimizer s", "bubble s",
-                   "memory", "in flight"):
+    host = any(st.host_s for st in result.stages)  # a column only where a stage waited on the host
+    for column in ("stage", "compute s", "comm s", "DRAM stall s", "optimizer s", *(("host s",) if host else ()),
+                   "bubble s", "memory", "in flight"):
         table.add_column(column, justify="right")
     for st in result.stages:
         table.add_row(str(st.stage), f"{st.compute_s:.3f}", f"{st.communication_s:.3f}",
-                      f"{st.dram_stall_s:.3f}", f"{st.optimizer_s:.3f}", f"{st.bubble_s:.3f}",
-                      _gib(st.memory_bytes), str(st.microbatches_in_flight))
+                      f"{st.dram_stall_s:.3f}", f"{st.optimizer_s:.3f}", *((f"{st.host_s:.3f}",) if host else ()),
+                      f"{st.bubble_s:.3f}", _gib(st.memory_bytes), str(st.microbatches_in_flight))
     return table
 
 

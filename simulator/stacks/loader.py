@@ -13,7 +13,9 @@ behaviour, never a fit to a validation row)::
 Keys: ``overlap_data_parallel`` and ``reshard_after_forward`` ... as :class:`Stack`'s
 attributes; ``collective_call_overhead`` carries a time unit (``_us`` or ``_s``). A serving
 stack's keys (:class:`~simulator.stacks.spec.Serving`, inference only) are ``kv_cache_format``,
-``small_m_gemm_tiles`` (``[[largest rows, tile rows, tile columns], ...]``) and two sub-tables
+``small_m_gemm_tiles`` (``[[largest rows, tile rows, tile columns], ...]``), ``sampling``
+(``device`` or ``host``) with ``host_read_bandwidth_GB_per_s`` and ``host_step_overhead_us``
+(or ``_s``), and two sub-tables
 of operator classes, each value with its own source::
 
     [stack.weight_formats]
@@ -33,19 +35,30 @@ from typing import Any
 
 from simulator.config import Table, parse_toml, read_toml
 from simulator.errors import InputError
-from simulator.stacks.spec import FIDELITY_CLASSES, GATHERS, REDUCTIONS, RESHARDS, WEIGHT_CLASSES, Serving, Stack
+from simulator.stacks.spec import (
+    FIDELITY_CLASSES,
+    GATHERS,
+    REDUCTIONS,
+    RESHARDS,
+    SAMPLINGS,
+    WEIGHT_CLASSES,
+    Serving,
+    Stack,
+)
 from simulator.strategy import FORMAT_BYTES, MATH_FIDELITIES
 
 _PRESET_DISPLAY = "simulator/stacks/presets/{}.toml"
 _CHOICES: dict[str, tuple[str, ...]] = {"reshard_after_forward": RESHARDS, "zero3_gather": GATHERS,
-                                        "zero3_gradient_reduction": REDUCTIONS}
+                                        "zero3_gradient_reduction": REDUCTIONS, "sampling": SAMPLINGS}
 _FLAGS = ("overlap_data_parallel",)
 _OVERHEAD_KEYS = ("collective_call_overhead_us", "collective_call_overhead_s")
 _THRESHOLD = "zero3_persistence_threshold"
 _CLASS_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "weight_formats": (WEIGHT_CLASSES, tuple(FORMAT_BYTES)), "math_fidelities": (FIDELITY_CLASSES, MATH_FIDELITIES)}
 _KV, _TILES = "kv_cache_format", "small_m_gemm_tiles"
-KNOWN_KEYS = (*_FLAGS, *_CHOICES, _THRESHOLD, *_OVERHEAD_KEYS, _KV, _TILES, *_CLASS_TABLES)
+_HOST_KEYS = ("host_read_bandwidth_GB_per_s", "host_step_overhead_us", "host_step_overhead_s")
+_SERVING_FIELDS = (_KV, _TILES, "sampling", "host_read_bandwidth_bytes_per_s", "host_step_overhead_s")
+KNOWN_KEYS = (*_FLAGS, *_CHOICES, _THRESHOLD, *_OVERHEAD_KEYS, _KV, _TILES, *_HOST_KEYS, *_CLASS_TABLES)
 """The keys a ``[stack]`` table may give (each with its ``_source``, or a table of classes)."""
 
 
@@ -84,10 +97,14 @@ def _build(root: Table, name: str) -> Stack:
             sources += [(f"{key}.{c}", source) for c, source in cited]
             continue
         field, value = _value(table, key)
-        (serving if key in (_KV, _TILES) else values)[field] = value
+        (serving if field in _SERVING_FIELDS else values)[field] = value
         sources.append((field, table.take_source(key)))
     table.finish(KNOWN_KEYS)
-    return Stack(name=name, sources=tuple(sources), serving=Serving(**serving), **values)
+    try:
+        served = Serving(**serving)
+    except InputError as error:
+        raise table.error(str(error).removeprefix("stack: ")) from None
+    return Stack(name=name, sources=tuple(sources), serving=served, **values)
 
 
 def _classes(table: Table, classes: tuple[str, ...], choices: tuple[str, ...]) -> tuple[

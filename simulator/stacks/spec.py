@@ -23,6 +23,8 @@ Reduction = Literal["reduce_scatter", "all_reduce"]
 RESHARDS: tuple[Reshard, ...] = ("always", "except_last", "never")
 GATHERS: tuple[Gather, ...] = ("layer", "parameter")
 REDUCTIONS: tuple[Reduction, ...] = ("reduce_scatter", "all_reduce")
+Sampling = Literal["device", "host"]
+SAMPLINGS: tuple[Sampling, ...] = ("device", "host")
 
 WEIGHT_CLASSES: tuple[str, ...] = ("attention", "mlp_in", "mlp_out", "logits", "expert_in", "expert_out")
 """Operator classes a serving stack gives a weight format: ``attention`` (QKV, or MLA's down/up
@@ -51,6 +53,14 @@ class Serving:
         small_m_gemm_tiles: ``(largest rows, tile rows, tile columns)``, increasing: a GEMM of
             at most that many output rows is cut into tiles of that shape (a serving GEMM
             kernel's dispatch by ``M``), replacing the hardware's tile for its quantization.
+        sampling: where a decode step picks its next tokens: ``device`` (nothing leaves the
+            machine) or ``host``: every step reads the users' logits back to the host
+            (:data:`simulator.workload.formats.HOST_LOGIT_BYTES` each) at
+            ``host_read_bandwidth_bytes_per_s`` and pays ``host_step_overhead_s`` of host round
+            trip, in series with the device (:func:`simulator.workload.formats.host_sampling_s`).
+        host_read_bandwidth_bytes_per_s: the stack's measured device-to-host read rate (bytes/s).
+        host_step_overhead_s: a decode step's fixed host time outside the device (s): input
+            copy, launch, blocking read.
 
     The :class:`Stack`'s ``sources`` cite each value (``weight_formats.mlp_in``...).
 
@@ -62,6 +72,9 @@ class Serving:
     math_fidelities: tuple[tuple[str, str], ...] = ()
     kv_cache_format: str | None = None
     small_m_gemm_tiles: tuple[tuple[int, int, int], ...] = ()
+    sampling: Sampling = "device"
+    host_read_bandwidth_bytes_per_s: float = 0.0
+    host_step_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         checks = (("weight_formats", self.weight_formats, WEIGHT_CLASSES, tuple(FORMAT_BYTES)),
@@ -74,6 +87,11 @@ class Serving:
         if self.kv_cache_format is not None and self.kv_cache_format not in FORMAT_BYTES:
             raise InputError(f"stack: `kv_cache_format` must be one of {list(FORMAT_BYTES)}, got"
                              f" {self.kv_cache_format!r}")
+        if self.sampling not in SAMPLINGS:
+            raise InputError(f"stack: `sampling` must be one of {list(SAMPLINGS)}, got {self.sampling!r}")
+        if self.sampling == "host" and self.host_read_bandwidth_bytes_per_s <= 0:
+            raise InputError("stack: `sampling = \"host\"` needs `host_read_bandwidth_GB_per_s` (the logits' read"
+                             " rate)")
         bounds = [bound for bound, _, _ in self.small_m_gemm_tiles]
         if bounds != sorted(set(bounds)):
             raise InputError(f"stack: `small_m_gemm_tiles` must list increasing row bounds, got {bounds}")
@@ -81,7 +99,8 @@ class Serving:
     @property
     def active(self) -> bool:
         """The stack changes something at inference (any key given)."""
-        return bool(self.weight_formats or self.math_fidelities or self.kv_cache_format or self.small_m_gemm_tiles)
+        return bool(self.weight_formats or self.math_fidelities or self.kv_cache_format or self.small_m_gemm_tiles
+                    or self.sampling == "host")
 
     def gemm_tile(self, rows: float) -> tuple[int, int] | None:
         """The ``(rows, columns)`` tile of a GEMM of ``rows`` output rows, None past the last bound."""

@@ -78,6 +78,7 @@ class ClosedForm:
             i = j % pp
             per_stage[i] += self.pass_s(i, cost.forward)
             stats[i].compute_s += cost.forward.compute_s
+            stats[i].host_s += cost.forward.host_s
             if j < len(costs) - 1:
                 per_stage[i] += self.send_s(i, (j + 1) % pp, cost.activation_send_bytes)
             if self.training and self.schedule.defers_weight_gradients:
@@ -92,8 +93,8 @@ class ClosedForm:
         for flow in machine.flows:
             flow.bytes_moved *= m
         for st in stats:
-            st.compute_s, st.communication_s, st.dram_stall_s = (m * st.compute_s, m * st.communication_s,
-                                                                 m * st.dram_stall_s)
+            st.compute_s, st.communication_s, st.dram_stall_s, st.host_s = (
+                m * st.compute_s, m * st.communication_s, m * st.dram_stall_s, m * st.host_s)
         per_stage = [t + w for t, w in zip(per_stage, deferred, strict=True)]
         period = max(per_stage)
         pipeline = m * period + (sum(per_stage) - period) / chunks
@@ -140,7 +141,8 @@ class ClosedForm:
         stall = max(seg.dram_s - seg.compute_s, 0.0)
         exposed = machine.collectives_time(i, cost.exposed_dp_collectives, flows.dp)[0]
         moved = tuple((f, f.bytes_moved - b) for f, b in zip(own, before, strict=True) if f.bytes_moved != b)
-        return PassAlone(flows, seg.count * (seg.compute_s + stall + seg.collective_s) + exposed, seg.count * stall,
+        return PassAlone(flows, seg.count * (seg.compute_s + stall + seg.collective_s) + exposed + cost.host_s,
+                         seg.count * stall,
                          seg.count * seg.collective_s + exposed, moved)
 
     def send_s(self, i: int, dst: int, size_bytes: float) -> float:

@@ -19,6 +19,7 @@ class StageStats:
     communication_s: float = 0.0
     dram_stall_s: float = 0.0
     optimizer_s: float = 0.0
+    host_s: float = 0.0
     finish_s: float = 0.0
 
 

@@ -36,6 +36,12 @@ have none (they keep the strategy's precision)."""
 CORE_OPERATORS = ("fused_attention", "attention_scores", "attention_values")
 """The attention core's products, which read the cached keys (scores) and values (values)."""
 
+HOST_LOGIT_BYTES = 2
+"""Bytes of one logit read back to the host: tt-metal untilizes the LM head's output to bfloat16
+before the read (tenstorrent/tt-metal ``models/tt_transformers/tt/model.py``, version of mid-2025:
+``ttnn.untilize(tt_logits, use_multicore=True)``, then ``ttnn.to_torch``; ``untilize`` takes
+bfloat16)."""
+
 FP8 = "fp8_e4m3"
 """The one-byte FP8 format, whose GEMMs run at the hardware's ``fp8`` peak and FP8 efficiency."""
 
@@ -106,3 +112,18 @@ def _kv_read(op: Operator, model: ModelSpec, strategy: Strategy, serving: Servin
     read = {"fused_attention": cached, "attention_scores": keys, "attention_values": cached - keys}[op.name]
     return {"input_bytes": op.input_bytes + read * (element / strategy.bytes_per_element - 1.0),
             "b_bytes_per_element": element}
+
+
+def host_sampling_s(model: ModelSpec, strategy: Strategy, stack: Stack) -> float:
+    """Host time a decode step of one microbatch adds in series with the device where the stack
+    samples on the host (:attr:`simulator.stacks.spec.Serving.sampling`): its users' logits read
+    back, ``b V`` of :data:`HOST_LOGIT_BYTES` each at the stack's measured read rate, plus the
+    step's fixed host round trip (s); 0 otherwise, and for a prefill or in training.
+
+    The logits are whole on the device read (tt-metal gathers them over the tensor-parallel
+    chips before reading one device's copy), so ``tp`` does not divide them."""
+    serving = stack.serving
+    if not strategy.decoding or serving.sampling != "host":
+        return 0.0
+    logits_bytes = strategy.microbatch_size * model.vocab_size * HOST_LOGIT_BYTES
+    return logits_bytes / serving.host_read_bandwidth_bytes_per_s + serving.host_step_overhead_s

@@ -125,23 +125,38 @@ class PlanFields:
     """What a stage's DRAM planner takes of the strategy: whether it trains (a backward and an
     update), the working precision's bytes per element, ZeRO's sharding of the model states
     (:func:`~simulator.workload.memory.state_sharding`), the update's traffic per parameter
-    (:func:`~simulator.workload.memory.optimizer_step_bytes_per_parameter`, bytes) and the
-    tensor- and data-parallel degrees (the tiled dataflow's multicast groups)."""
+    (:func:`~simulator.workload.memory.optimizer_step_bytes_per_parameter`, bytes), the
+    tensor-parallel degree and the data-parallel replicas that share one chip's weights (the
+    tiled dataflow's multicast groups: :func:`replicas_per_chip`)."""
 
     training: bool
     bytes_per_element: float
     states: StateSharding
     update_bytes_per_parameter: float
     tp: int
-    dp: int
+    replicas_per_chip: int
 
     @classmethod
-    def of(cls, strategy: Strategy) -> PlanFields:
-        """The fields of ``strategy``."""
+    def of(cls, strategy: Strategy, replicas_per_chip: int | None = None) -> PlanFields:
+        """The fields of ``strategy``, its replicas sharing one chip's weights ``replicas_per_chip``
+        (:func:`replicas_per_chip`; None: all ``dp`` of them, one chip)."""
         return cls(training=strategy.training, bytes_per_element=strategy.bytes_per_element,
                    states=state_sharding(strategy),
                    update_bytes_per_parameter=optimizer_step_bytes_per_parameter(strategy),
-                   tp=strategy.tp, dp=strategy.dp)
+                   tp=strategy.tp, replicas_per_chip=replicas_per_chip or strategy.dp)
+
+
+def replicas_per_chip(strategy: Strategy, cores_per_chip: int) -> int:
+    """Data-parallel replicas of a stage that sit on one chip (die) of ``cores_per_chip`` cores
+    and so can read their common weights once from its DRAM and multicast them over its NoC:
+    as many whole replica groups (``tp x cp`` cores, placed contiguously) as the chip holds, at
+    most ``dp``; 1 when a replica spans chips. Replicas on different chips each read their own
+    copy from their own chip's DRAM, which holds it (every core's weights are in its chip's
+    memory), as tt-metal's data parallelism over submeshes runs an independent replica of the
+    model on each (tenstorrent/tt-metal ``tech_reports/LLMs/llms.md`` @0100dbfc §3.3.2, "Data
+    Parallel": each submesh holds a full copy of the weights)."""
+    group = strategy.tp * strategy.cp
+    return max(1, min(strategy.dp, cores_per_chip // group))
 
 
 def stage_totals(groups: Iterable[OperatorGroup], fields: PlanFields) -> StageTotals:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from simulator.costs import Collective, CollectiveKind, MemoryBreakdown, PassCost, StageCost
 from simulator.hardware.spec import Hardware
 from simulator.legality import attention_of, check_workload, num_microbatches
+from simulator.network.mesh import Mesh
 from simulator.stacks.spec import MEGATRON_CORE, Stack
 from simulator.strategy import FORMAT_BYTES, Strategy
 from simulator.workload import formats, memory, operators, sram
@@ -332,6 +333,14 @@ def _sram_plan(groups: list[Group], hardware: Hardware, fields: sram.PlanFields)
                               fields, [(unit.recomputed, count) for unit, count in groups if unit.recomputed])
 
 
+def _replicas_per_chip(hardware: Hardware, strategy: Strategy) -> int | None:
+    """:func:`simulator.workload.sram.replicas_per_chip` on a mesh of chips (None elsewhere)."""
+    network = hardware.network
+    if not isinstance(network, Mesh):
+        return None
+    return sram.replicas_per_chip(strategy, network.cores_x * network.cores_y)
+
+
 def _multicast(size_bytes: float) -> tuple[tuple[Collective, ...], int]:
     """Operands a group multicasts in a pass, as an all-gather of their bytes over the group
     (:mod:`simulator.workload.tiled_stage`), in :func:`_merge`'s form."""
@@ -450,7 +459,7 @@ def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy,
     fp8_copy_bytes = memory.fp8_weight_copy_bytes(fp8_parameters, strategy)
     updated = memory.updated_parameters(parameters, experts, strategy)
     update_bytes = memory.optimizer_step_bytes_per_parameter(strategy)
-    plan = _sram_plan(groups, hardware, sram.PlanFields.of(strategy))
+    plan = _sram_plan(groups, hardware, sram.PlanFields.of(strategy, _replicas_per_chip(hardware, strategy)))
     step = optimizer_step(updated, update_bytes, strategy.optimizer, plan.update_dram_bytes if plan else 0.0,
                           segments, hardware) if strategy.training else idle_pass(segments)
     backward = _backward(groups, plan, segments, strategy.training, zero3_backward)
@@ -523,6 +532,9 @@ def build_stage_costs(model: ModelSpec, hardware: Hardware, strategy: Strategy,
         if key not in cache:
             cache[key] = _stage_cost(entries, hardware, strategy, stack)
         stages.append(replace(cache[key], units=tuple(name for name, _ in entries)))
+    host_s = formats.host_sampling_s(model, strategy, stack)
+    if host_s:  # the last stage's logits go to the host, the device waiting
+        stages[-1] = replace(stages[-1], forward=replace(stages[-1].forward, host_s=host_s))
     return _with_kv_cache(tuple(stages), units.kv_cache_bytes * num_microbatches(model, strategy))
 
 

@@ -144,7 +144,7 @@ def operator_traffic(op: Operator, fields: PlanFields, sram_bytes: float) -> tup
     e = fields.bytes_per_element
     m, k, n, batch, a_scale = _layout(op, e)
     tp = fields.tp if op.shared_input else 1
-    dp = fields.dp if op.weight_bytes else 1
+    dp = fields.replicas_per_chip if op.weight_bytes else 1
     rows = dp * (fields.tp if op.shared_weight else 1)
     forward = product_traffic(m, k, n, e, sram_bytes, grid=(rows, tp), a_scale=a_scale,
                               b_scale=(op.b_bytes_per_element or e) / e)
@@ -160,7 +160,7 @@ def _weights_only(op: Operator, fields: PlanFields) -> Traffic:
     activations fit in SRAM: its weights, read once by the devices sharing them (its ``dp``
     replicas, and its tensor-parallel group where it has ``shared_weight``) and multicast to them."""
     group = fields.tp if op.shared_weight else 1
-    sharing = fields.dp * group
+    sharing = fields.replicas_per_chip * group
     if sharing == 1:
         return Traffic(op.weight_bytes)
     multicast = op.weight_bytes if group > 1 else 0.0

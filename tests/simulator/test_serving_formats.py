@@ -128,6 +128,11 @@ def test_a_64_row_decode_gemm_pads_to_64_not_to_the_256_row_tile():
      "serve.toml [stack]: key 'small_m_gemm_tiles' must list increasing row bounds"),
     ('[stack]\nsmall_m_gemm_tiles = [[64, 64]]\nsmall_m_gemm_tiles_source = "x"\n',
      "serve.toml [stack]: key 'small_m_gemm_tiles' must be a list of [a, b, c] triples of integers >= 1"),
+    ('[stack]\nsampling = "cpu"\nsampling_source = "x"\n', "serve.toml [stack]: key 'sampling' must be one of"),
+    ('[stack]\nsampling = "host"\nsampling_source = "x"\n',
+     "serve.toml [stack]: `sampling = \"host\"` needs `host_read_bandwidth_GB_per_s`"),
+    ('[stack]\nhost_step_overhead_us = -1\nhost_step_overhead_us_source = "x"\n',
+     "serve.toml [stack]: key 'host_step_overhead_us' must be in"),
 ])
 def test_a_bad_serving_key_is_one_line_naming_file_key_and_value(tmp_path, body, message):
     with pytest.raises(InputError) as error:
@@ -157,3 +162,20 @@ def test_serving_built_in_python_checks_its_classes_and_values(fields, message):
     with pytest.raises(InputError) as error:
         Serving(**fields)
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_host_sampling_adds_the_logits_read_and_the_round_trip_to_a_decode_step(tmp_path):
+    # b V logits of 2 bytes at the read rate, plus the fixed host round trip, in series; prefill untouched
+    body = ('[stack]\nsampling = "host"\nsampling_source = "x"\nhost_read_bandwidth_GB_per_s = 10\n'
+            'host_read_bandwidth_GB_per_s_source = "x"\nhost_step_overhead_us = 400\n'
+            'host_step_overhead_us_source = "x"\n')
+    host = load_stack(_write(tmp_path, body))
+    assert formats.host_sampling_s(LLAMA, _decode(users=8), host) == pytest.approx(8 * V * 2 / 10e9 + 400e-6,
+                                                                                 rel=1e-12)
+    device = dataclasses.replace(host, serving=Serving())
+    step = {s: simulate(LLAMA, N150, _decode(precision="bfloat8_b"), stack=s).iteration_time_s for s in (host, device)}
+    assert step[host] - step[device] == pytest.approx(formats.host_sampling_s(LLAMA, _decode(), host), rel=1e-6)
+    prefill = dataclasses.replace(_decode(precision="bfloat8_b"), decode_context_length=0)
+    assert formats.host_sampling_s(LLAMA, prefill, host) == 0.0
+    assert simulate(LLAMA, N150, prefill, stack=host).iteration_time_s == pytest.approx(
+        simulate(LLAMA, N150, prefill, stack=device).iteration_time_s, rel=1e-12)

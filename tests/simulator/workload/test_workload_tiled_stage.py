@@ -11,7 +11,7 @@ from workload_fixtures import gpt, wafer
 
 from simulator.strategy import Strategy
 from simulator.workload import operators
-from simulator.workload.sram import PlanFields, plan_stage
+from simulator.workload.sram import PlanFields, plan_stage, replicas_per_chip
 from simulator.workload.stages import build_stage_costs
 from simulator.workload.tiled import GemmShape, universal_lower_bound_bytes
 from simulator.workload.tiled_stage import operator_traffic, plan_stage_tiled, product_traffic
@@ -81,6 +81,26 @@ def test_weights_are_multicast_to_the_replicas_only_with_data_parallelism():
         if dp > 1:
             # each device receives every weight it multiplies at least once
             assert forward.replica_bytes >= layer["qkv"].weight_bytes * 0.999
+
+
+def test_replicas_on_other_chips_read_their_own_weights():
+    model, strategy = gpt(), Strategy(tp=8, dp=4)
+    qkv = {op.name: op for op in operators.transformer_layer(model, strategy)}["qkv"]
+    shared, apart = (operator_traffic(qkv, PlanFields.of(strategy, n), 3.75e6)[0] for n in (4, 1))
+    assert shared.replica_bytes > 0 and apart.replica_bytes == 0
+    # apart, each replica reads the weights its chip holds: dp times the DRAM bytes of sharing them
+    assert apart.dram_bytes > shared.dram_bytes
+
+
+@pytest.mark.parametrize(("tp", "cp", "dp", "cores", "expected"), [
+    (8, 1, 4, 64, 4),     # four replicas of 8 cores on one 64-core chip
+    (16, 1, 8, 64, 4),    # four fit a chip, the other four on the next
+    (8, 2, 2, 64, 2),     # a replica is tp x cp cores
+    (512, 1, 4, 64, 1),   # each replica spans 8 chips (a Galaxy submesh)
+    (64, 1, 1, 64, 1),
+])
+def test_replicas_per_chip_counts_whole_replica_groups(tp, cp, dp, cores, expected):
+    assert replicas_per_chip(Strategy(tp=tp, cp=cp, dp=dp), cores) == expected
 
 
 def test_a_stage_that_fits_moves_nothing_under_both_dataflows():
