@@ -61,6 +61,8 @@ class Serving:
         host_read_bandwidth_bytes_per_s: the stack's measured device-to-host read rate (bytes/s).
         host_step_overhead_s: a decode step's fixed host time outside the device (s): input
             copy, launch, blocking read.
+        decode_key_chunk: keys a decode step's attention kernel reads per chunk: it reads the
+            context rounded up to whole chunks (0: the context itself).
 
     The :class:`Stack`'s ``sources`` cite each value (``weight_formats.mlp_in``...).
 
@@ -75,6 +77,7 @@ class Serving:
     sampling: Sampling = "device"
     host_read_bandwidth_bytes_per_s: float = 0.0
     host_step_overhead_s: float = 0.0
+    decode_key_chunk: int = 0
 
     def __post_init__(self) -> None:
         checks = (("weight_formats", self.weight_formats, WEIGHT_CLASSES, tuple(FORMAT_BYTES)),
@@ -100,7 +103,7 @@ class Serving:
     def active(self) -> bool:
         """The stack changes something at inference (any key given)."""
         return bool(self.weight_formats or self.math_fidelities or self.kv_cache_format or self.small_m_gemm_tiles
-                    or self.sampling == "host")
+                    or self.sampling == "host" or bool(self.decode_key_chunk))
 
     def gemm_tile(self, rows: float) -> tuple[int, int] | None:
         """The ``(rows, columns)`` tile of a GEMM of ``rows`` output rows, None past the last bound."""

@@ -13,6 +13,7 @@ operators as they are.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -88,7 +89,7 @@ def _served(op: Operator, model: ModelSpec, hardware: Hardware, strategy: Strate
             changes["peak_flop_per_s"] = format_peak_flop_per_s(hardware, precision, fidelity)
         except InputError as error:
             raise InputError(f"stack {stack.name!r}: class {kind!r}: {error}") from None
-    if serving.kv_cache_format and strategy.decoding and op.name in CORE_OPERATORS:
+    if (serving.kv_cache_format or serving.decode_key_chunk) and strategy.decoding and op.name in CORE_OPERATORS:
         changes.update(_kv_read(op, model, strategy, serving))
     tile = serving.gemm_tile(op.rows) if op.kind == "gemm" else None
     if tile:
@@ -105,13 +106,19 @@ def _need_fp8(hardware: Hardware, stack: Stack, kind: str | None) -> None:
 def _kv_read(op: Operator, model: ModelSpec, strategy: Strategy, serving: Serving) -> dict[str, float]:
     """The input bytes of an attention-core product of a decode step with its cached keys
     (scores) and values (values), or both (fused), in the KV-cache format, and that format's
-    bytes per element as its second operand's."""
-    element = FORMAT_BYTES[serving.kv_cache_format or ""]
+    bytes per element as its second operand's; with a key chunk, the context rounded up to whole
+    chunks is read and multiplied (tt-metal's SDPA decode: "number of chunks in K, where
+    k_num_chunks*Sk_chunk_t = PSt", the padded length; tenstorrent/tt-metal
+    ``sdpa_decode/device/kernels/dataflow/writer_decode_all.cpp``, 2024), its flops with it."""
+    element = FORMAT_BYTES[serving.kv_cache_format or strategy.precision]
+    context = strategy.decode_context_length
+    chunk = serving.decode_key_chunk or context
+    padded = math.ceil(context / chunk) * chunk / context
     cached = kv_cache_bytes(model, strategy)
     keys = cached if model.uses_latent_attention else cached / 2.0
     read = {"fused_attention": cached, "attention_scores": keys, "attention_values": cached - keys}[op.name]
-    return {"input_bytes": op.input_bytes + read * (element / strategy.bytes_per_element - 1.0),
-            "b_bytes_per_element": element}
+    return {"input_bytes": op.input_bytes + read * (padded * element / strategy.bytes_per_element - 1.0),
+            "b_bytes_per_element": element, "flops": op.flops * padded}
 
 
 def host_sampling_s(model: ModelSpec, strategy: Strategy, stack: Stack) -> float:

@@ -179,3 +179,19 @@ def test_host_sampling_adds_the_logits_read_and_the_round_trip_to_a_decode_step(
     assert formats.host_sampling_s(LLAMA, prefill, host) == 0.0
     assert simulate(LLAMA, N150, prefill, stack=host).iteration_time_s == pytest.approx(
         simulate(LLAMA, N150, prefill, stack=device).iteration_time_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("context, chunk, read", [(129, 256, 256), (256, 256, 256), (257, 256, 512), (129, 0, 129),
+                                                  (1000, 128, 1024)])
+def test_a_decode_step_reads_its_context_in_whole_key_chunks(context, chunk, read):
+    # 2 b read h_kv bytes(KV) of cached keys and values, the fused core's flops scaled alike
+    stack = dataclasses.replace(TT, serving=dataclasses.replace(TT.serving, decode_key_chunk=chunk))
+    strategy = dataclasses.replace(_decode(precision="bfloat8_b", context=context), attention="fused")
+    plain = {op.name: op for op in operators.transformer_layer(LLAMA, strategy)}["fused_attention"]
+    served = {op.name: op for op in formats.serve(operators.transformer_layer(LLAMA, strategy), LLAMA, N150,
+                                                  strategy, stack)}["fused_attention"]
+    cached = 2 * 8 * read * KV * FORMAT_BYTES["bfloat8_b"]
+    assert served.input_bytes - (plain.input_bytes - 2 * 8 * context * KV * FORMAT_BYTES["bfloat8_b"]) == (
+        pytest.approx(cached, rel=1e-12))
+    assert served.flops == pytest.approx(plain.flops * read / context, rel=1e-12)
+    assert operators.kv_cache_bytes(LLAMA, strategy) == 2 * 8 * context * KV * FORMAT_BYTES["bfloat8_b"]
