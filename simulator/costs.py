@@ -69,6 +69,10 @@ class PassCost:
         host_s: host time after the pass that the device waits for, in series with everything
             above (s): a decode step's logits read back and sampled on the host
             (:func:`simulator.workload.formats.host_sampling_s`).
+        launch_s: the kernel launches' share of the pass's compute that no DRAM stream overlaps,
+            in series like ``host_s`` (s): on a mesh, whose DRAM streams beside the compute, the
+            op-to-op gap between two kernels moves nothing (the hardware's ``kernel_overhead_s``
+            per launch); 0 where launches sit inside ``compute_s``. Counted as compute time.
     """
 
     compute_s: float
@@ -85,6 +89,17 @@ class PassCost:
     exposed_dp_collectives: tuple[Collective, ...] = ()
     ep_collectives: tuple[Collective, ...] = ()
     host_s: float = 0.0
+    launch_s: float = 0.0
+
+    @property
+    def busy_s(self) -> float:
+        """The pass's compute with its launches (s): what its stage reports as compute time."""
+        return self.compute_s + self.launch_s
+
+    @property
+    def idle_s(self) -> float:
+        """Time after the pass's phases in which its device waits (s): its launch gaps and host time."""
+        return self.launch_s + self.host_s
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

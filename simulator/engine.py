@@ -142,7 +142,7 @@ class Engine:
                 yield self._message(("act", j, p.microbatch) if forward else ("grad", j, p.microbatch))
             cost, start = self.costs[j].pass_cost(p.kind), env.now
             yield from run_pass(i, cost, p.microbatch)
-            stats.compute_s += cost.compute_s
+            stats.compute_s += cost.busy_s
             stats.host_s += cost.host_s
             if machine.record:
                 machine.records.append(PassRecord(i, p.kind, p.microbatch, p.chunk, start, env.now, cost.recompute_s,

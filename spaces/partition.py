@@ -139,7 +139,7 @@ def layer_costs(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> tup
     one_each = replace(strategy, pp=partition_units(model), num_chunks=1, schedule="1f1b",
                        partition="uniform", stage_layers=None, placement="line", stage_devices=None)
     costs = build_stage_costs(model, hardware, one_each)
-    times = [c.forward.compute_s + c.backward.compute_s for c in costs]
+    times = [c.forward.busy_s + c.backward.busy_s for c in costs]
     static = [c.memory.total_bytes(0) for c in costs]
     activations = [c.memory.activation_bytes_per_microbatch for c in costs]
     return times, static, activations

@@ -63,6 +63,9 @@ class Serving:
             copy, launch, blocking read.
         decode_key_chunk: keys a decode step's attention kernel reads per chunk: it reads the
             context rounded up to whole chunks (0: the context itself).
+        decode_data_movement_ops: device operations the stack runs in each decode layer beyond
+            the layer's arithmetic (heads split and concatenated, rotary embedding, cache updates,
+            reshards between core grids), each a kernel launch moving kilobytes.
 
     The :class:`Stack`'s ``sources`` cite each value (``weight_formats.mlp_in``...).
 
@@ -78,6 +81,7 @@ class Serving:
     host_read_bandwidth_bytes_per_s: float = 0.0
     host_step_overhead_s: float = 0.0
     decode_key_chunk: int = 0
+    decode_data_movement_ops: int = 0
 
     def __post_init__(self) -> None:
         checks = (("weight_formats", self.weight_formats, WEIGHT_CLASSES, tuple(FORMAT_BYTES)),
@@ -103,7 +107,8 @@ class Serving:
     def active(self) -> bool:
         """The stack changes something at inference (any key given)."""
         return bool(self.weight_formats or self.math_fidelities or self.kv_cache_format or self.small_m_gemm_tiles
-                    or self.sampling == "host" or bool(self.decode_key_chunk))
+                    or self.sampling == "host" or bool(self.decode_key_chunk)
+                    or bool(self.decode_data_movement_ops))
 
     def gemm_tile(self, rows: float) -> tuple[int, int] | None:
         """The ``(rows, columns)`` tile of a GEMM of ``rows`` output rows, None past the last bound."""

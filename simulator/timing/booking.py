@@ -77,7 +77,7 @@ class BookingTiming:
         """Finish time of a pass started at ``now`` with booked resources: per segment, compute
         overlapped with the DRAM stream, then the segment's collectives
         (:meth:`~simulator.timing.machine.Machine.segments`), then ZeRO-3's exposed gather and
-        reduce-scatter, then the pass's host time."""
+        reduce-scatter, then the pass's launch gaps and host time."""
         machine = self.machine
         flows, stats, net, record = machine.stage_flows[i], machine.stats[i], self.backend, machine.record
         seg = machine.segments(i, cost)
@@ -99,7 +99,7 @@ class BookingTiming:
                 if record:
                     machine.trace(flows.tp, f"stage {i}", "tp collectives", start, seg.collective_s,
                                   seg.collective_bytes, microbatch)
-        return (self._exposed_dp(i, cost, t, microbatch) if cost.exposed_dp_collectives else t) + cost.host_s
+        return (self._exposed_dp(i, cost, t, microbatch) if cost.exposed_dp_collectives else t) + cost.idle_s
 
     def _exposed_dp(self, i: int, cost: PassCost, t: float, microbatch: int) -> float:
         """Run a pass's exposed data-parallel collectives from ``t`` on the stage's DP group;

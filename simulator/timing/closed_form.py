@@ -77,17 +77,17 @@ class ClosedForm:
         for j, cost in enumerate(costs):
             i = j % pp
             per_stage[i] += self.pass_s(i, cost.forward)
-            stats[i].compute_s += cost.forward.compute_s
+            stats[i].compute_s += cost.forward.busy_s
             stats[i].host_s += cost.forward.host_s
             if j < len(costs) - 1:
                 per_stage[i] += self.send_s(i, (j + 1) % pp, cost.activation_send_bytes)
             if self.training and self.schedule.defers_weight_gradients:
                 per_stage[i] += self.pass_s(i, cost.backward_input)
                 deferred[i] += self.pass_s(i, cost.backward_weight)
-                stats[i].compute_s += cost.backward_input.compute_s + cost.backward_weight.compute_s
+                stats[i].compute_s += cost.backward_input.busy_s + cost.backward_weight.busy_s
             elif self.training:
                 per_stage[i] += self.pass_s(i, cost.backward)
-                stats[i].compute_s += cost.backward.compute_s
+                stats[i].compute_s += cost.backward.busy_s
                 if j > 0:
                     per_stage[i] += self.send_s(i, (j - 1) % pp, cost.gradient_send_bytes)
         for flow in machine.flows:
@@ -141,7 +141,7 @@ class ClosedForm:
         stall = max(seg.dram_s - seg.compute_s, 0.0)
         exposed = machine.collectives_time(i, cost.exposed_dp_collectives, flows.dp)[0]
         moved = tuple((f, f.bytes_moved - b) for f, b in zip(own, before, strict=True) if f.bytes_moved != b)
-        return PassAlone(flows, seg.count * (seg.compute_s + stall + seg.collective_s) + exposed + cost.host_s,
+        return PassAlone(flows, seg.count * (seg.compute_s + stall + seg.collective_s) + exposed + cost.idle_s,
                          seg.count * stall,
                          seg.count * seg.collective_s + exposed, moved)
 

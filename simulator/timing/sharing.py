@@ -79,7 +79,7 @@ class SharingTiming:
 
     def run_pass(self, i: int, cost: PassCost, microbatch: int) -> Generator[simpy.Event, Any, None]:
         """A pass under bandwidth sharing: each segment computes while its DRAM stream moves, then
-        its TP collectives move, then ZeRO-3's exposed collectives, then the pass's host time
+        its TP collectives move, then ZeRO-3's exposed collectives, then the pass's launch gaps and host time
         (what whole-pass booking books), as one :meth:`~simulator.network.sharing.SharingNetwork.sequence`."""
         machine = self.machine
         net, stats = self.network, machine.stats[i]
@@ -98,7 +98,7 @@ class SharingTiming:
             if times is not None:
                 if name == "dram":
                     stats.dram_stall_s += max(end - begin - compute_s, 0.0)  # rounding never below 0
-                elif name not in ("compute", "host"):
+                elif name not in ("compute", "idle"):
                     stats.communication_s += end - begin
             if machine.record and flow is not None:
                 machine.trace(flow, f"stage {i}", name, begin, (arrived if name == "dram" else end) - begin, size,
@@ -126,8 +126,8 @@ class SharingTiming:
             duration, moved, latency = machine.collectives_time(i, cost.exposed_dp_collectives, flows.dp)
             phases.append(("zero-3 exposed", moved, flows.dp, duration, latency, 0.0))
             communication += duration
-        if cost.host_s:
-            phases.append(("host", 0.0, None, cost.host_s, 0.0, 0.0))
+        if cost.idle_s:
+            phases.append(("idle", 0.0, None, cost.idle_s, 0.0, 0.0))
         plan = self.network.plan([(flow, duration, latency, wait) for _, _, flow, duration, latency, wait in phases])
         return SharedPass(seg, phases, plan, stall, communication)
 

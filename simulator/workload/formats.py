@@ -134,3 +134,15 @@ def host_sampling_s(model: ModelSpec, strategy: Strategy, stack: Stack) -> float
         return 0.0
     logits_bytes = strategy.microbatch_size * model.vocab_size * HOST_LOGIT_BYTES
     return logits_bytes / serving.host_read_bandwidth_bytes_per_s + serving.host_step_overhead_s
+
+
+def data_movement(strategy: Strategy, stack: Stack) -> tuple[Operator, ...]:
+    """The serving stack's data-movement operations of one decode layer
+    (:attr:`simulator.stacks.spec.Serving.decode_data_movement_ops`), as one operator launching
+    that many kernels; their kilobytes within the cores' SRAM are not counted. None in a
+    prefill, in training, or where the stack gives none."""
+    count = stack.serving.decode_data_movement_ops
+    if not strategy.decoding or not count:
+        return ()
+    return (Operator(name="data_movement", kind="memory", flops=0.0, weight_bytes=0.0, input_bytes=0.0,
+                     output_bytes=0.0, l1_only=True, launches=count),)

@@ -57,6 +57,10 @@ class UnitCost:
     attention_backward_s: float = 0.0
     expert_forward: tuple[Collective, ...] = ()
     """Expert-parallel all-to-alls of its forward (token dispatch and combine)."""
+    forward_launch_s: float = 0.0
+    """The kernel launches' share of ``forward_s`` (s)."""
+    backward_launch_s: float = 0.0
+    """The kernel launches' share of ``backward_s``, recompute's included (s)."""
     expert_backward: tuple[Collective, ...] = ()
     """Those of its backward, a full recompute's forward included (empty for inference)."""
     expert_parameters: float = 0.0
@@ -166,10 +170,16 @@ scores recomputed inside the kernel (Dao, FlashAttention-2, ICLR'24, §4.1 bench
 def _pass_times(ops: Sequence[Operator], hardware: Hardware, peak: float) -> tuple[float, float]:
     """(forward, backward without recompute) time of ``ops`` (s): a GEMM's backward is two GEMMs
     as large, an element-wise operator's one pass, fused attention's its own kernel."""
-    forward = sum(operator_s(op, 1.0, 1, hardware, peak) for op in ops)
+    forward = sum(operator_s(op, 1.0, op.launches, hardware, peak) for op in ops)
     backward = sum(operator_s(op, FUSED_ATTENTION_BACKWARD, 1, hardware, peak) if op.kind == "attention" else
                    operator_s(op, 2.0, 2 if op.kind == "gemm" else 1, hardware, peak) for op in ops)
     return forward, backward
+
+
+def _launches(ops: Sequence[Operator]) -> tuple[int, int]:
+    """(forward, backward without recompute) kernel launches of ``ops``, as :func:`_pass_times` counts them."""
+    return (sum(op.launches for op in ops),
+            sum(1 if op.kind == "attention" else 2 if op.kind == "gemm" else 1 for op in ops))
 
 
 def _backward_flops(ops: Sequence[Operator]) -> float:
@@ -219,7 +229,12 @@ def cost_unit(ops: tuple[Operator, ...], *, recomputed: tuple[Operator, ...], co
     attention_forward_s, attention_backward_s = _pass_times([op for op in ops if op.kind == "attention"],
                                                             hardware, peak)
     recompute_experts = collectives.expert if costing.full_recompute else ()
+    overhead = hardware.calibration.kernel_overhead_s
+    forward_launches, backward_launches = _launches(ops)
+    backward_launches += _launches(recomputed)[0]
     return UnitCost(
+        forward_launch_s=forward_launches * overhead,
+        backward_launch_s=backward_launches * overhead if training else 0.0,
         expert_forward=collectives.expert,
         expert_backward=(*collectives.expert, *recompute_experts) if training else (),
         expert_parameters=parameter_count([op for op in ops if op.expert], bytes_per_element),

@@ -82,7 +82,8 @@ def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy,
     embed_collectives = UnitCollectives(forward=operators.embedding_collectives(model, strategy))
     logits_collectives = UnitCollectives(forward=operators.logits_collectives(model, strategy))
     kv_cache = operators.kv_cache_bytes(model, strategy, FORMAT_BYTES[kv_format] if kv_format else None)
-    layers = {moe: formats.serve(ops, model, hardware, strategy, stack) for moe, ops in raw_layers.items()}
+    layers = {moe: (*formats.serve(ops, model, hardware, strategy, stack), *formats.data_movement(strategy, stack))
+              for moe, ops in raw_layers.items()}
     embed_ops = formats.serve(raw_embed, model, hardware, strategy, stack)
     logits_ops = formats.serve(raw_logits, model, hardware, strategy, stack)
     activations = {moe: memory.layer_activation_bytes(model, strategy, moe) for moe in layers}
@@ -351,10 +352,12 @@ def _forward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int,
     """Forward pass of a stage per microbatch: its units' sums (with ZeRO-3's host time);
     multicast and ZeRO-3's prefetched gathers run under its compute."""
     compute_s = sum(unit.forward_s * count for unit, count in groups) + zero3.host_s
+    launch_s = sum(unit.forward_launch_s * count for unit, count in groups) if plan else 0.0
+    compute_s -= launch_s
     multicast = plan.forward_multicast_bytes if plan else 0.0
     replicas = plan.forward_replica_bytes if plan else 0.0
     return PassCost(
-        compute_s=compute_s,
+        compute_s=compute_s, launch_s=launch_s,
         dram_bytes=plan.forward_dram_bytes if plan else 0.0,
         tp_collectives=_merge([(unit.forward_collectives, count) for unit, count in groups]),
         segments=segments, flops=sum(unit.forward_flops * count for unit, count in groups),
@@ -374,11 +377,13 @@ def _backward(groups: Sequence[Group], plan: sram.SramPlan | None, segments: int
     if not training:
         return idle_pass(segments)
     compute_s = sum(unit.backward_s * count for unit, count in groups) + zero3.host_s
+    launch_s = sum(unit.backward_launch_s * count for unit, count in groups) if plan else 0.0
+    compute_s -= launch_s
     multicast = plan.backward_multicast_bytes if plan else 0.0
     replicas = plan.backward_replica_bytes if plan else 0.0
     overlapped = [(unit.overlapped_collectives, count) for unit, count in groups]
     return PassCost(
-        compute_s=compute_s,
+        compute_s=compute_s, launch_s=launch_s,
         dram_bytes=plan.backward_dram_bytes if plan else 0.0,
         tp_collectives=_merge([(unit.backward_collectives, count) for unit, count in groups]),
         segments=segments, flops=sum(unit.backward_flops * count for unit, count in groups),

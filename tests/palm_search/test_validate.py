@@ -88,10 +88,10 @@ def test_palm_table5_resnet50_on_grayskull_within_15_percent():
 
 # tt-metal's published ResNet-50 (README "CNNs": n150 batch 16 4,700 fps, e150 batch 20 5,100 fps,
 # bfloat8_b LoFi) under the tt-metal convolution model: both predicted above the silicon, the n150
-# at +214% (+201% before DRAM reads took the ports' XY route to the cores) and the e150 at +38%
-# (fastest expressible mapping, not tt-metal's layer-by-layer sharding; see the suite's
+# at +198% (+214% before kernel launches became gaps in which DRAM streams nothing) and the e150
+# at +38% (fastest expressible mapping, not tt-metal's layer-by-layer sharding; see the suite's
 # SOURCE.md). Unseen by any calibration; held near what the model gives.
-CNN_GUARDS = [("n150", 2.20), ("e150", 0.40)]
+CNN_GUARDS = [("n150", 2.05), ("e150", 0.40)]
 
 
 @pytest.fixture(scope="module")
@@ -165,16 +165,17 @@ def test_unknown_suite_is_exit_code_2():
 
 # tenstorrent-llm (tt-metal's LLM table): the LLM-inference issue's targets (decode tokens/s per
 # user within 10% mean, 25% max; time to first token 20% mean) are not met. Under the demo's own
-# formats, fidelities, host sampling of batch 32 and decode attention in chunks of 256 keys (stack
-# tt-transformers-performance) the 70B on the 8-chip QuietBox, whose step is weight streaming and
-# Ethernet collectives, is within 5% (decode -4.9%, time to first token +0.2%), while every
-# one-card row is predicted faster than the silicon: decode 57.3% mean, 102.4% max; prefill 53.7%,
-# 69.0%. What the model lacks there is tt-metal's per-operator time: ~20 device ops per decode
-# layer of 3-16 us each (no n150 per-op figures are published) and a prefill that runs at ~20
-# TFLOP/s; see the suite's SOURCE.md. Since DRAM reads take the read data's route, a decode step
-# streams DRAM at the 240-260 GB/s tt-metal measures (tests/simulator/test_decode.py). Held near
-# what the model gives as a regression guard.
-LLM_GUARDS = [("decode", 0.58, 1.03), ("prefill", 0.54, 0.70)]
+# formats, fidelities, host sampling of batch 32, decode attention in chunks of 256 keys and the
+# 10 data-movement operations of each decode layer (stack tt-transformers-performance), every
+# kernel launch a 2.05 us gap in which DRAM streams nothing, the 70B on the 8-chip QuietBox, whose
+# step is weight streaming and Ethernet collectives, is predicted 13.1% slow in decode (time to
+# first token +3.2%), while every one-card row is predicted faster than the silicon: decode 46.6%
+# mean, 79.1% max; prefill 53.3%, 67.0%. What the model lacks there is the kernel time of
+# tt-metal's small operations (3-16 us each on Galaxy; no n150 per-op figures are published) and
+# a prefill that runs at ~20 TFLOP/s; see the suite's SOURCE.md. Since DRAM reads take the read
+# data's route, a decode step streams DRAM at the 240-260 GB/s tt-metal measures
+# (tests/simulator/test_decode.py). Held near what the model gives as a regression guard.
+LLM_GUARDS = [("decode", 0.47, 0.80), ("prefill", 0.54, 0.68)]
 
 
 @pytest.fixture(scope="module")
