@@ -130,16 +130,19 @@ def test_an_unknown_timing_model_is_an_input_error():
 
 @pytest.mark.parametrize("network", MODELS)
 @pytest.mark.parametrize(("compute_s", "dram_bytes"), [(1e-3, 0.0), (1e-3, 4e9)])
-def test_a_passs_host_time_follows_it_and_no_stream_hides_it(network, compute_s, dram_bytes):
-    host_s = 2e-3
+@pytest.mark.parametrize("idle", ["host_s", "launch_s"])
+def test_a_passs_host_time_and_launch_gaps_follow_it_and_no_stream_hides_them(network, compute_s, dram_bytes, idle):
+    idle_s = 2e-3
     plain = _streaming_pass(compute_s, dram_bytes, 2, 0.0)
     runs = {}
-    for host in (0.0, host_s):
+    for seconds in (0.0, idle_s):
         costs = (dataclasses.replace(uniform_cost(compute_s, 2 * compute_s),
-                                     forward=dataclasses.replace(plain, host_s=host)),)
-        runs[host] = _engine(network, costs, Strategy(tp=2)).run(1)
+                                     forward=dataclasses.replace(plain, **{idle: seconds})),)
+        runs[seconds] = _engine(network, costs, Strategy(tp=2)).run(1)
         engine = _engine(network, costs, Strategy(tp=2))
-        assert engine.estimate(1)[0].makespan_s == pytest.approx(runs[host].makespan_s, rel=1e-9)
-    assert runs[host_s].makespan_s - runs[0.0].makespan_s == pytest.approx(host_s, rel=1e-9)
-    assert runs[host_s].stats[0].host_s == pytest.approx(host_s, rel=1e-12)
-    assert runs[host_s].stats[0].compute_s == runs[0.0].stats[0].compute_s
+        assert engine.estimate(1)[0].makespan_s == pytest.approx(runs[seconds].makespan_s, rel=1e-9)
+    assert runs[idle_s].makespan_s - runs[0.0].makespan_s == pytest.approx(idle_s, rel=1e-9)
+    # host time is its own column; launch gaps count as the stage's compute
+    stats, before = runs[idle_s].stats[0], runs[0.0].stats[0]
+    assert (stats.host_s, stats.compute_s - before.compute_s) == pytest.approx(
+        (idle_s, 0.0) if idle == "host_s" else (0.0, idle_s), abs=1e-12)
