@@ -51,8 +51,10 @@ from simulator.strategy import (
     WAFER_STAGES,
     ZERO_STAGES,
     Strategy,
+    StrategyFlag,
     search_dimensions,
     strategy_fields,
+    strategy_flags,
 )
 from simulator.strategy_loader import load_strategy, read_best
 from simulator.workload.loader import load_model, model_presets
@@ -91,7 +93,7 @@ __all__ = [
     "StageReport", "Strategy", "hardware_from_tables", "hardware_presets", "hardware_tables",
     "hardware_to_toml", "load_hardware", "load_model", "load_strategy",
     "model_presets", "num_microbatches", "read_best", "simulate", "simulate_timeline", "simulate_with_records",
-    "search_dimensions", "strategy_fields", "ATTENTION_SPLITS",
+    "search_dimensions", "strategy_fields", "strategy_flags", "StrategyFlag", "ATTENTION_SPLITS",
     "GROUP_LAYOUTS", "GROUP_ORDERS", "PLACEMENTS", "PRECISIONS", "RECOMPUTES",
     "SCHEMA_VERSION", "TRANSFER_STRATEGIES", "WAFER_STAGES", "ZERO_STAGES", "PassKind", "MEGATRON_CORE", "Stack",
     "load_stack", "stack_presets",

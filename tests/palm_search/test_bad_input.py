@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from palm_search.commands.cli import STRATEGY_FLAGS, app
+from palm_search.commands.cli import app
+from simulator import strategy_fields, strategy_flags
 
 RUN_SECONDS = 30
 runner = CliRunner()
@@ -96,7 +97,7 @@ def test_mutated_study_files_never_crash_optimize_nor_leave_a_run_directory(data
         assert result.exit_code == 0 or not run_dir.exists()
 
 
-BOOLEAN_FLAGS = ("sequence_parallel", "tp_overlap", "p2p_blocking")
+BOOLEAN_FLAGS = tuple(flag.name for flag in strategy_flags() if flag.value_type is bool)
 """Strategy flags that are switches (``--tp-overlap``), taking no value."""
 
 FLAG_VALUES = st.one_of(st.sampled_from(["-1", "0", "1", "2", "nan", "inf", "1e308", "99999999999999999999",
@@ -106,7 +107,7 @@ FLAG_VALUES = st.one_of(st.sampled_from(["-1", "0", "1", "2", "nan", "inf", "1e3
 
 @pytest.mark.slow
 @SETTINGS
-@given(flags=st.dictionaries(st.sampled_from([*STRATEGY_FLAGS, "stage_layers", "stage_devices", "network"]),
+@given(flags=st.dictionaries(st.sampled_from([*strategy_fields(), "network"]),
                              FLAG_VALUES, min_size=1, max_size=4))
 def test_random_simulate_flags_never_crash(flags):
     args = ["simulate", "--model", "T-1.7B", "--hw", str(DATA / "mini-mesh.toml"), "--json"]
