@@ -15,7 +15,9 @@ from palm_search.commands.optimize import dashboard_cmd, optimize_command
 from palm_search.commands.worker import worker_cmd
 from palm_search.search.study import DEFAULT_EVAL_TIMEOUT_S, MAX_EVAL_TIMEOUT_S
 from simulator import (
+    DEFAULT_NETWORK,
     MEGATRON_CORE,
+    NETWORKS,
     BudgetExceeded,
     Hardware,
     InputError,
@@ -85,6 +87,8 @@ def build_strategy(base: Path | None, overrides: dict, stage_layers: str | None,
 
 
 Opt = typer.Option
+NETWORK_HELP = ", ".join(f"{name} ({what})" for name, what in NETWORKS.items()) + "."
+"""``--network``'s help: every network model with what it models (:data:`simulator.NETWORKS`)."""
 
 
 def _strategy_option(flag: StrategyFlag) -> inspect.Parameter:
@@ -127,9 +131,7 @@ def simulate_command(
     stage_devices: Annotated[str | None, Opt(help="Explicit devices per stage: '0,1;2,3'.")] = None,
     stack: Annotated[str | None, Opt("--stack", help=f"Software stack preset ({', '.join(stack_presets())}) or TOML"
                                      " file (default: megatron-core, the hardware files' calibration).")] = None,
-    network: Annotated[str, Opt(help="sharing (links' and DRAM ports' bandwidth shared max-min fairly),"
-                                     " contention (PALM: links and DRAM ports held exclusively), analytical (no"
-                                     " contention) or estimate (closed form, no events).")] = "sharing",
+    network: Annotated[str, Opt(help=NETWORK_HELP)] = DEFAULT_NETWORK,
     steady_state: Annotated[bool, Opt("--steady-state/--full", help="Extrapolate from steady state.")] = True,
     json_output: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False,
     trace: Annotated[Path | None, Opt(help="Write the timeline as a Chrome trace (Perfetto) JSON file.")] = None,

@@ -59,7 +59,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from simulator import InputError, Strategy, load_stack
+from simulator import DEFAULT_NETWORK, NETWORKS, InputError, Strategy, load_stack
 from simulator.config import Table, read_toml
 
 OBJECTIVES = ("throughput", "memory", "tokens_per_s_per_user")
@@ -67,7 +67,6 @@ OBJECTIVES = ("throughput", "memory", "tokens_per_s_per_user")
 ``tokens_per_s_per_user``: inference only (one user's decode rate)."""
 MODES = ("training", "inference")
 SAMPLERS = ("auto", "tpe", "random", "exhaustive", "nsga2")
-NETWORKS = ("sharing", "contention", "analytical", "estimate")
 FIDELITIES = ("auto", "screen", "full")
 DEFAULT_TRIALS = 300
 SCREENED_TRIALS = 50
@@ -104,7 +103,7 @@ class StudySpec:
     a screen (resolved when the search opens)."""
     seed: int = 0
     batch_size: int = 8
-    network: str = "sharing"
+    network: str = DEFAULT_NETWORK
     fidelity: str = "auto"
     top: int = 10
     artifacts_top: int = 3
@@ -131,7 +130,7 @@ class StudySpec:
         _check("mode", self.mode, MODES)
         self._check_serving()
         _check("sampler", self.sampler, SAMPLERS)
-        _check("network", self.network, NETWORKS)
+        _check("network", self.network, tuple(NETWORKS))
         _check("fidelity", self.fidelity, FIDELITIES)
         load_stack(self.stack)
         if self.fidelity == "screen" and self.sampler != "auto":
