@@ -100,6 +100,13 @@ WORKING_PRECISION: dict[str, str] = {"fp8": "bf16"}
 """The precision of everything but the FP8 GEMMs, where it differs from the strategy's."""
 
 
+def is_inference(mode: object) -> bool:
+    """Whether a workload of ``mode`` (a :class:`Strategy`'s, a study's, a saved summary's ``mode``;
+    None where none is saved: the default, training) runs forward passes only: the one place a mode
+    is read (:attr:`Strategy.training` and every reader of a mode outside the simulator ask here)."""
+    return mode == "inference"
+
+
 def _spoken(values: tuple[object, ...]) -> str:
     """``values`` as a help text lists them: ``"a, b or c"``."""
     words = [str(value) for value in values]
@@ -397,10 +404,10 @@ class Strategy:
 
     @property
     def training(self) -> bool:
-        """The workload has backward passes and a gradient update (``mode == "training"``): the
-        one place the mode is read; inference runs forward passes only (a prefill, a decode
-        step, an encoder's or a CNN's forward)."""
-        return self.mode == "training"
+        """The workload has backward passes and a gradient update (not :func:`is_inference`);
+        inference runs forward passes only (a prefill, a decode step, an encoder's or a CNN's
+        forward)."""
+        return not is_inference(self.mode)
 
     @property
     def decoding(self) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
+from pathlib import Path
 from typing import Literal
 
 import click
@@ -14,7 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from palm_search.commands.cli import app, simulate_command, with_strategy_flags
-from simulator import Strategy, StrategyFlag, load_hardware, load_model, strategy_fields, strategy_flags
+from simulator import (
+    Strategy,
+    StrategyFlag,
+    is_inference,
+    load_hardware,
+    load_model,
+    strategy_fields,
+    strategy_flags,
+)
 from simulator.api import PLACEMENT_FIELDS
 from simulator.network.topology import topology_of
 from simulator.placement import place
@@ -99,3 +109,13 @@ def test_the_placement_depends_only_on_the_fields_it_reads(tp, pp, dp, schedule,
     assert {n for n in strategy_fields() if getattr(key, n) != getattr(strategy, n)} <= set(
         strategy_fields(placed=False))
     assert place(topology, strategy) == place(topology, key)
+
+
+def test_the_mode_is_read_in_one_place():
+    assert is_inference("inference") and not is_inference("training") and not is_inference(None)
+    assert Strategy().training and not Strategy(mode="inference").training
+    root = Path(__file__).resolve().parents[2]
+    readers = {str(path.relative_to(root)) for package in ("simulator", "spaces", "palm_search")
+               for path in (root / package).rglob("*.py")
+               if re.search(r"""(==|!=)\s*["'](inference|training)["']|mode\s*(==|!=)""", path.read_text())}
+    assert readers == {"simulator/strategy.py"}
