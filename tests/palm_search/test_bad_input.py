@@ -12,13 +12,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from fuzzing import BASES, DATA, mutated, to_toml
+from fuzzing import BASES, DATA, SWITCHES, mutated, to_toml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from palm_search.commands.cli import app
-from simulator import strategy_fields, strategy_flags
+from simulator import strategy_fields
 
 RUN_SECONDS = 30
 runner = CliRunner()
@@ -97,9 +97,6 @@ def test_mutated_study_files_never_crash_optimize_nor_leave_a_run_directory(data
         assert result.exit_code == 0 or not run_dir.exists()
 
 
-BOOLEAN_FLAGS = tuple(flag.name for flag in strategy_flags() if flag.value_type is bool)
-"""Strategy flags that are switches (``--tp-overlap``), taking no value."""
-
 FLAG_VALUES = st.one_of(st.sampled_from(["-1", "0", "1", "2", "nan", "inf", "1e308", "99999999999999999999",
                                          "", "x", "1f1b", "gpipe", "full", "line", "0,1;2,3", "3,3", "-"]),
                         st.text(max_size=8))
@@ -113,7 +110,7 @@ def test_random_simulate_flags_never_crash(flags):
     args = ["simulate", "--model", "T-1.7B", "--hw", str(DATA / "mini-mesh.toml"), "--json"]
     for name, value in flags.items():
         flag = "--" + name.replace("_", "-")
-        args += [flag] if name in BOOLEAN_FLAGS else [flag, value]
+        args += [flag] if name in SWITCHES else [flag, value]
     _invoke(args)
 
 
