@@ -17,8 +17,8 @@ strategies starts without them.
 The public surface, what code outside the simulator (``spaces``, ``palm_search``) imports:
 
 * ``simulator`` itself (``__all__`` below): loading and simulating, the :class:`Strategy` record
-  and its vocabularies (``RECOMPUTES``, ``PLACEMENTS``...), software stacks (:class:`Stack`,
-  :func:`load_stack`), results, errors.
+  and its vocabularies (``RECOMPUTES``, ``PLACEMENTS``...), the network models (``NETWORKS``),
+  software stacks (:class:`Stack`, :func:`load_stack`), results, errors.
 * :mod:`simulator.hardware`: machines, their loader and writer, the silicon cost model.
 * :mod:`simulator.workload`: models, their loader, stage costs and FLOPs per iteration.
 * :mod:`simulator.network`: a machine's topology (:func:`~simulator.network.topology_of`).
@@ -37,6 +37,7 @@ from simulator.hardware.loader import hardware_from_tables, hardware_presets, lo
 from simulator.hardware.spec import Hardware
 from simulator.hardware.writer import hardware_tables, hardware_to_toml
 from simulator.legality import num_microbatches
+from simulator.network.names import DEFAULT_NETWORK, NETWORKS
 from simulator.passes import PassKind
 from simulator.result import SCHEMA_VERSION, ResourceUsage, SimulationResult, StageReport
 from simulator.stacks import MEGATRON_CORE, Stack, load_stack, stack_presets
@@ -44,6 +45,7 @@ from simulator.strategy import (
     ATTENTION_SPLITS,
     GROUP_LAYOUTS,
     GROUP_ORDERS,
+    MODES,
     PLACEMENTS,
     PRECISIONS,
     RECOMPUTES,
@@ -51,8 +53,11 @@ from simulator.strategy import (
     WAFER_STAGES,
     ZERO_STAGES,
     Strategy,
+    StrategyFlag,
+    is_inference,
     search_dimensions,
     strategy_fields,
+    strategy_flags,
 )
 from simulator.strategy_loader import load_strategy, read_best
 from simulator.workload.loader import load_model, model_presets
@@ -91,7 +96,8 @@ __all__ = [
     "StageReport", "Strategy", "hardware_from_tables", "hardware_presets", "hardware_tables",
     "hardware_to_toml", "load_hardware", "load_model", "load_strategy",
     "model_presets", "num_microbatches", "read_best", "simulate", "simulate_timeline", "simulate_with_records",
-    "search_dimensions", "strategy_fields", "ATTENTION_SPLITS",
+    "DEFAULT_NETWORK", "NETWORKS", "MODES", "is_inference", "search_dimensions", "strategy_fields", "strategy_flags",
+    "StrategyFlag", "ATTENTION_SPLITS",
     "GROUP_LAYOUTS", "GROUP_ORDERS", "PLACEMENTS", "PRECISIONS", "RECOMPUTES",
     "SCHEMA_VERSION", "TRANSFER_STRATEGIES", "WAFER_STAGES", "ZERO_STAGES", "PassKind", "MEGATRON_CORE", "Stack",
     "load_stack", "stack_presets",

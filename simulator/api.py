@@ -28,24 +28,17 @@ from simulator.costs import StageCost
 from simulator.engine import Engine, EngineRun, PassRecord, StageStats, traffic_by_kind
 from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
+from simulator.network.names import ANALYTICAL, DEFAULT_NETWORK, ESTIMATE, NETWORKS
 from simulator.network.topology import Topology, topology_of
 from simulator.placement import StagePlacement, place, stage_devices
 from simulator.replicas import simulated_replicas
 from simulator.result import ResourceUsage, SimulationResult, StageReport
 from simulator.stacks.spec import MEGATRON_CORE, Stack
 from simulator.strategy import Strategy
-from simulator.timing import TIMINGS
 from simulator.trace import Timeline
 from simulator.workload.operators import tokens_per_sample
 from simulator.workload.spec import ModelSpec
 from simulator.workload.stages import build_stage_costs
-
-DEFAULT_NETWORK = "sharing"
-"""Links and DRAM ports shared max-min fairly (:mod:`simulator.network.sharing`); ``contention``
-is PALM's exclusive booking, kept to reproduce the paper."""
-ESTIMATE = "estimate"
-"""The ``network`` that runs no events: :meth:`~simulator.engine.Engine.estimate`'s closed form
-(the search's screening fidelity)."""
 
 
 def simulate(
@@ -244,8 +237,8 @@ class _Budget:
 def _simulate(model: ModelSpec, hardware: Hardware, strategy: Strategy, network: str, steady_state: bool,
               record: bool, budget: _Budget, every_replica: bool = False,
               stack: Stack = MEGATRON_CORE) -> _Simulated:
-    if network != ESTIMATE and network not in TIMINGS:
-        raise InputError(f"network must be one of {[*sorted(TIMINGS), ESTIMATE]}, got {network!r}")
+    if network not in NETWORKS:
+        raise InputError(f"network must be one of {list(NETWORKS)}, got {network!r}")
     deadline = budget.deadline_s()
     prepared = _prepare(model, hardware, strategy, network, every_replica, stack)
     topology, placements = prepared.topology, prepared.placements
@@ -269,7 +262,7 @@ def _engine(prepared: _Prepared, network: str, record: bool, deadline_s: float,
     strategy = prepared.strategy
     return Engine(hardware=prepared.hardware, topology=prepared.topology, placements=prepared.placements,
                   costs=prepared.costs, schedule=legality.schedule_of(strategy),
-                  network="analytical" if network == ESTIMATE else network,
+                  network=ANALYTICAL if network == ESTIMATE else network,
                   training=strategy.training, transfer_strategy=strategy.transfer_strategy,
                   p2p_blocking=strategy.p2p_blocking, record=record, deadline_s=deadline_s,
                   event_limit=event_limit)

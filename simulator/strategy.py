@@ -11,27 +11,31 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
 from functools import lru_cache
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Literal, NamedTuple, Union, get_args, get_origin, get_type_hints
 
 from simulator.errors import InputError
 
 
-def _field(default: Any, *, placed: bool = False, where: bool = False, column: bool = False,
+def _field(default: Any, *, help: str = "", placed: bool = False, where: bool = False, column: bool = False,
            flag: bool = True, dimension: str | None = None) -> Any:
     """A :class:`Strategy` field with what reads it, as metadata (one list of fields for every
     reader: :func:`strategy_fields`).
 
     Args:
         default: the field's default.
+        help: the help text of its ``palm-search simulate`` flag; ``{choices}`` in it is replaced
+            by a Literal field's values (:func:`strategy_flags`).
         placed: :func:`simulator.placement.place` reads it (which devices stages and groups use).
         where: it says where stages sit and how they talk, and no stage cost reads it.
         column: a column of a search's trials table (what the search varies).
-        flag: ``palm-search simulate`` has a flag of its name (the explicit lists have their own).
+        flag: ``palm-search simulate`` has a flag of its name built from the field
+            (:func:`strategy_flags`); False: the command parses it itself (the explicit lists).
         dimension: the search dimension that decides it (:data:`spaces.DIMENSIONS`, whose
             fields are those naming it); None: no search dimension does.
     """
-    return field(default=default, metadata={"placed": placed, "where": where, "column": column, "flag": flag,
-                                            "dimension": dimension})
+    return field(default=default, metadata={"help": help, "placed": placed, "where": where, "column": column,
+                                            "flag": flag, "dimension": dimension})
 
 
 Schedule = Literal["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"]
@@ -46,24 +50,24 @@ WaferStages = Literal["span", "within"]
 Attention = Literal["auto", "unfused", "fused"]
 AttentionSplit = Literal["heads", "users"]
 
-SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1")
-ATTENTION_SPLITS: tuple[str, ...] = ("heads", "users")
-RECOMPUTES: tuple[str, ...] = ("none", "selective", "full")
-OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "fp8", "int8", "bfloat8_b", "bfloat4_b")
-MODES: tuple[str, ...] = ("training", "inference")
-PARTITIONS: tuple[str, ...] = ("balanced", "uniform", "explicit")
+SCHEDULES: tuple[str, ...] = get_args(Schedule)
+ATTENTION_SPLITS: tuple[str, ...] = get_args(AttentionSplit)
+RECOMPUTES: tuple[str, ...] = get_args(Recompute)
+OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+MODES: tuple[str, ...] = get_args(Mode)
+PARTITIONS: tuple[str, ...] = get_args(PartitionKind)
 PLACEMENTS: tuple[str, ...] = ("line", "s-shape", "s-shape-transposed", "s-shape-east", "s-shape-south",
                                "s-shape-rotated", "row-snake", "column-snake", "hilbert", "explicit")
 """Placement names: the device orders machines offer (each kind a subset, see
 :meth:`simulator.network.topology.Topology.device_orders`; a test checks), and ``explicit``."""
-GROUP_LAYOUTS: tuple[str, ...] = ("compact", "strided")
-GROUP_ORDERS: tuple[str, ...] = ("tp-major", "dp-major")
-WAFER_STAGES: tuple[str, ...] = ("span", "within")
+GROUP_LAYOUTS: tuple[str, ...] = get_args(GroupLayout)
+GROUP_ORDERS: tuple[str, ...] = get_args(GroupOrder)
+WAFER_STAGES: tuple[str, ...] = get_args(WaferStages)
 """Where a machine of several wafers cuts stages: from an order over all its wafers as one grid
 (``span``: a stage may cross a wafer boundary) or from the order walked wafer by wafer, every stage
 on one wafer (``within``; :meth:`simulator.network.topology.Topology.wafer_device_orders`)."""
-ATTENTIONS: tuple[str, ...] = ("auto", "unfused", "fused")
+ATTENTIONS: tuple[str, ...] = get_args(Attention)
 """How attention's core runs: ``unfused`` (score GEMM, softmax, dropout, value GEMM as kernels
 of their own, the ``s x s`` scores in memory), ``fused`` (one FlashAttention kernel, Dao et al.),
 ``auto``: fused where the hardware states the kernel's efficiency
@@ -94,6 +98,19 @@ byte (E4M3; Micikevicius et al., arXiv 2209.05433, §3), stored as such (TensorR
 
 WORKING_PRECISION: dict[str, str] = {"fp8": "bf16"}
 """The precision of everything but the FP8 GEMMs, where it differs from the strategy's."""
+
+
+def is_inference(mode: object) -> bool:
+    """Whether a workload of ``mode`` (a :class:`Strategy`'s, a study's, a saved summary's ``mode``;
+    None where none is saved: the default, training) runs forward passes only: the one place a mode
+    is read (:attr:`Strategy.training` and every reader of a mode outside the simulator ask here)."""
+    return mode == "inference"
+
+
+def _spoken(values: tuple[object, ...]) -> str:
+    """``values`` as a help text lists them: ``"a, b or c"``."""
+    words = [str(value) for value in values]
+    return f"{', '.join(words[:-1])} or {words[-1]}" if len(words) > 1 else "".join(words)
 
 
 def _choice(name: str, value: object, allowed: tuple[object, ...]) -> None:
@@ -209,39 +226,58 @@ class Strategy:
         InputError: a field is out of its domain (message names the field and value).
     """
 
-    tp: int = _field(1, placed=True, column=True, dimension="degrees")
-    pp: int = _field(1, placed=True, column=True, dimension="degrees")
-    dp: int = _field(1, placed=True, column=True, dimension="degrees")
-    cp: int = _field(1, placed=True, column=True, dimension="degrees")
-    ep: int = _field(1, placed=True, column=True, dimension="degrees")
-    etp: int | None = _field(None, placed=True, column=True)
-    microbatch_size: int = _field(1, column=True, dimension="microbatch_size")
-    global_batch_size: int | None = _field(None)
-    schedule: Schedule = _field("1f1b", column=True, dimension="schedule")
-    num_chunks: int = _field(1, column=True, dimension="schedule")
-    recompute: Recompute = _field("none", column=True, dimension="recompute")
-    sequence_parallel: bool = _field(False, column=True, dimension="sequence_parallel")
-    tp_overlap: bool = _field(False)
-    p2p_blocking: bool = _field(False, where=True)
-    zero_stage: int = _field(0, placed=True, column=True, dimension="zero_stage")
-    shard_group_size: int | None = _field(None, placed=True, column=True, dimension="zero_stage")
-    optimizer: Optimizer = _field("adam")
-    precision: Precision = _field("fp16")
-    mode: Mode = _field("training")
-    partition: PartitionKind = _field("balanced", dimension="partition")
+    tp: int = _field(1, help="Tensor-parallel degree.", placed=True, column=True, dimension="degrees")
+    pp: int = _field(1, help="Pipeline-parallel degree (stages).", placed=True, column=True, dimension="degrees")
+    dp: int = _field(1, help="Data-parallel degree.", placed=True, column=True, dimension="degrees")
+    cp: int = _field(1, help="Context-parallel degree: each sequence split over cp devices (ring attention).",
+                     placed=True, column=True, dimension="degrees")
+    ep: int = _field(1, help="Expert-parallel degree of a Mixture-of-Experts model: its routed experts split over ep"
+                     " of the dp*cp ranks (all-to-all dispatch).", placed=True, column=True, dimension="degrees")
+    etp: int | None = _field(None, help="Expert tensor-parallel degree: each routed expert split over etp ranks (1 or"
+                             " tp; default tp). With etp 1, ep*etp divides tp*cp*dp.", placed=True, column=True)
+    microbatch_size: int = _field(1, help="Samples per microbatch.", column=True, dimension="microbatch_size")
+    global_batch_size: int | None = _field(None, help="Samples per iteration (default: model's).")
+    schedule: Schedule = _field("1f1b", help="{choices}.", column=True, dimension="schedule")
+    num_chunks: int = _field(1, help="Model chunks per stage (interleaved).", column=True, dimension="schedule")
+    recompute: Recompute = _field("none", help="{choices}.", column=True, dimension="recompute")
+    sequence_parallel: bool = _field(False, help="Shard layernorm and dropout activations over the TP group.",
+                                     column=True, dimension="sequence_parallel")
+    tp_overlap: bool = _field(False, help="Hide backward TP collectives behind weight-gradient GEMMs.")
+    p2p_blocking: bool = _field(False, help="Stages wait for their pipeline sends (Megatron-LM).", where=True)
+    zero_stage: int = _field(0, help="ZeRO stage 0-3.", placed=True, column=True, dimension="zero_stage")
+    shard_group_size: int | None = _field(None, help="Hybrid sharding with ZeRO-3: shard over groups of this many DP"
+                                          " ranks, replicate across them (FSDP HYBRID_SHARD).", placed=True,
+                                          column=True, dimension="zero_stage")
+    optimizer: Optimizer = _field("adam", help="{choices}.")
+    precision: Precision = _field("fp16", help="{choices}.")
+    mode: Mode = _field("training", help="{choices}.")
+    partition: PartitionKind = _field("balanced", help="balanced or uniform (see --stage-layers).",
+                                      dimension="partition")
     stage_layers: tuple[int, ...] | None = _field(None, flag=False, dimension="partition")
-    placement: str = _field("s-shape", placed=True, where=True, column=True, dimension="placement")
+    placement: str = _field("s-shape", help=f"Stage-to-device order: {', '.join(PLACEMENTS)} (explicit: see"
+                            " --stage-devices).", placed=True, where=True, column=True, dimension="placement")
     stage_devices: tuple[tuple[int, ...], ...] | None = _field(None, placed=True, where=True, flag=False,
                                                               dimension="placement")
-    group_layout: GroupLayout = _field("compact", placed=True, where=True, column=True, dimension="groups")
-    group_order: GroupOrder = _field("tp-major", placed=True, where=True, column=True, dimension="groups")
-    wafer_stages: WaferStages = _field("span", placed=True, where=True, column=True, dimension="placement")
-    transfer_strategy: int = _field(1, where=True, dimension="transfer_strategy")
-    math_fidelity: str | None = _field(None)
-    attention: Attention = _field("auto")
-    prompt_length: int | None = _field(None)
-    decode_context_length: int = _field(0)
-    attention_split: AttentionSplit = _field("heads", column=True, dimension="degrees")
+    group_layout: GroupLayout = _field("compact", help="TP groups {choices}.", placed=True, where=True, column=True,
+                                       dimension="groups")
+    group_order: GroupOrder = _field("tp-major", help="{choices} walk inside a stage.", placed=True, where=True,
+                                     column=True, dimension="groups")
+    wafer_stages: WaferStages = _field("span", help="On several wafers: span (stages cut from the order over all"
+                                       " wafers) or within (walked wafer by wafer, no stage crossing a wafer"
+                                       " boundary).", placed=True, where=True, column=True, dimension="placement")
+    transfer_strategy: int = _field(1, help=f"Inter-stage transfer, PALM Fig. 11: {_spoken(TRANSFER_STRATEGIES)}.",
+                                    where=True, dimension="transfer_strategy")
+    math_fidelity: str | None = _field(None, help="Matrix-engine passes on hardware that has them:"
+                                       f" {_spoken(MATH_FIDELITIES)} (default: the stated peak).")
+    attention: Attention = _field("auto", help="Attention core: fused (FlashAttention, where the hardware states its"
+                                  " efficiency), unfused, or auto (default: fused where stated).")
+    prompt_length: int | None = _field(None, help="Inference: prompt tokens per sample (default: the model's sequence"
+                                       " length).")
+    decode_context_length: int = _field(0, help="Inference: simulate one decode step, each sample's new token"
+                                        " attending to a KV cache of this many tokens (0: the prompt's forward).")
+    attention_split: AttentionSplit = _field("heads", help="Inference: how a TP group divides attention: heads"
+                                             " (Megatron) or users (sample x KV-head pairs, as tt-metal's decode"
+                                             " over a core grid).", column=True, dimension="degrees")
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "ep", "microbatch_size", "num_chunks"):
@@ -368,10 +404,10 @@ class Strategy:
 
     @property
     def training(self) -> bool:
-        """The workload has backward passes and a gradient update (``mode == "training"``): the
-        one place the mode is read; inference runs forward passes only (a prefill, a decode
-        step, an encoder's or a CNN's forward)."""
-        return self.mode == "training"
+        """The workload has backward passes and a gradient update (not :func:`is_inference`);
+        inference runs forward passes only (a prefill, a decode step, an encoder's or a CNN's
+        forward)."""
+        return not is_inference(self.mode)
 
     @property
     def decoding(self) -> bool:
@@ -461,6 +497,39 @@ def search_dimensions() -> dict[str, tuple[str, ...]]:
     declaration order: the one list behind :data:`spaces.DIMENSIONS`."""
     names = dict.fromkeys(f.metadata["dimension"] for f in fields(Strategy) if f.metadata["dimension"])
     return {name: strategy_fields(dimension=name) for name in names}
+
+
+class StrategyFlag(NamedTuple):
+    """A :class:`Strategy` field as a command-line flag (``palm-search simulate --name``)."""
+
+    name: str
+    """The field's name."""
+    value_type: type
+    """What the flag takes: ``int``, ``str`` or ``bool`` (a switch); None is the field's default."""
+    help: str
+    """The field's ``help`` metadata, a Literal field's values in place of ``{choices}``."""
+
+
+@lru_cache(maxsize=1)
+def strategy_flags() -> tuple[StrategyFlag, ...]:
+    """The fields with a flag of their own (:func:`strategy_fields` ``flag=True``), in declaration
+    order, each with its value type (read from its annotation, None dropped; a ``Literal``'s is its
+    values' type) and help text: the one list a command line builds its strategy options from."""
+    hints = get_type_hints(Strategy)
+    return tuple(_flag(name, hints[name]) for name in strategy_fields(flag=True))
+
+
+def _flag(name: str, annotation: Any) -> StrategyFlag:
+    """One :class:`StrategyFlag` of field ``name`` annotated ``annotation`` (``X``, ``X | None``)."""
+    optional = get_origin(annotation) in (Union, UnionType)
+    (value_type,) = [a for a in get_args(annotation) if a is not type(None)] if optional else [annotation]
+    choices = get_args(value_type) if get_origin(value_type) is Literal else ()
+    if choices:
+        (value_type,) = {type(choice) for choice in choices}
+    if value_type not in (int, str, bool):
+        raise TypeError(f"strategy field {name!r}: a flag takes int, str or bool, not {annotation}")
+    help_text = str(Strategy.__dataclass_fields__[name].metadata["help"])
+    return StrategyFlag(name, value_type, help_text.format(choices=_spoken(choices)))
 
 
 @lru_cache(maxsize=64)

@@ -32,6 +32,7 @@ from simulator import (
     ModelSpec,
     Strategy,
     check_memory,
+    is_inference,
     search_dimensions,
     strategy_fields,
 )
@@ -113,7 +114,7 @@ def candidate_degrees(model: ModelSpec, hardware: Hardware, fixed: Mapping[str, 
     """
     # the ``Strategy`` field ``global_batch_size`` (int | None); ``fixed`` maps fields to objects
     batch = cast("int | None", fixed.get("global_batch_size"))
-    splits = ATTENTION_SPLITS if fixed.get("mode") == "inference" and model.is_causal else ("heads",)
+    splits = ATTENTION_SPLITS if is_inference(fixed.get("mode")) and model.is_causal else ("heads",)
     found = [d for n in sorted(set(device_counts or [hardware.num_devices]))
              for d in parallelism.enumerate_degrees(model, hardware, devices=n, max_tp=max_tp, global_batch_size=batch,
                                                     attention_splits=splits)]

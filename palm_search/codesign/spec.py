@@ -39,8 +39,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from palm_search.search.study import NETWORKS, StudySpec, beside, positive_integers, strategy_fields
-from simulator import InputError, load_hardware, load_model
+from palm_search.search.study import StudySpec, beside, positive_integers, strategy_fields
+from simulator import DEFAULT_NETWORK, NETWORKS, InputError, load_hardware, load_model
 from simulator.config import Table, read_toml
 from simulator.hardware import load_technology
 from spaces import DIMENSIONS
@@ -71,7 +71,7 @@ class CodesignSpec:
     refine: int = DEFAULT_REFINE
     screen_chips: int = 0
     seed: int = 0
-    network: str = "sharing"
+    network: str = DEFAULT_NETWORK
     searched: tuple[str, ...] = DEFAULT_SEARCHED
     microbatch_sizes: tuple[int, ...] = (1, 2, 4, 8)
     fixed: dict = field(default_factory=lambda: dict(DEFAULT_FIXED))

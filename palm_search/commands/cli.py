@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 from functools import wraps
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -14,9 +15,9 @@ from palm_search.commands.optimize import dashboard_cmd, optimize_command
 from palm_search.commands.worker import worker_cmd
 from palm_search.search.study import DEFAULT_EVAL_TIMEOUT_S, MAX_EVAL_TIMEOUT_S
 from simulator import (
+    DEFAULT_NETWORK,
     MEGATRON_CORE,
-    PLACEMENTS,
-    PRECISIONS,
+    NETWORKS,
     BudgetExceeded,
     Hardware,
     InputError,
@@ -25,6 +26,7 @@ from simulator import (
     SimulationResult,
     Stack,
     Strategy,
+    StrategyFlag,
     hardware_presets,
     load_hardware,
     load_model,
@@ -32,7 +34,7 @@ from simulator import (
     load_strategy,
     read_best,
     stack_presets,
-    strategy_fields,
+    strategy_flags,
 )
 from simulator import __version__ as SIMULATOR_VERSION
 
@@ -52,11 +54,6 @@ def palm_search(
 ) -> None:
     """Simulate and search parallel mappings of large-model training (after PALM, arXiv 2406.03868).
     Shell completion: palm-search --install-completion."""
-
-
-STRATEGY_FLAGS = strategy_fields(flag=True)
-"""The strategy fields ``simulate`` has a flag of its own name for (its signature lists them: a
-test checks the two agree)."""
 
 
 def fail(message: str) -> None:
@@ -90,9 +87,39 @@ def build_strategy(base: Path | None, overrides: dict, stage_layers: str | None,
 
 
 Opt = typer.Option
+NETWORK_HELP = ", ".join(f"{name} ({what})" for name, what in NETWORKS.items()) + "."
+"""``--network``'s help: every network model with what it models (:data:`simulator.NETWORKS`)."""
+
+
+def _strategy_option(flag: StrategyFlag) -> inspect.Parameter:
+    """The option of one strategy flag: ``--name VALUE``, or the switch ``--name/--no-name`` of a
+    bool; not given (None), the strategy file's value or the field's default stands."""
+    dashed = flag.name.replace("_", "-")
+    declarations = (f"--{dashed}/--no-{dashed}",) if flag.value_type is bool else ()
+    annotation = Annotated[flag.value_type | None, Opt(*declarations, help=flag.help)]
+    return inspect.Parameter(flag.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
+
+
+def with_strategy_flags(after: str):
+    """A decorator giving a command one option per strategy flag (:func:`simulator.strategy_flags`,
+    built from ``Strategy``'s fields), placed after its parameter ``after``; the command takes them
+    in its ``**flags``. Typer reads a command's options from ``inspect.signature``, which returns
+    the ``__signature__`` set here, and calls the command with them as keywords: a new strategy
+    field needs no edit of the command."""
+    def decorate(command):
+        parameters = []
+        for parameter in inspect.signature(command, eval_str=True).parameters.values():
+            if parameter.kind is not inspect.Parameter.VAR_KEYWORD:
+                parameters.append(parameter.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+            if parameter.name == after:
+                parameters += [_strategy_option(flag) for flag in strategy_flags()]
+        command.__signature__ = inspect.Signature(parameters)
+        return command
+    return decorate
 
 
 @app.command("simulate")
+@with_strategy_flags(after="strategy_file")
 def simulate_command(
     model: Annotated[str | None, Opt("--model", help="Model preset (e.g. T-145B), TOML file or Hugging Face "
                                      "config.json (default: the one a --strategy best.json names).")] = None,
@@ -100,71 +127,22 @@ def simulate_command(
                                   "or TOML file (default: the machine a --strategy best.json carries).")] = None,
     strategy_file: Annotated[Path | None, Opt("--strategy", help="Strategy TOML/JSON, e.g. a run's best.json "
                                               "(flags override).")] = None,
-    tp: Annotated[int | None, Opt(help="Tensor-parallel degree.")] = None,
-    pp: Annotated[int | None, Opt(help="Pipeline-parallel degree (stages).")] = None,
-    dp: Annotated[int | None, Opt(help="Data-parallel degree.")] = None,
-    cp: Annotated[int | None, Opt(help="Context-parallel degree: each sequence split over cp devices"
-                                       " (ring attention).")] = None,
-    ep: Annotated[int | None, Opt(help="Expert-parallel degree of a Mixture-of-Experts model: its routed experts"
-                                       " split over ep of the dp*cp ranks (all-to-all dispatch).")] = None,
-    etp: Annotated[int | None, Opt(help="Expert tensor-parallel degree: each routed expert split over etp ranks"
-                                        " (1 or tp; default tp). With etp 1, ep*etp divides tp*cp*dp.")] = None,
-    microbatch_size: Annotated[int | None, Opt(help="Samples per microbatch.")] = None,
-    global_batch_size: Annotated[int | None, Opt(help="Samples per iteration (default: model's).")] = None,
-    schedule: Annotated[str | None, Opt(help="gpipe, 1f1b, interleaved-1f1b or zb-h1.")] = None,
-    num_chunks: Annotated[int | None, Opt(help="Model chunks per stage (interleaved).")] = None,
-    recompute: Annotated[str | None, Opt(help="none, selective or full.")] = None,
-    sequence_parallel: Annotated[bool | None, Opt("--sequence-parallel/--no-sequence-parallel")] = None,
-    tp_overlap: Annotated[bool | None, Opt("--tp-overlap/--no-tp-overlap",
-                                           help="Hide backward TP collectives behind weight-gradient GEMMs.")] = None,
-    p2p_blocking: Annotated[bool | None, Opt("--p2p-blocking/--no-p2p-blocking",
-                                             help="Stages wait for their pipeline sends (Megatron-LM).")] = None,
-    zero_stage: Annotated[int | None, Opt(help="ZeRO stage 0-3.")] = None,
-    shard_group_size: Annotated[int | None, Opt(help="Hybrid sharding with ZeRO-3: shard over groups of this many"
-                                                " DP ranks, replicate across them (FSDP HYBRID_SHARD).")] = None,
-    optimizer: Annotated[str | None, Opt(help="sgd or adam.")] = None,
-    precision: Annotated[str | None, Opt(help=f"{', '.join(PRECISIONS)}.")] = None,
-    mode: Annotated[str | None, Opt(help="training or inference.")] = None,
-    partition: Annotated[str | None, Opt(help="balanced or uniform (see --stage-layers).")] = None,
     stage_layers: Annotated[str | None, Opt(help="Explicit layers per virtual stage, e.g. 4,4,3.")] = None,
-    placement: Annotated[str | None, Opt(help=f"Stage-to-device order: {', '.join(PLACEMENTS)} "
-                                         "(explicit: see --stage-devices).")] = None,
     stage_devices: Annotated[str | None, Opt(help="Explicit devices per stage: '0,1;2,3'.")] = None,
-    group_layout: Annotated[str | None, Opt(help="TP groups compact or strided.")] = None,
-    group_order: Annotated[str | None, Opt(help="tp-major or dp-major walk inside a stage.")] = None,
-    wafer_stages: Annotated[str | None, Opt(help="On several wafers: span (stages cut from the order over all"
-                                            " wafers) or within (walked wafer by wafer, no stage crossing a"
-                                            " wafer boundary).")] = None,
-    transfer_strategy: Annotated[int | None, Opt(help="Inter-stage transfer, PALM Fig. 11: 1 or 2.")] = None,
-    math_fidelity: Annotated[str | None, Opt(help="Matrix-engine passes on hardware that has them: LoFi, HiFi2, "
-                                             "HiFi3 or HiFi4 (default: the stated peak).")] = None,
-    attention: Annotated[str | None, Opt(help="Attention core: fused (FlashAttention, where the hardware states"
-                                         " its efficiency), unfused, or auto (default: fused where stated).")] = None,
-    prompt_length: Annotated[int | None, Opt(help="Inference: prompt tokens per sample (default: the model's"
-                                             " sequence length).")] = None,
-    decode_context_length: Annotated[int | None, Opt(help="Inference: simulate one decode step, each sample's"
-                                                     " new token attending to a KV cache of this many"
-                                                     " tokens (0: the prompt's forward).")] = None,
-    attention_split: Annotated[str | None, Opt(help="Inference: how a TP group divides attention: heads"
-                                               " (Megatron) or users (sample x KV-head pairs, as tt-metal's"
-                                               " decode over a core grid).")] = None,
     stack: Annotated[str | None, Opt("--stack", help=f"Software stack preset ({', '.join(stack_presets())}) or TOML"
                                      " file (default: megatron-core, the hardware files' calibration).")] = None,
-    network: Annotated[str, Opt(help="sharing (links' and DRAM ports' bandwidth shared max-min fairly),"
-                                     " contention (PALM: links and DRAM ports held exclusively), analytical (no"
-                                     " contention) or estimate (closed form, no events).")] = "sharing",
+    network: Annotated[str, Opt(help=NETWORK_HELP)] = DEFAULT_NETWORK,
     steady_state: Annotated[bool, Opt("--steady-state/--full", help="Extrapolate from steady state.")] = True,
     json_output: Annotated[bool, Opt("--json", help="Print one JSON document on stdout.")] = False,
     trace: Annotated[Path | None, Opt(help="Write the timeline as a Chrome trace (Perfetto) JSON file.")] = None,
     plots: Annotated[Path | None, Opt(help="Write timeline, placement, heatmap PNG/SVG into this directory.")] = None,
     eval_timeout: Annotated[float, Opt(help="Wall-clock budget of the simulation (s); over it, one line and exit 2.",
                                        min=1e-3, max=MAX_EVAL_TIMEOUT_S)] = DEFAULT_EVAL_TIMEOUT_S,
+    **flags: Any,
 ) -> None:
     """Simulate one training (or inference) iteration of MODEL on HW with one strategy."""
-    values = locals()
-    overrides = {k: values[k] for k in STRATEGY_FLAGS}
     try:
-        strategy = build_strategy(strategy_file, overrides, stage_layers, stage_devices)
+        strategy = build_strategy(strategy_file, flags, stage_layers, stage_devices)
         model_spec, hardware = _model_and_machine(model, hw, strategy_file)
         result = _simulate_and_draw(model_spec, hardware, strategy, network, steady_state, trace, plots,
                                     eval_timeout, load_stack(stack) if stack else MEGATRON_CORE)

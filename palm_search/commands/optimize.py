@@ -12,6 +12,7 @@ import typer
 
 from palm_search.search.run_control import INTERRUPTED_EXIT_CODE, Executor, check_executor, stop_on_sigint
 from palm_search.search.study import StudySpec, load_study
+from simulator import NETWORKS
 
 if TYPE_CHECKING:  # rich is imported when a bar is drawn: the command line starts without it
     from rich.progress import TaskID
@@ -46,7 +47,7 @@ def optimize_command(
     sampler: Annotated[str | None, Opt(help="auto, tpe, random, exhaustive or nsga2.")] = None,
     seed: Annotated[int | None, Opt(help="Sampler seed.")] = None,
     objective: Annotated[list[str] | None, Opt(help="throughput and/or memory (repeat).")] = None,
-    network: Annotated[str | None, Opt(help="contention, sharing, analytical or estimate (simulate --help).")] = None,
+    network: Annotated[str | None, Opt(help=f"{', '.join(NETWORKS)} (simulate --help).")] = None,
     fidelity: Annotated[str | None, Opt(help=(
         "screen: estimate every point of the space in closed form (ms each), simulate the best --trials;"
         " full: the sampler proposes every simulated point; auto (default): screen when the sampler is auto"

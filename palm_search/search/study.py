@@ -59,15 +59,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from simulator import InputError, Strategy, load_stack
+from simulator import DEFAULT_NETWORK, MODES, NETWORKS, InputError, Strategy, is_inference, load_stack
 from simulator.config import Table, read_toml
 
 OBJECTIVES = ("throughput", "memory", "tokens_per_s_per_user")
 """``throughput``: samples/s in training, system tokens/s of the decode step in inference;
 ``tokens_per_s_per_user``: inference only (one user's decode rate)."""
-MODES = ("training", "inference")
 SAMPLERS = ("auto", "tpe", "random", "exhaustive", "nsga2")
-NETWORKS = ("sharing", "contention", "analytical", "estimate")
 FIDELITIES = ("auto", "screen", "full")
 DEFAULT_TRIALS = 300
 SCREENED_TRIALS = 50
@@ -104,7 +102,7 @@ class StudySpec:
     a screen (resolved when the search opens)."""
     seed: int = 0
     batch_size: int = 8
-    network: str = "sharing"
+    network: str = DEFAULT_NETWORK
     fidelity: str = "auto"
     top: int = 10
     artifacts_top: int = 3
@@ -131,7 +129,7 @@ class StudySpec:
         _check("mode", self.mode, MODES)
         self._check_serving()
         _check("sampler", self.sampler, SAMPLERS)
-        _check("network", self.network, NETWORKS)
+        _check("network", self.network, tuple(NETWORKS))
         _check("fidelity", self.fidelity, FIDELITIES)
         load_stack(self.stack)
         if self.fidelity == "screen" and self.sampler != "auto":
@@ -152,8 +150,7 @@ class StudySpec:
 
     def _check_serving(self) -> None:
         """Raises: InputError: serving keys in training, or out of range."""
-        serving = self.mode == "inference"
-        if not serving:
+        if not self.serving:
             given = [k for k in ("prompt_length", "decode_context_length", "min_tokens_per_s_per_user", "max_ttft_s")
                      if getattr(self, k) is not None] + (["tokens_per_s_per_user"] if
                                                           "tokens_per_s_per_user" in self.objectives else [])
@@ -180,7 +177,7 @@ class StudySpec:
     @property
     def serving(self) -> bool:
         """Whether the study searches inference serving (``mode = "inference"``)."""
-        return self.mode == "inference"
+        return is_inference(self.mode)
 
     @property
     def directions(self) -> list[str]:
@@ -194,7 +191,7 @@ class StudySpec:
         renamed = self.name == default_name(self.model, self.hardware, self.objectives, self.mode)
         if renamed and "name" not in changes and {"model", "hardware", "objectives", "mode"} & set(changes):
             changes["name"] = ""
-        if changes.get("mode") == "inference" and self.mode != "inference" and self.searched == DEFAULT_SEARCHED:
+        if is_inference(changes.get("mode")) and not self.serving and self.searched == DEFAULT_SEARCHED:
             changes.setdefault("searched", SERVING_SEARCHED)
         return dataclasses.replace(self, **changes)
 
@@ -202,7 +199,7 @@ class StudySpec:
 def default_name(model: str, hardware: str, objectives: tuple[str, ...], mode: str) -> str:
     """``<model>-<hardware>[-inference][-<objectives>]``, lower case."""
     suffix = "" if objectives == ("throughput",) else "-" + "-".join(objectives)
-    serving = "-inference" if mode == "inference" else ""
+    serving = "-inference" if is_inference(mode) else ""
     return f"{Path(model).stem}-{Path(hardware).stem}{serving}{suffix}".lower()
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from simulator import strategy_fields
+from simulator import is_inference, strategy_fields
 
 if TYPE_CHECKING:  # the terminal summary imports this module; `simulate` runs without pandas
     import pandas as pd
@@ -181,7 +181,7 @@ no parameters, included) also stores the mapping by the strategy's own names as 
 
 def study_note(summary: dict) -> str:
     """The study's optuna-dashboard note (Markdown): the answer explained, then the encodings."""
-    unit = "tokens/s" if summary.get("mode") == "inference" else "samples/s"
+    unit = "tokens/s" if is_inference(summary.get("mode")) else "samples/s"
     best = summary.get("best") or {}
     lines = [f"## {summary.get('study', '')}", ""]
     if best:

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from palm_search.views.explain import sentences
-from simulator import SimulationResult
+from simulator import SimulationResult, is_inference
 
 OVER_CAPACITY = ("util above 100%: demand over capacity (the analytical network lets transfers overlap on a"
                  " resource; --network sharing makes them share it)")
@@ -45,14 +45,14 @@ def print_result(result: SimulationResult, console: Console | None = None, machi
         return
     how = (f"extrapolated from {result.simulated_microbatches} simulated microbatches"
            if result.extrapolated else f"{result.simulated_microbatches} microbatches simulated")
-    period = "iteration" if s["mode"] == "training" else "batch latency"
+    period = "batch latency" if is_inference(s["mode"]) else "iteration"
     if s.get("decode_context_length"):
         console.print(f"decode step at a context of {s['decode_context_length']} tokens:"
                       f" time per output token {result.iteration_time_s:.4g} s |"
                       f" {1 / result.iteration_time_s:.4g} tokens/s per user |"
                       f" {result.tokens_per_s:.4g} tokens/s for {result.samples_per_s * result.iteration_time_s:.0f}"
                       " users")
-    elif s["mode"] == "inference" and s.get("prompt_length"):
+    elif is_inference(s["mode"]) and s.get("prompt_length"):
         console.print(f"prefill of {s['prompt_length']} tokens: time to first token {result.iteration_time_s:.4g} s")
     console.print(
         f"{period} {result.iteration_time_s:.4g} s | {result.samples_per_s:.4g} samples/s | "
@@ -132,7 +132,7 @@ def print_search_summary(summary: dict, console: Console | None = None) -> None:
         certificate = _certificate(screened)
         if certificate:
             console.print(certificate)
-    serving = summary.get("mode") == "inference"
+    serving = is_inference(summary.get("mode"))
     if base:
         rate = (f"{base.get('tokens_per_s') or 0:.4g} tokens/s, {base.get('tokens_per_s_per_user') or 0:.4g} per user"
                 if serving else f"{base.get('samples_per_s', 0):.4g} samples/s")

@@ -29,7 +29,7 @@ from palm_search.views.plots import (
     timeline_window_s,
     write_plots,
 )
-from simulator import InputError, Strategy, load_hardware, load_model
+from simulator import InputError, Strategy, is_inference, load_hardware, load_model
 from simulator.trace import Timeline, write_chrome_trace
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1380px;color:#222}
@@ -117,7 +117,7 @@ def _explanation(study: optuna.Study, spec: dict, frame: pd.DataFrame) -> str:
     if not len(top):
         return ""
     best = study.trials[int(top.iloc[0]["trial"])].user_attrs
-    unit = "tokens/s" if spec.get("mode") == "inference" else "samples/s"
+    unit = "tokens/s" if is_inference(spec.get("mode")) else "samples/s"
     lines = sentences(explain(frame, top, best), unit)
     body = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
     return _section("explanation", "Why this answer", f"<ul>{body}</ul><p class='note'>Ties in {unit} go to the"
@@ -155,7 +155,7 @@ def _plot_sections(study: optuna.Study, spec: dict, on_progress) -> list[str]:
     from optuna import visualization as vis
 
     on_progress("report: study plots")
-    serving = spec.get("mode") == "inference"
+    serving = is_inference(spec.get("mode"))
     unit = "system tokens/s" if serving else "samples/s"
     target = {"target": lambda t: t.values[0], "target_name": unit}
     figures = [("history", "Optimisation history", lambda: vis.plot_optimization_history(study, **target)),

@@ -20,6 +20,7 @@ from typing import Protocol
 
 from simulator.errors import InputError
 from simulator.network.collectives import Flow
+from simulator.network.names import ANALYTICAL, CONTENTION
 
 _PRUNE_EVERY = 512
 
@@ -46,7 +47,7 @@ class NetworkBackend(Protocol):
 class AnalyticalNetwork:
     """No contention: every flow starts when it is ready (PALM Eq. 2 without contention)."""
 
-    name = "analytical"
+    name = ANALYTICAL
 
     def book(self, flow: Flow, earliest_s: float, duration_s: float, now_s: float) -> float:
         """Start time (s) of ``flow`` lasting ``duration_s``, ready at ``earliest_s``."""
@@ -63,7 +64,7 @@ class AnalyticalNetwork:
 class ContentionNetwork:
     """Exclusive resources with first-fit calendars (PALM §IV-C, Eqs. 2-5)."""
 
-    name = "contention"
+    name = CONTENTION
 
     def __init__(self) -> None:
         self._calendars: dict[int, tuple[list[float], list[float]]] = {}

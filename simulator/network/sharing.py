@@ -41,6 +41,7 @@ from typing import Any
 import simpy
 
 from simulator.network.collectives import Flow
+from simulator.network.names import SHARING
 
 _TIGHT = 1e-12
 """Relative slack under which a constraint counts as saturated (floating-point noise)."""
@@ -133,7 +134,7 @@ class SharingNetwork:
             runs every phase as its own transfer: the plain implementation, for tests).
     """
 
-    name = "sharing"
+    name = SHARING
 
     def __init__(self, trains: bool = True) -> None:
         # Active transfers and trains are insertion-ordered dicts, not sets: a set of objects

@@ -30,6 +30,8 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
+from simulator import strategy_fields, strategy_flags
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data"
 MODELS = tomllib.loads((ROOT / "simulator/workload/presets/models.toml").read_text())
@@ -231,11 +233,11 @@ def file_kind_cases(draw) -> Case:
     return simulate_case({target: kind}, f"file {kind} {target}")
 
 
-SIMULATE_FLAGS = ("tp", "pp", "dp", "cp", "microbatch_size", "global_batch_size", "schedule", "num_chunks", "recompute",
-                  "zero_stage", "shard_group_size", "optimizer", "precision", "mode", "partition", "stage_layers",
-                  "placement", "stage_devices", "group_layout", "group_order", "transfer_strategy", "math_fidelity",
-                  "attention", "eval_timeout", "ep", "etp", "stack", "prompt_length", "decode_context_length",
-                  "attention_split", "wafer_stages")
+SWITCHES = tuple(flag.name for flag in strategy_flags() if flag.value_type is bool)
+"""``simulate``'s strategy flags that are switches (``--tp-overlap``), given without a value."""
+SIMULATE_FLAGS = (*strategy_fields(), "eval_timeout", "stack")
+"""``simulate``'s flags drawn: every strategy field's (its own flag, or ``--stage-layers`` and
+``--stage-devices``) and two of the command's own."""
 OPTIMIZE_FLAGS = ("trials", "sampler", "seed", "objective", "network", "fidelity", "top", "artifacts_top", "jobs",
                   "executor", "eval_timeout", "stack", "mode", "precision", "prompt_length", "users")
 FLAG_VALUES = st.one_of(st.sampled_from(["-1", "0", "1", "2", "3", "nan", "inf", "1e-300", "1e308",
@@ -255,7 +257,7 @@ def flag_cases(draw) -> Case:
         argv = ["optimize", "--study", str(DATA / "small-study.toml"), "--hw", str(DATA / "mini-mesh.toml"),
                 "--run-dir", "{run}", *OPTIMIZE]
     for name, value in flags.items():
-        argv += ["--" + name.replace("_", "-"), value]
+        argv += ["--" + name.replace("_", "-"), *([] if name in SWITCHES else [value])]
     return Case(argv=argv, source="flags")
 
 

@@ -12,12 +12,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from fuzzing import BASES, DATA, mutated, to_toml
+from fuzzing import BASES, DATA, SWITCHES, mutated, to_toml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from palm_search.commands.cli import STRATEGY_FLAGS, app
+from palm_search.commands.cli import app
+from simulator import strategy_fields
 
 RUN_SECONDS = 30
 runner = CliRunner()
@@ -96,9 +97,6 @@ def test_mutated_study_files_never_crash_optimize_nor_leave_a_run_directory(data
         assert result.exit_code == 0 or not run_dir.exists()
 
 
-BOOLEAN_FLAGS = ("sequence_parallel", "tp_overlap", "p2p_blocking")
-"""Strategy flags that are switches (``--tp-overlap``), taking no value."""
-
 FLAG_VALUES = st.one_of(st.sampled_from(["-1", "0", "1", "2", "nan", "inf", "1e308", "99999999999999999999",
                                          "", "x", "1f1b", "gpipe", "full", "line", "0,1;2,3", "3,3", "-"]),
                         st.text(max_size=8))
@@ -106,13 +104,13 @@ FLAG_VALUES = st.one_of(st.sampled_from(["-1", "0", "1", "2", "nan", "inf", "1e3
 
 @pytest.mark.slow
 @SETTINGS
-@given(flags=st.dictionaries(st.sampled_from([*STRATEGY_FLAGS, "stage_layers", "stage_devices", "network"]),
+@given(flags=st.dictionaries(st.sampled_from([*strategy_fields(), "network"]),
                              FLAG_VALUES, min_size=1, max_size=4))
 def test_random_simulate_flags_never_crash(flags):
     args = ["simulate", "--model", "T-1.7B", "--hw", str(DATA / "mini-mesh.toml"), "--json"]
     for name, value in flags.items():
         flag = "--" + name.replace("_", "-")
-        args += [flag] if name in BOOLEAN_FLAGS else [flag, value]
+        args += [flag] if name in SWITCHES else [flag, value]
     _invoke(args)
 
 

@@ -19,12 +19,11 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from simulator import InputError, Strategy, load_hardware, load_model, simulate
+from simulator import NETWORKS, InputError, Strategy, load_hardware, load_model, simulate
 from spaces import enumerate_degrees, enumerate_microbatch_sizes
 
 MACHINES = {name: load_hardware(name) for name in ("wafer", "wormhole-n150", "a100-cluster", "tpu-v4-cube")}
 MODELS = {name: load_model(name) for name in ("T-1.7B", "BERT-base", "LLaMA2-7B")}
-NETWORKS = ("sharing", "contention", "analytical", "estimate")
 RELATIVE = 1e-9
 SHARED = ("sharing", "contention")
 """The networks that make transfers share or wait for a resource (``analytical`` lets them
@@ -74,7 +73,7 @@ def _check(result, batch: int, network: str) -> None:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(case=cases(), network=st.sampled_from(NETWORKS))
+@given(case=cases(), network=st.sampled_from(tuple(NETWORKS)))
 def test_every_result_holds_the_invariants(case, network):
     model, hardware, strategy = case
     try:

@@ -11,19 +11,17 @@ import math
 import pytest
 from fixtures import cluster_hardware, mesh_hardware
 
-from simulator import Strategy, load_model, simulate
-from simulator.api import ESTIMATE
+from simulator import NETWORKS, Strategy, load_model, simulate
+from simulator.network.names import ESTIMATE
 from simulator.network.topology import topology_of
 from simulator.placement import place
 from simulator.replicas import simulated_replicas
-from simulator.timing import TIMINGS
 from simulator.timing.flows import all_flows, flow_signature, machine_flows
 
 MODEL = dataclasses.replace(load_model("T-1.7B"), num_layers=4, global_batch_size=64)
 _SMALL = cluster_hardware(nodes=8, gpus=8)
 CLUSTER = dataclasses.replace(_SMALL, calibration=dataclasses.replace(_SMALL.calibration,
                                                                      fused_attention_efficiency=0.5))
-NETWORKS = [*sorted(TIMINGS), ESTIMATE]
 SCHEDULES = [dict(schedule="gpipe"), dict(schedule="1f1b"), dict(schedule="zb-h1"),
              dict(schedule="interleaved-1f1b", num_chunks=2)]
 MAPPINGS = [  # (strategy fields, replicas simulated)
@@ -58,7 +56,7 @@ def _assert_same(reduced, full) -> None:
         assert _relative(a.mean_utilisation, b.mean_utilisation) <= 1e-9
 
 
-@pytest.mark.parametrize("network", NETWORKS)
+@pytest.mark.parametrize("network", list(NETWORKS))
 @pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: s["schedule"])
 @pytest.mark.parametrize(("fields", "window"), MAPPINGS, ids=lambda x: str(x))
 def test_replicas_simulated_once_equal_every_replica(network, schedule, fields, window):
@@ -70,7 +68,7 @@ def test_replicas_simulated_once_equal_every_replica(network, schedule, fields, 
     _assert_same(reduced, full)
 
 
-@pytest.mark.parametrize("network", NETWORKS)
+@pytest.mark.parametrize("network", list(NETWORKS))
 @pytest.mark.parametrize("decode_context_length", [0, 129], ids=["prefill", "decode"])
 def test_inference_replicas_simulated_once_equal_every_replica(network, decode_context_length):
     strategy = Strategy(tp=8, pp=2, dp=4, mode="inference", prompt_length=128, microbatch_size=1,

@@ -9,10 +9,12 @@ import dataclasses
 import pytest
 from fixtures import mesh_hardware, uniform_cost
 
-from simulator import load_model
+from simulator import DEFAULT_NETWORK, NETWORKS, load_model
 from simulator.api import simulate
 from simulator.costs import Collective, PassCost, StageCost
 from simulator.engine import Engine
+from simulator.errors import InputError
+from simulator.network.names import ESTIMATE
 from simulator.network.topology import topology_of
 from simulator.placement import place
 from simulator.schedules import OneFOneB, make_schedule
@@ -119,9 +121,13 @@ def test_recording_changes_no_time(network):
     assert a.records and not b.records
 
 
-def test_an_unknown_timing_model_is_an_input_error():
-    from simulator.errors import InputError
+def test_the_timing_models_are_the_named_networks_but_the_event_free_estimate():
+    assert set(NETWORKS) == {*TIMINGS, ESTIMATE} and ESTIMATE not in TIMINGS and DEFAULT_NETWORK in TIMINGS
+    with pytest.raises(InputError, match="network must be one of"):
+        simulate(load_model("T-1.7B"), HW, Strategy(), network="telepathy")
 
+
+def test_an_unknown_timing_model_is_an_input_error():
     machine = Machine(hardware=HW, topology=TOPOLOGY, placements=place(TOPOLOGY, Strategy()),
                       costs=(uniform_cost(1.0, 2.0),), transfer_strategy=1, p2p_blocking=False, record=False)
     with pytest.raises(InputError, match="network must be one of"):
