@@ -280,99 +280,7 @@ class Strategy:
                                              " over a core grid).", column=True, dimension="degrees")
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "cp", "ep", "microbatch_size", "num_chunks"):
-            _positive(name, getattr(self, name))
-        self._check_expert_degrees()
-        if self.global_batch_size is not None:
-            _positive("global_batch_size", self.global_batch_size)
-        if self.shard_group_size is not None:
-            _positive("shard_group_size", self.shard_group_size)
-            if not self.shards_weights or self.weight_replicas % self.shard_group_size:
-                raise InputError(f"strategy: `shard_group_size` needs zero_stage 3 and to divide dp * cp ="
-                                 f" {self.weight_replicas}, got {self.shard_group_size} with zero_stage"
-                                 f" {self.zero_stage}")
-        if self.ep > 1 and self.shards_weights:
-            raise InputError(f"strategy: `ep` = {self.ep} with ZeRO-3 or hybrid sharding is not modelled (expert"
-                             f" weights gathered over the expert-data-parallel group); use zero_stage <= 2")
-        _choice("schedule", self.schedule, SCHEDULES)
-        _choice("recompute", self.recompute, RECOMPUTES)
-        _choice("optimizer", self.optimizer, OPTIMIZERS)
-        _choice("precision", self.precision, PRECISIONS)
-        _choice("mode", self.mode, MODES)
-        _choice("partition", self.partition, PARTITIONS)
-        _choice("placement", self.placement, PLACEMENTS)
-        _choice("group_layout", self.group_layout, GROUP_LAYOUTS)
-        _choice("group_order", self.group_order, GROUP_ORDERS)
-        _choice("wafer_stages", self.wafer_stages, WAFER_STAGES)
-        _choice("attention", self.attention, ATTENTIONS)
-        _choice("attention_split", self.attention_split, ATTENTION_SPLITS)
-        _choice("transfer_strategy", self.transfer_strategy, TRANSFER_STRATEGIES)
-        _choice("zero_stage", self.zero_stage, ZERO_STAGES)
-        _choice("math_fidelity", self.math_fidelity, (None, *MATH_FIDELITIES))
-        for name in ("sequence_parallel", "tp_overlap", "p2p_blocking"):
-            if not isinstance(getattr(self, name), bool):
-                raise InputError(f"strategy: `{name}` must be true or false, got {getattr(self, name)!r}")
-        if self.prompt_length is not None:
-            _positive("prompt_length", self.prompt_length)
-        if not isinstance(self.decode_context_length, int) or self.decode_context_length < 0:
-            raise InputError(f"strategy: `decode_context_length` must be an integer >= 0, got"
-                             f" {self.decode_context_length!r}")
-        if self.training and (self.decode_context_length or self.prompt_length is not None
-                              or self.attention_split != "heads"):
-            raise InputError("strategy: `prompt_length`, `decode_context_length` and `attention_split` 'users' are"
-                             " for mode 'inference'")
-        if self.schedule != "interleaved-1f1b" and self.num_chunks != 1:
-            raise InputError(
-                f"strategy: `num_chunks` > 1 needs schedule 'interleaved-1f1b', got {self.num_chunks}"
-                f" with {self.schedule!r}"
-            )
-        if (self.partition == "explicit") != (self.stage_layers is not None):
-            raise InputError("strategy: `stage_layers` is given exactly when partition='explicit'")
-        if (self.placement == "explicit") != (self.stage_devices is not None):
-            raise InputError("strategy: `stage_devices` is given exactly when placement='explicit'")
-        if self.placement == "explicit" and self.wafer_stages == "within":
-            raise InputError("strategy: `wafer_stages` 'within' cuts stages from a named order; placement"
-                             " 'explicit' gives every stage's devices")
-        self._check_explicit_lists()
-
-    def _check_expert_degrees(self) -> None:
-        """``ep`` and ``etp`` cut the stage's ranks evenly (see the class docstring)."""
-        if self.etp is None:
-            if self.weight_replicas % self.ep:
-                raise InputError(f"strategy: `ep` must divide dp * cp = {self.dp}*{self.cp} ="
-                                 f" {self.weight_replicas}, got {self.ep}")
-            return
-        _positive("etp", self.etp)
-        if self.etp not in (1, self.tp):
-            raise InputError(f"strategy: `etp` must be 1 or tp = {self.tp} (other expert tensor-parallel"
-                             f" degrees are not modelled), got {self.etp}")
-        if self.devices_per_stage % (self.ep * self.etp):
-            raise InputError(f"strategy: `ep` * `etp` = {self.ep}*{self.etp} must divide tp * cp * dp ="
-                             f" {self.devices_per_stage}")
-
-    def _check_explicit_lists(self) -> None:
-        if self.stage_layers is not None:
-            if len(self.stage_layers) != self.pp * self.num_chunks:
-                raise InputError(
-                    f"strategy: `stage_layers` needs pp*num_chunks = {self.pp * self.num_chunks}"
-                    f" entries, got {len(self.stage_layers)}"
-                )
-            if any(not isinstance(n, int) or n < 0 for n in self.stage_layers):
-                raise InputError(f"strategy: `stage_layers` must be integers >= 0, got {self.stage_layers}")
-        if self.stage_devices is not None:
-            if len(self.stage_devices) != self.pp:
-                raise InputError(
-                    f"strategy: `stage_devices` needs pp = {self.pp} entries, got {len(self.stage_devices)}"
-                )
-            for stage, devices in enumerate(self.stage_devices):
-                if len(devices) != self.devices_per_stage:
-                    raise InputError(
-                        f"strategy: `stage_devices[{stage}]` needs tp*cp*dp = {self.devices_per_stage} ids,"
-                        f" got {len(devices)}"
-                    )
-            flat = [d for devices in self.stage_devices for d in devices]
-            if len(set(flat)) != len(flat):
-                raise InputError("strategy: `stage_devices` uses a device id twice")
+        _check(self)
 
     @property
     def num_devices(self) -> int:
@@ -490,6 +398,104 @@ def strategy_fields(**metadata: bool | str | None) -> tuple[str, ...]:
     """Names of the :class:`Strategy` fields whose metadata (see :func:`_field`: ``placed``,
     ``where``, ``column``, ``flag``, ``dimension``) has each given value, in declaration order."""
     return _selected(tuple(sorted(metadata.items())))
+
+
+def _check(strategy: Strategy) -> None:
+    """Raise :class:`InputError` on a field out of its range or fields that contradict each other."""
+    for name in ("tp", "pp", "dp", "cp", "ep", "microbatch_size", "num_chunks"):
+        _positive(name, getattr(strategy, name))
+    _check_expert_degrees(strategy)
+    if strategy.global_batch_size is not None:
+        _positive("global_batch_size", strategy.global_batch_size)
+    if strategy.shard_group_size is not None:
+        _positive("shard_group_size", strategy.shard_group_size)
+        if not strategy.shards_weights or strategy.weight_replicas % strategy.shard_group_size:
+            raise InputError(f"strategy: `shard_group_size` needs zero_stage 3 and to divide dp * cp ="
+                             f" {strategy.weight_replicas}, got {strategy.shard_group_size} with zero_stage"
+                             f" {strategy.zero_stage}")
+    if strategy.ep > 1 and strategy.shards_weights:
+        raise InputError(f"strategy: `ep` = {strategy.ep} with ZeRO-3 or hybrid sharding is not modelled (expert"
+                         f" weights gathered over the expert-data-parallel group); use zero_stage <= 2")
+    _choice("schedule", strategy.schedule, SCHEDULES)
+    _choice("recompute", strategy.recompute, RECOMPUTES)
+    _choice("optimizer", strategy.optimizer, OPTIMIZERS)
+    _choice("precision", strategy.precision, PRECISIONS)
+    _choice("mode", strategy.mode, MODES)
+    _choice("partition", strategy.partition, PARTITIONS)
+    _choice("placement", strategy.placement, PLACEMENTS)
+    _choice("group_layout", strategy.group_layout, GROUP_LAYOUTS)
+    _choice("group_order", strategy.group_order, GROUP_ORDERS)
+    _choice("wafer_stages", strategy.wafer_stages, WAFER_STAGES)
+    _choice("attention", strategy.attention, ATTENTIONS)
+    _choice("attention_split", strategy.attention_split, ATTENTION_SPLITS)
+    _choice("transfer_strategy", strategy.transfer_strategy, TRANSFER_STRATEGIES)
+    _choice("zero_stage", strategy.zero_stage, ZERO_STAGES)
+    _choice("math_fidelity", strategy.math_fidelity, (None, *MATH_FIDELITIES))
+    for name in ("sequence_parallel", "tp_overlap", "p2p_blocking"):
+        if not isinstance(getattr(strategy, name), bool):
+            raise InputError(f"strategy: `{name}` must be true or false, got {getattr(strategy, name)!r}")
+    if strategy.prompt_length is not None:
+        _positive("prompt_length", strategy.prompt_length)
+    if not isinstance(strategy.decode_context_length, int) or strategy.decode_context_length < 0:
+        raise InputError(f"strategy: `decode_context_length` must be an integer >= 0, got"
+                         f" {strategy.decode_context_length!r}")
+    if strategy.training and (strategy.decode_context_length or strategy.prompt_length is not None
+                          or strategy.attention_split != "heads"):
+        raise InputError("strategy: `prompt_length`, `decode_context_length` and `attention_split` 'users' are"
+                         " for mode 'inference'")
+    if strategy.schedule != "interleaved-1f1b" and strategy.num_chunks != 1:
+        raise InputError(
+            f"strategy: `num_chunks` > 1 needs schedule 'interleaved-1f1b', got {strategy.num_chunks}"
+            f" with {strategy.schedule!r}"
+        )
+    if (strategy.partition == "explicit") != (strategy.stage_layers is not None):
+        raise InputError("strategy: `stage_layers` is given exactly when partition='explicit'")
+    if (strategy.placement == "explicit") != (strategy.stage_devices is not None):
+        raise InputError("strategy: `stage_devices` is given exactly when placement='explicit'")
+    if strategy.placement == "explicit" and strategy.wafer_stages == "within":
+        raise InputError("strategy: `wafer_stages` 'within' cuts stages from a named order; placement"
+                         " 'explicit' gives every stage's devices")
+    _check_explicit_lists(strategy)
+
+def _check_expert_degrees(strategy: Strategy) -> None:
+    """``ep`` and ``etp`` cut the stage's ranks evenly (see the class docstring)."""
+    if strategy.etp is None:
+        if strategy.weight_replicas % strategy.ep:
+            raise InputError(f"strategy: `ep` must divide dp * cp = {strategy.dp}*{strategy.cp} ="
+                             f" {strategy.weight_replicas}, got {strategy.ep}")
+        return
+    _positive("etp", strategy.etp)
+    if strategy.etp not in (1, strategy.tp):
+        raise InputError(f"strategy: `etp` must be 1 or tp = {strategy.tp} (other expert tensor-parallel"
+                         f" degrees are not modelled), got {strategy.etp}")
+    if strategy.devices_per_stage % (strategy.ep * strategy.etp):
+        raise InputError(f"strategy: `ep` * `etp` = {strategy.ep}*{strategy.etp} must divide tp * cp * dp ="
+                         f" {strategy.devices_per_stage}")
+
+def _check_explicit_lists(strategy: Strategy) -> None:
+    if strategy.stage_layers is not None:
+        if len(strategy.stage_layers) != strategy.pp * strategy.num_chunks:
+            raise InputError(
+                f"strategy: `stage_layers` needs pp*num_chunks = {strategy.pp * strategy.num_chunks}"
+                f" entries, got {len(strategy.stage_layers)}"
+            )
+        if any(not isinstance(n, int) or n < 0 for n in strategy.stage_layers):
+            raise InputError(f"strategy: `stage_layers` must be integers >= 0, got {strategy.stage_layers}")
+    if strategy.stage_devices is not None:
+        if len(strategy.stage_devices) != strategy.pp:
+            raise InputError(
+                f"strategy: `stage_devices` needs pp = {strategy.pp} entries, got {len(strategy.stage_devices)}"
+            )
+        for stage, devices in enumerate(strategy.stage_devices):
+            if len(devices) != strategy.devices_per_stage:
+                raise InputError(
+                    f"strategy: `stage_devices[{stage}]` needs tp*cp*dp = {strategy.devices_per_stage} ids,"
+                    f" got {len(devices)}"
+                )
+        flat = [d for devices in strategy.stage_devices for d in devices]
+        if len(set(flat)) != len(flat):
+            raise InputError("strategy: `stage_devices` uses a device id twice")
+
 
 
 def search_dimensions() -> dict[str, tuple[str, ...]]:
