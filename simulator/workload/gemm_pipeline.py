@@ -59,14 +59,13 @@ class CoreBlocks:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Pipeline:
-    """A GEMM's K loop on one core (s): ``total_s`` with its ``fill_s`` (the first block's
-    transfer), ``drain_s`` (the output written back), each block's ``transfer_s`` and ``bound``
-    (``compute`` when the tile products outlast the transfers, else ``multicast``)."""
+    """A GEMM's K loop on one core (s): ``total_s`` with each block's ``transfer_s`` (the first
+    one the fill), ``drain_s`` (the output written back) and ``bound`` (``compute`` when the tile
+    products outlast the transfers, else ``multicast``)."""
 
     total_s: float
-    fill_s: float
-    drain_s: float
     transfer_s: float
+    drain_s: float
     bound: str
 
 
@@ -125,5 +124,5 @@ def gemm_pipeline(hardware: Hardware, blocks: CoreBlocks, compute_s: float, *, t
                  + blocks.rows * blocks.columns * tile_bytes / moves.dram_write_bandwidth_bytes_per_s)
     per_block = compute_s / blocks.k_blocks
     total = transfer + per_block + (blocks.k_blocks - 1) * max(transfer, per_block) + drain
-    return Pipeline(total_s=total, fill_s=transfer, drain_s=drain, transfer_s=transfer,
+    return Pipeline(total_s=total, transfer_s=transfer, drain_s=drain,
                     bound="multicast" if transfer > per_block else "compute")

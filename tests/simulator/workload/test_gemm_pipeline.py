@@ -76,7 +76,7 @@ def test_hardware_without_a_data_movement_record_pays_nothing():
     still = dataclasses.replace(P150, compute=dataclasses.replace(P150.compute, data_movement=None))
     blocks = core_blocks(640, 832, 832, grid=(13, 10), tile_bytes=BF16_TILE, sram_bytes=SRAM)
     pipeline = gemm_pipeline(still, blocks, 3e-6, tile_bytes=BF16_TILE, grid=(13, 10), in_dram=(True, True, True))
-    assert pipeline.total_s == pytest.approx(3e-6, rel=1e-12) and pipeline.fill_s == pipeline.drain_s == 0
+    assert pipeline.total_s == pytest.approx(3e-6, rel=1e-12) and pipeline.transfer_s == pipeline.drain_s == 0
 
 
 def test_blackhole_reads_and_multicasts_at_its_own_clock():
