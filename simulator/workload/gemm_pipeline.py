@@ -42,8 +42,8 @@ from simulator.network.mesh import Mesh
 from simulator.workload.tiled_stage import TILE_SIDE
 
 DOUBLE_BUFFER = 2
-"""Blocks each operand's circular buffer holds (tt-metal's matmul program factories: ``in0_CB_size
-= in0_block_tiles * 2`` when ``K`` spans more than one block)."""
+"""Blocks each operand's circular buffer holds (tt-metal's ``matmul_multicore_reuse_mcast_2d``
+program factory: ``in0_CB_tiles = in0_block_tiles * 2;  // double buffer``, ``in1_CB_tiles`` likewise)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
