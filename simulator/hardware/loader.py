@@ -22,6 +22,10 @@ File layout (every number has a sibling ``<key>_source`` string citing where it 
     read_bandwidth_GB_per_s = 64
     read_bandwidth_GB_per_s_source = "..."
 
+    [device.data_movement]             # optional: the fields of DataMovement (a core's GEMM blocks)
+    dram_read_latency_ns = 384
+    dram_read_latency_ns_source = "..."
+
     [mesh]                             # the fields of Mesh and of the die's DRAM, or [cluster]
     hop_latency_ns = 1                 # those of Cluster, the GPU's HBM and GEMM tiling, each
     hop_latency_ns_source = "..."      # with a unit suffix from simulator.config.UNITS
@@ -61,6 +65,7 @@ from simulator.hardware.spec import (
     NETWORK_KINDS,
     Calibration,
     Compute,
+    DataMovement,
     Dram,
     GemmTiling,
     Hardware,
@@ -164,8 +169,10 @@ def _build(root: Table, name: str) -> Hardware:
                                  sources, problems, required=False) if device.has("math_fidelity") else {})
     unpacker = (_read_dataclass(device.take_table("unpacker"), Unpacker, sources, problems)
                 if device.has("unpacker") else None)
+    movement = (_read_dataclass(device.take_table("data_movement"), DataMovement, sources, problems)
+                if device.has("data_movement") else None)
     [sram] = _read_records(device, (SRAM,), sources, problems,
-                           subtables=("peak", "math_fidelity", "unpacker")) or [None]
+                           subtables=("peak", "math_fidelity", "unpacker", "data_movement")) or [None]
     network_table = root.take_table(kind)
     filed = (_as_is(NETWORK_KINDS[kind], ("", "network")), *IN_KIND_TABLE.get(kind, ()))
     records = _read_records(network_table, filed, sources, problems)
@@ -187,7 +194,8 @@ def _build(root: Table, name: str) -> Hardware:
         for key, text in sources.items() if key.startswith("calibration.")})
     compute = Compute(peak_flop_per_s={key.removesuffix("_flop_per_s"): v for key, v in peak.items()},
                       math_fidelity_phases={key: int(v) for key, v in fidelity.items()},
-                      gemm_tiling=_part(parts, "gemm_tiling", GemmTiling), unpacker=unpacker)
+                      gemm_tiling=_part(parts, "gemm_tiling", GemmTiling), unpacker=unpacker,
+                      data_movement=movement)
     memory = Memory(sram=sram, dram=_part(parts, "dram", Dram),
                     hbm=_part(parts, "hbm", Hbm))
     return Hardware(name=name, compute=compute, memory=memory, network=network, calibration=calibration,

@@ -100,6 +100,34 @@ class Unpacker:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DataMovement:
+    """What one core's data-movement kernels pay to bring a GEMM's operand blocks in and write its
+    result out (a Tenstorrent Tensix core's reader and writer RISC-Vs driving the NoC: tt-metal
+    ``matmul_multicore_reuse_mcast_2d``). Used by :mod:`simulator.workload.gemm_pipeline`.
+
+    Attributes:
+        dram_read_latency_s: from issuing one DRAM read to its read barrier returning (s).
+        dram_read_bandwidth_bytes_per_s: one core's streaming read rate from interleaved DRAM.
+        dram_write_latency_s: from issuing one DRAM write to its write barrier returning (s).
+        dram_write_bandwidth_bytes_per_s: one core's streaming write rate to interleaved DRAM.
+        multicast_bandwidth_bytes_per_s: one core's rate multicasting a block over the NoC to a
+            rectangle of cores (linked writes, as the matmul's block multicast issues them).
+    """
+
+    dram_read_latency_s: float
+    dram_read_bandwidth_bytes_per_s: float
+    dram_write_latency_s: float
+    dram_write_bandwidth_bytes_per_s: float
+    multicast_bandwidth_bytes_per_s: float
+
+    def __post_init__(self) -> None:
+        rates = (self.dram_read_bandwidth_bytes_per_s, self.dram_write_bandwidth_bytes_per_s,
+                 self.multicast_bandwidth_bytes_per_s)
+        if min(rates) <= 0 or min(self.dram_read_latency_s, self.dram_write_latency_s) < 0:
+            raise InputError(f"data_movement: bandwidths must be positive and latencies >= 0, got {self}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GemmTiling:
     """How a GPU cuts a GEMM's output over its streaming multiprocessors (tile and wave quantization).
 
@@ -145,6 +173,8 @@ class Compute:
             device's GEMMs are not modelled as tiles and waves.
         unpacker: how fast the device's SRAM feeds its matrix engine (:class:`Unpacker`), or None
             where no figure is stated (the engine is then taken as fed at its peak).
+        data_movement: what the device's data-movement kernels pay per GEMM operand block
+            (:class:`DataMovement`), or None where no figure is stated (blocks then arrive free).
 
     The achieved fractions of these peaks are measurements, kept with their sources in
     :class:`Calibration` (``gemm_efficiency``, ``fp8_gemm_efficiency``, ``fused_attention_efficiency``).
@@ -154,6 +184,7 @@ class Compute:
     math_fidelity_phases: dict[str, int] = field(default_factory=dict)
     gemm_tiling: GemmTiling | None = None
     unpacker: Unpacker | None = None
+    data_movement: DataMovement | None = None
 
     def gemm_efficiency(self, rows: float, columns: float, tile: tuple[int, int] | None = None) -> float:
         """Fraction of peak a ``rows x columns`` GEMM output keeps after the device's tiling, in

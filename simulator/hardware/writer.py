@@ -63,6 +63,9 @@ def hardware_tables(hardware: Hardware) -> dict[str, Any]:
                 if compute.math_fidelity_phases else {})
     if compute.unpacker is not None:
         fidelity["unpacker"] = _quantities(_fields(compute.unpacker), "device.unpacker", hardware.sources)
+    if compute.data_movement is not None:
+        fidelity["data_movement"] = _quantities(_fields(compute.data_movement), "device.data_movement",
+                                                hardware.sources)
     network = _fields(hardware.network)
     for filed in IN_KIND_TABLE.get(kind, ()):
         record = part_of(hardware, filed)

@@ -13,10 +13,14 @@ grid row, a block column of ``B`` along its grid column). Three times, each a ro
   a preset's peak is the LoFi one) and its operands' unpack time from L1 with tt-llk's reuse
   over tt-metal's output subblock (:mod:`simulator.workload.matrix_feed`), or the packers'
   time for the block's output tiles if longer; over the hardware's ``gemm_efficiency``.
+* **pipeline**: the compute laid over the K loop of tt-metal's reader kernels
+  (:func:`~simulator.workload.gemm_pipeline.gemm_pipeline`): the first K-block's transfer before
+  the first tile product (fill), each block no faster than its senders' DRAM read, multicast and
+  semaphore handshake, and the output written to DRAM after the last (drain);
 * **DRAM**: the bytes of the grid's best blocking (:func:`~simulator.workload.tiled.gemm_blocking`
   over the pooled grid, one core's SRAM per block) of the operands that live in DRAM, at the
   chip's DRAM bandwidth times ``memory_bound_efficiency``;
-* the larger of the two plus ``kernel_overhead_s``.
+* the larger of the pipeline and DRAM plus ``kernel_overhead_s``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
 from simulator.network.mesh import Mesh
 from simulator.strategy import BYTES_PER_ELEMENT
+from simulator.workload.gemm_pipeline import chip_dram_bytes_per_s, core_blocks, gemm_pipeline
 from simulator.workload.matrix_feed import TILE_PRODUCT_FLOP, pack_s, subblock, unpack_s
 from simulator.workload.tiled import GemmShape, gemm_blocking
 from simulator.workload.tiled_stage import TILE_SIDE
@@ -35,19 +40,22 @@ from simulator.workload.tiled_stage import TILE_SIDE
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GridGemm:
-    """The time of one GEMM on a core grid (s), its DRAM traffic (bytes) and what bounds its
-    compute (``compute``: the matrix engine, ``unpack``: feeding it from L1, ``pack``)."""
+    """The time of one GEMM on a core grid (s), its DRAM traffic (bytes) and what bounds it
+    (``compute``: the matrix engine, ``unpack``: feeding it from L1, ``pack``, ``multicast``: the
+    K-blocks' transfers). ``pipeline_s`` is the compute laid over the K loop, fill and drain
+    included (``compute_s`` where the hardware states no data movement)."""
 
     compute_s: float
     dram_s: float
     dram_bytes: float
     overhead_s: float
     bound: str = "compute"
+    pipeline_s: float = 0.0
 
     @property
     def time_s(self) -> float:
-        """``max(compute, DRAM) + overhead`` (s)."""
-        return max(self.compute_s, self.dram_s) + self.overhead_s
+        """``max(pipeline, compute, DRAM) + overhead`` (s)."""
+        return max(self.pipeline_s, self.compute_s, self.dram_s) + self.overhead_s
 
 
 def grid_gemm(hardware: Hardware, m: int, k: int, n: int, *, precision: str, fidelity: str,
@@ -82,10 +90,15 @@ def grid_gemm(hardware: Hardware, m: int, k: int, n: int, *, precision: str, fid
              "pack": pack_s(hardware, precision, block_rows * block_columns)}
     bound = max(times, key=lambda part: times[part])
     compute_s = times[bound] / cal.gemm_efficiency
+    tile_bytes = TILE_SIDE**2 * BYTES_PER_ELEMENT[precision]
+    sram = hardware.memory.sram.capacity_bytes
+    pipeline = gemm_pipeline(hardware, core_blocks(m, k, n, grid=grid, tile_bytes=tile_bytes, sram_bytes=sram),
+                             compute_s, tile_bytes=tile_bytes, grid=grid, in_dram=in_dram)
     shape = GemmShape(m=m, k=k, n=n, bytes_per_element=BYTES_PER_ELEMENT[precision])
-    blocking = gemm_blocking(shape, hardware.memory.sram.capacity_bytes, tile=TILE_SIDE, grid=(gy, gx))
+    blocking = gemm_blocking(shape, sram, tile=TILE_SIDE, grid=(gy, gx))
     moved = sum(part for part, lives in zip((blocking.a_bytes, blocking.b_bytes, blocking.c_bytes), in_dram,
                                             strict=True) if lives)
-    bandwidth = dram.bandwidth_bytes_per_s * network.dies_x * network.dies_y
+    bandwidth = chip_dram_bytes_per_s(hardware)
     return GridGemm(compute_s=compute_s, dram_s=moved / (bandwidth * cal.memory_bound_efficiency),
-                    dram_bytes=moved, overhead_s=cal.kernel_overhead_s, bound=bound)
+                    dram_bytes=moved, overhead_s=cal.kernel_overhead_s,
+                    bound="multicast" if pipeline.bound == "multicast" else bound, pipeline_s=pipeline.total_s)

@@ -463,6 +463,18 @@ def test_unpacker_missing_key_or_bad_value_is_named(tmp_path):
     raises_one_line(lambda: load_hardware(zero), str(zero), "unpacker")
 
 
+def test_tenstorrent_presets_carry_the_data_movement_table(tmp_path):
+    for name in ("wormhole-n150", "wormhole-galaxy", "blackhole-p150"):
+        moves = load_hardware(name).compute.data_movement
+        assert moves is not None and moves.dram_read_latency_s > 0, name
+    assert load_hardware("wafer").compute.data_movement is None
+    missing = write(tmp_path, replace_line(preset_text("wormhole-n150"), "multicast_bandwidth_GB_per_s", None))
+    raises_one_line(lambda: load_hardware(missing), str(missing), "[device.data_movement]", "multicast_bandwidth")
+    zero = write(tmp_path, replace_line(preset_text("blackhole-p150"), "dram_read_bandwidth_GB_per_s",
+                                        "dram_read_bandwidth_GB_per_s = 0"), "z.toml")
+    raises_one_line(lambda: load_hardware(zero), str(zero), "data_movement")
+
+
 def test_num_classes_is_a_transformer_head_only(tmp_path):
     assert load_model("BERT-base-SST-2").num_classes == 2 and load_model("BERT-base").num_classes == 0
     path = write(tmp_path, """[model]

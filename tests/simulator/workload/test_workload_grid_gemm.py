@@ -19,7 +19,31 @@ def test_hifi4_bf16_is_compute_bound_and_takes_the_compute_closed_form():
     tiles = (2048 // 32 // 8) ** 2 * (2048 // 32)
     expected = tiles * 2 * 32**3 / (4.096e12 / 4 * N150.calibration.gemm_efficiency)
     assert gemm.bound == "compute" and gemm.dram_bytes == 0
-    assert gemm.time_s == pytest.approx(expected + N150.calibration.kernel_overhead_s, rel=1e-12)
+    assert gemm.compute_s == pytest.approx(expected, rel=1e-12)
+    # every operand in L1: the K loop adds only the first block's multicast (8 x 8 tiles of 2 KiB
+    # at 22 GB/s, 7 hops each way at 9 ns) before the first product
+    fill = 64 * 2048 / 22e9 + 2 * 7 * 9e-9
+    assert gemm.time_s == pytest.approx(expected + fill + N150.calibration.kernel_overhead_s, rel=1e-12)
+
+
+def test_without_a_data_movement_record_the_gemm_is_its_compute_and_dram_roofline():
+    still = dataclasses.replace(N150, compute=dataclasses.replace(N150.compute, data_movement=None))
+    gemm = grid_gemm(still, 512, 512, 512, precision="bf16", fidelity="HiFi2", grid=(8, 8),
+                     in_dram=(False, True, False))
+    assert gemm.pipeline_s == pytest.approx(gemm.compute_s, rel=1e-12) and gemm.bound == "unpack"
+    assert gemm.time_s == pytest.approx(max(gemm.compute_s, gemm.dram_s) + still.calibration.kernel_overhead_s)
+
+
+def test_a_small_gemm_is_bound_by_its_blocks_multicast_not_its_flops():
+    # 512^3 on 8 x 8: 2 x 2 output tiles per core, K in 8 blocks of 2 tiles; the in1 sender reads
+    # each 4-tile block from DRAM (384 ns, then 8 KiB at its 22 GB/s) and multicasts it (22 GB/s,
+    # 7 hops each way): ~1.25 us a block against ~0.44 us of tile products
+    gemm = grid_gemm(N150, 512, 512, 512, precision="bf16", fidelity="HiFi2", grid=(8, 8),
+                     in_dram=(False, True, False))
+    block = 384e-9 + 8192 / 22e9 + 8192 / 22e9 + 2 * 7 * 9e-9
+    assert gemm.bound == "multicast"
+    assert gemm.pipeline_s == pytest.approx(8 * block + gemm.compute_s / 8, rel=1e-12)
+    assert gemm.time_s > 2 * (gemm.compute_s + N150.calibration.kernel_overhead_s)
 
 
 @pytest.mark.parametrize(("precision", "tile_bytes"), [("bf16", 2048), ("bfloat8_b", 1024)])

@@ -1,0 +1,128 @@
+"""A GEMM's operand blocks as a tiled chip's data-movement kernels bring them: pipeline fill, the
+per-K-block transfer and multicast handshake, and the drain (Tenstorrent Tensix grids).
+
+tt-metal's ``matmul_multicore_reuse_mcast_2d`` gives each core of a ``gx x gy`` grid a
+``rows x columns`` block of output tiles and walks ``K`` in ``k_blocks`` blocks of ``k_block``
+tiles (``in0_block_w``). Per K-block, one core per grid row sends the row's ``rows x k_block``
+block of ``A`` (in0) and one core per grid column the column's ``k_block x columns`` block of ``B``
+(in1); each sender, one RISC-V running in order (tt-metal
+``reader_bmm_tile_layout_in1_sender_writer_padding.cpp``, the in0 sender likewise):
+
+1. reads its block from DRAM into a circular-buffer slot and waits on the read barrier, where the
+   operand lives in DRAM (``dram_read_latency_s + bytes / rate``, the rate one core's, or its share
+   of the chip's DRAM bandwidth when more senders read at once);
+2. waits until every receiver has signalled a free slot (the receivers' semaphore increments cross
+   the row or column: ``hops x hop_latency_s``), multicasts the block (``bytes /
+   multicast_bandwidth_bytes_per_s``, linked writes) and sets the receivers' flag (another
+   ``hops x hop_latency_s``; ``ttnn/cpp/ttnn/kernel_lib/mcast_pipe.hpp``).
+
+So a block costs its slower sender ``transfer_s`` (:func:`block_transfer_s`). The circular buffers
+hold two blocks, so block ``b + 1`` moves while block ``b`` is multiplied, and the K loop is a
+two-stage pipeline (Hennessy and Patterson, *Computer Architecture*, App. C: fill, then one block
+per the slower stage):
+
+``fill + compute_block + (k_blocks - 1) max(transfer, compute_block) + drain``
+
+with ``fill = transfer`` (the first block must arrive before the first tile product) and the drain
+the writer's output block to DRAM (``dram_write_latency_s + bytes / dram_write_bandwidth``; none
+where the output stays in L1, which the packer writes itself). The block depth is tt-metal's
+``in0_block_w = K / gx`` (one in0 shard column per block, the GEMM_FLOPS benchmark's
+``in0_block_w_div = 1``), halved until two slots of both operands' blocks fit in one core's SRAM.
+Each figure is a :class:`~simulator.hardware.spec.DataMovement` of the hardware, from tt-metal's
+data-movement microbenchmarks; a hardware without one pays nothing here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.hardware.spec import Hardware
+from simulator.network.mesh import Mesh
+from simulator.workload.tiled_stage import TILE_SIDE
+
+DOUBLE_BUFFER = 2
+"""Blocks each operand's circular buffer holds (tt-metal's ``matmul_multicore_reuse_mcast_2d``
+program factory: ``in0_CB_tiles = in0_block_tiles * 2;  // double buffer``, ``in1_CB_tiles`` likewise)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CoreBlocks:
+    """The busiest core's share of a GEMM on a grid, in 32 x 32 tiles: ``rows x columns`` output
+    tiles (``per_core_M x per_core_N``), ``K`` walked in ``k_blocks`` blocks of ``k_block`` tiles."""
+
+    rows: int
+    columns: int
+    k_block: int
+    k_blocks: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pipeline:
+    """A GEMM's K loop on one core (s): ``total_s`` with each block's ``transfer_s`` (the first
+    one the fill), ``drain_s`` (the output written back) and ``bound`` (``compute`` when the tile
+    products outlast the transfers, else ``multicast``)."""
+
+    total_s: float
+    transfer_s: float
+    drain_s: float
+    bound: str
+
+
+def core_blocks(m: int, k: int, n: int, *, grid: tuple[int, int], tile_bytes: float,
+                sram_bytes: float) -> CoreBlocks:
+    """The blocks of ``(m x k) @ (k x n)`` on a ``grid = (gx, gy)`` (``gx`` splits ``N`` and ``K``,
+    ``gy`` splits ``M``) with tiles of ``tile_bytes`` and ``sram_bytes`` of SRAM per core."""
+    gx, gy = grid
+    k_tiles = math.ceil(k / TILE_SIDE)
+    rows, columns = math.ceil(math.ceil(m / TILE_SIDE) / gy), math.ceil(math.ceil(n / TILE_SIDE) / gx)
+    depth = math.ceil(k_tiles / gx)
+    while depth > 1 and DOUBLE_BUFFER * (rows + columns) * depth * tile_bytes > sram_bytes:
+        depth = math.ceil(depth / 2)
+    return CoreBlocks(rows=rows, columns=columns, k_block=depth, k_blocks=math.ceil(k_tiles / depth))
+
+
+def chip_dram_bytes_per_s(hardware: Hardware) -> float:
+    """The DRAM bandwidth of all the mesh's dies (bytes/s; 0 without DRAM)."""
+    dram, network = hardware.memory.dram, hardware.network
+    dies = network.dies_x * network.dies_y if isinstance(network, Mesh) else 1
+    return 0.0 if dram is None else dram.bandwidth_bytes_per_s * dies
+
+
+def block_transfer_s(hardware: Hardware, blocks: CoreBlocks, *, tile_bytes: float, grid: tuple[int, int],
+                     in_dram: tuple[bool, bool]) -> float:
+    """Time the slower sender takes to bring one K-block to its row or column (s): the in0 block
+    (``rows x k_block`` tiles) along the grid row, the in1 block (``k_block x columns``) along the
+    grid column, each read from DRAM first where ``in_dram`` says so (0 without a
+    :class:`~simulator.hardware.spec.DataMovement` record)."""
+    moves, network = hardware.compute.data_movement, hardware.network
+    if moves is None or not isinstance(network, Mesh):
+        return 0.0
+    gx, gy = grid
+    readers = gy * in_dram[0] + gx * in_dram[1]
+    share = chip_dram_bytes_per_s(hardware) * hardware.calibration.memory_bound_efficiency / max(readers, 1)
+    read_rate = min(moves.dram_read_bandwidth_bytes_per_s, share)
+
+    def sender(tiles: int, dram: bool, hops: int) -> float:
+        size = tiles * tile_bytes
+        read = moves.dram_read_latency_s + size / read_rate if dram else 0.0
+        return read + size / moves.multicast_bandwidth_bytes_per_s + 2 * hops * network.hop_latency_s
+
+    return max(sender(blocks.rows * blocks.k_block, in_dram[0], gx - 1),
+               sender(blocks.k_block * blocks.columns, in_dram[1], gy - 1))
+
+
+def gemm_pipeline(hardware: Hardware, blocks: CoreBlocks, compute_s: float, *, tile_bytes: float,
+                  grid: tuple[int, int], in_dram: tuple[bool, bool, bool]) -> Pipeline:
+    """The K loop of one core whose tile products take ``compute_s`` in all (see the module
+    docstring); ``in_dram`` says whether ``A``, ``B`` and ``C`` live in DRAM."""
+    transfer = block_transfer_s(hardware, blocks, tile_bytes=tile_bytes, grid=grid, in_dram=in_dram[:2])
+    moves = hardware.compute.data_movement
+    drain = 0.0
+    if moves is not None and in_dram[2]:
+        drain = (moves.dram_write_latency_s
+                 + blocks.rows * blocks.columns * tile_bytes / moves.dram_write_bandwidth_bytes_per_s)
+    per_block = compute_s / blocks.k_blocks
+    total = transfer + per_block + (blocks.k_blocks - 1) * max(transfer, per_block) + drain
+    return Pipeline(total_s=total, transfer_s=transfer, drain_s=drain,
+                    bound="multicast" if transfer > per_block else "compute")

@@ -1,0 +1,89 @@
+"""A GEMM's K loop on a Tensix grid: block sizes, per-block transfer, fill and drain in closed form."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from simulator import load_hardware
+from simulator.workload.gemm_pipeline import block_transfer_s, core_blocks, gemm_pipeline
+
+N150 = load_hardware("wormhole-n150")
+P150 = load_hardware("blackhole-p150")
+SRAM = N150.memory.sram.capacity_bytes
+BF16_TILE = 2048
+
+
+def test_blocks_take_one_in0_shard_column_per_k_block_when_they_fit():
+    blocks = core_blocks(512, 512, 512, grid=(8, 8), tile_bytes=BF16_TILE, sram_bytes=SRAM)
+    assert (blocks.rows, blocks.columns, blocks.k_block, blocks.k_blocks) == (2, 2, 2, 8)
+    uneven = core_blocks(3328, 2560, 2560, grid=(8, 8), tile_bytes=BF16_TILE, sram_bytes=SRAM)
+    assert (uneven.rows, uneven.columns, uneven.k_block, uneven.k_blocks) == (13, 10, 10, 8)
+
+
+@pytest.mark.parametrize("size", [2048, 4096, 8192, 16384])
+def test_blocks_halve_until_two_slots_of_both_operands_fit_in_sram(size):
+    blocks = core_blocks(size, size, size, grid=(8, 8), tile_bytes=BF16_TILE, sram_bytes=SRAM)
+    slots = 2 * (blocks.rows + blocks.columns) * BF16_TILE
+    assert slots * blocks.k_block <= SRAM < slots * (2 * blocks.k_block) or blocks.k_block == size // 32 // 8
+    assert blocks.k_block * blocks.k_blocks >= size // 32
+
+
+def test_16384_cubed_runs_256_blocks_of_two_tiles():
+    blocks = core_blocks(16384, 16384, 16384, grid=(8, 8), tile_bytes=BF16_TILE, sram_bytes=SRAM)
+    assert (blocks.rows, blocks.k_block, blocks.k_blocks) == (64, 2, 256)
+
+
+def test_a_block_costs_its_slower_senders_read_multicast_and_handshake():
+    blocks = core_blocks(512, 512, 512, grid=(8, 8), tile_bytes=BF16_TILE, sram_bytes=SRAM)
+    hops = 2 * 7 * 9e-9
+    in_l1 = block_transfer_s(N150, blocks, tile_bytes=BF16_TILE, grid=(8, 8), in_dram=(False, False))
+    assert in_l1 == pytest.approx(8192 / 22e9 + hops, rel=1e-12)
+    # in1 in DRAM: 8 readers share 288 GB/s x 0.92 (33 GB/s each), so each reads at its own 22 GB/s
+    in1 = block_transfer_s(N150, blocks, tile_bytes=BF16_TILE, grid=(8, 8), in_dram=(False, True))
+    assert in1 == pytest.approx(384e-9 + 8192 / 22e9 + 8192 / 22e9 + hops, rel=1e-12)
+    # both in DRAM: 16 readers, 288 x 0.92 / 16 = 16.56 GB/s each, below a core's 22
+    both = block_transfer_s(N150, blocks, tile_bytes=BF16_TILE, grid=(8, 8), in_dram=(True, True))
+    assert both == pytest.approx(384e-9 + 8192 / (288e9 * 0.92 / 16) + 8192 / 22e9 + hops, rel=1e-12)
+
+
+def test_the_k_loop_is_a_two_stage_pipeline_with_fill_and_drain():
+    blocks = core_blocks(512, 512, 512, grid=(8, 8), tile_bytes=BF16_TILE, sram_bytes=SRAM)
+    transfer = block_transfer_s(N150, blocks, tile_bytes=BF16_TILE, grid=(8, 8), in_dram=(True, True))
+    drain = 401e-9 + 4 * BF16_TILE / 21e9
+    slow = gemm_pipeline(N150, blocks, 1e-7, tile_bytes=BF16_TILE, grid=(8, 8), in_dram=(True, True, True))
+    assert slow.bound == "multicast" and slow.drain_s == pytest.approx(drain, rel=1e-12)
+    assert slow.total_s == pytest.approx(8 * transfer + 1e-7 / 8 + drain, rel=1e-12)
+    fast = gemm_pipeline(N150, blocks, 1e-3, tile_bytes=BF16_TILE, grid=(8, 8), in_dram=(True, True, False))
+    assert fast.bound == "compute" and fast.drain_s == 0
+    assert fast.total_s == pytest.approx(transfer + 1e-3, rel=1e-12)
+
+
+def test_the_pipeline_never_beats_its_compute_and_slower_movement_never_helps():
+    blocks = core_blocks(1024, 2048, 1024, grid=(8, 8), tile_bytes=BF16_TILE, sram_bytes=SRAM)
+    moves = N150.compute.data_movement
+    assert moves is not None
+    slower = dataclasses.replace(N150, compute=dataclasses.replace(N150.compute, data_movement=dataclasses.replace(
+        moves, multicast_bandwidth_bytes_per_s=moves.multicast_bandwidth_bytes_per_s / 2)))
+    for compute_s in (1e-6, 1e-5, 1e-4):
+        times = [gemm_pipeline(h, blocks, compute_s, tile_bytes=BF16_TILE, grid=(8, 8),
+                               in_dram=(True, True, True)).total_s for h in (N150, slower)]
+        assert compute_s < times[0] < times[1]
+
+
+def test_hardware_without_a_data_movement_record_pays_nothing():
+    still = dataclasses.replace(P150, compute=dataclasses.replace(P150.compute, data_movement=None))
+    blocks = core_blocks(640, 832, 832, grid=(13, 10), tile_bytes=BF16_TILE, sram_bytes=SRAM)
+    pipeline = gemm_pipeline(still, blocks, 3e-6, tile_bytes=BF16_TILE, grid=(13, 10), in_dram=(True, True, True))
+    assert pipeline.total_s == pytest.approx(3e-6, rel=1e-12) and pipeline.transfer_s == pipeline.drain_s == 0
+
+
+def test_blackhole_reads_and_multicasts_at_its_own_clock():
+    blocks = core_blocks(640, 832, 832, grid=(13, 10), tile_bytes=BF16_TILE, sram_bytes=P150.memory.sram.capacity_bytes)
+    assert (blocks.rows, blocks.columns, blocks.k_block, blocks.k_blocks) == (2, 2, 2, 13)
+    transfer = block_transfer_s(P150, blocks, tile_bytes=BF16_TILE, grid=(13, 10), in_dram=(False, True))
+    # 13 in1 senders share 512 GB/s x 0.977 (38.5 GB/s each), below a core's 33 B/cycle x 1.35 GHz
+    in1 = 479 / 1.35e9 + 8192 / (512e9 * 0.977 / 13) + 8192 / (41 * 1.35e9) + 2 * 9 * 9 / 1.35e9
+    in0 = 8192 / (41 * 1.35e9) + 2 * 12 * 9 / 1.35e9
+    assert transfer == pytest.approx(max(in0, in1), rel=1e-5)
