@@ -126,3 +126,21 @@ def gemm_pipeline(hardware: Hardware, blocks: CoreBlocks, compute_s: float, *, t
     total = transfer + per_block + (blocks.k_blocks - 1) * max(transfer, per_block) + drain
     return Pipeline(total_s=total, transfer_s=transfer, drain_s=drain,
                     bound="multicast" if transfer > per_block else "compute")
+
+
+def group_gemm_s(hardware: Hardware, *, m: float, k: float, n: float, group: int, tile_bytes: float,
+                 compute_s: float) -> float:
+    """The K loop of one device's ``(m x k) @ (k x n)`` in a tiled stage (s; 0 without a
+    :class:`~simulator.hardware.spec.DataMovement` record or off a mesh): its tensor-parallel
+    ``group`` of cores computes ``(m, k, group n)`` as a ``group x 1`` grid, the shared input
+    multicast along it in ``group`` K-blocks (tt-metal's decode matmuls walk ``K`` one activation
+    shard per block, issue #55443: "its cost is the block count ``K / in0_block_w``") and each
+    core's weights read from DRAM block by block, the activations and output in SRAM; a device
+    whose input is its own (``group`` 1) walks its ``K`` alone, in blocks its SRAM holds."""
+    if hardware.compute.data_movement is None or not isinstance(hardware.network, Mesh):
+        return 0.0
+    grid = (group, 1)
+    blocks = core_blocks(math.ceil(m), math.ceil(k), math.ceil(n * group), grid=grid, tile_bytes=tile_bytes,
+                         sram_bytes=hardware.memory.sram.capacity_bytes)
+    return gemm_pipeline(hardware, blocks, compute_s, tile_bytes=tile_bytes, grid=grid,
+                         in_dram=(False, True, False)).total_s

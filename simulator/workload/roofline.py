@@ -19,9 +19,12 @@ from dataclasses import dataclass
 from simulator.costs import Collective, PassCost
 from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
+from simulator.network.mesh import Mesh
 from simulator.strategy import WORKING_PRECISION, Strategy
+from simulator.workload.gemm_pipeline import group_gemm_s
 from simulator.workload.matrix_feed import fed_flop_per_s
 from simulator.workload.operators import Operator, UnitCollectives, parameter_count
+from simulator.workload.tiled_stage import TILE_SIDE
 
 ADAM_FLOP_PER_PARAMETER = 10.0
 """Adam update arithmetic per parameter: moments 3 + 4, step 3 (Kingma & Ba 2015, Alg. 1)."""
@@ -84,13 +87,16 @@ class Costing:
     """What :func:`cost_unit` takes beyond a unit's operators: the device, its peak at the
     strategy's working precision (flop/s; :func:`peak_flop_per_s`), whether the strategy trains
     (else backward costs are 0), whether its backward recomputes the whole forward (its
-    expert-parallel all-to-alls again) and the working precision's bytes per element."""
+    expert-parallel all-to-alls again), the working precision's bytes per element and the
+    cores of one die a tensor-parallel group spans (the grid a tiled chip's GEMM runs on: across
+    chips the group's input moves by its collectives, not by the chip's multicast)."""
 
     hardware: Hardware
     peak_flop_per_s: float
     training: bool
     full_recompute: bool
     bytes_per_element: float
+    group: int = 1
 
     @classmethod
     def of(cls, hardware: Hardware, strategy: Strategy) -> Costing:
@@ -100,7 +106,13 @@ class Costing:
             InputError: the hardware states no peak for the strategy's precision.
         """
         return cls(hardware, peak_flop_per_s(hardware, strategy), strategy.training, strategy.recompute == "full",
-                   strategy.bytes_per_element)
+                   strategy.bytes_per_element, _die_group(hardware, strategy.tp))
+
+
+def _die_group(hardware: Hardware, tp: int) -> int:
+    """The cores of one die a tensor-parallel group of ``tp`` spans (``tp`` off meshes)."""
+    network = hardware.network
+    return min(tp, network.cores_x * network.cores_y) if isinstance(network, Mesh) else tp
 
 
 def peak_flop_per_s(hardware: Hardware, strategy: Strategy) -> float:
@@ -135,8 +147,15 @@ def format_peak_flop_per_s(hardware: Hardware, precision: str, fidelity: str | N
         ) from None
 
 
-def operator_s(op: Operator, factor: float, kernels: int, hardware: Hardware, peak: float) -> float:
+def operator_s(op: Operator, factor: float, kernels: int, hardware: Hardware, peak: float, group: int = 1) -> float:
     """Roofline time of ``factor`` x the operator's flops and bytes, plus ``kernels`` launches (s).
+
+    On a tiled chip that states its data movement, a GEMM with weights takes at least its K
+    loop on its ``group`` of cores (tensor-parallel, sharing its input where it is
+    :attr:`~Operator.shared_input`): each K-block's weights read from DRAM and input multicast
+    before its tile products, the first block filling the pipeline
+    (:func:`simulator.workload.gemm_pipeline.group_gemm_s`, as :mod:`~simulator.workload.grid_gemm`
+    times a GEMM on a core grid).
 
     On a GPU a GEMM also loses its tile and wave quantization
     (:meth:`~simulator.hardware.spec.Compute.gemm_efficiency`); its backward GEMMs are
@@ -159,7 +178,13 @@ def operator_s(op: Operator, factor: float, kernels: int, hardware: Hardware, pe
     compute = factor * op.flops * op.executed_fraction / (peak * efficiency)
     bandwidth = hardware.memory.operand_bandwidth_bytes_per_s * cal.memory_bound_efficiency
     serial_s = factor * op.serial_bytes / bandwidth
-    return max(compute, moved / bandwidth) + serial_s + kernels * cal.kernel_overhead_s
+    loop = 0.0
+    if op.kind == "gemm" and op.weight_bytes and factor == 1.0:
+        m, n = op.rows, op.columns
+        loop = group_gemm_s(hardware, m=m, k=op.flops / (2.0 * m * n), n=n, group=group if op.shared_input else 1,
+                            tile_bytes=TILE_SIDE**2 * (op.b_bytes_per_element or op.weight_bytes / (
+                                op.flops / (2.0 * m))), compute_s=compute)
+    return max(compute, moved / bandwidth, loop) + serial_s + kernels * cal.kernel_overhead_s
 
 
 FUSED_ATTENTION_BACKWARD = 2.5
@@ -167,10 +192,11 @@ FUSED_ATTENTION_BACKWARD = 2.5
 scores recomputed inside the kernel (Dao, FlashAttention-2, ICLR'24, §4.1 benchmark setting)."""
 
 
-def _pass_times(ops: Sequence[Operator], hardware: Hardware, peak: float) -> tuple[float, float]:
-    """(forward, backward without recompute) time of ``ops`` (s): a GEMM's backward is two GEMMs
-    as large, an element-wise operator's one pass, fused attention's its own kernel."""
-    forward = sum(operator_s(op, 1.0, op.launches, hardware, peak) for op in ops)
+def _pass_times(ops: Sequence[Operator], hardware: Hardware, peak: float, group: int = 1) -> tuple[float, float]:
+    """(forward, backward without recompute) time of ``ops`` (s) on a tensor-parallel ``group``:
+    a GEMM's backward is two GEMMs as large, an element-wise operator's one pass, fused
+    attention's its own kernel."""
+    forward = sum(operator_s(op, 1.0, op.launches, hardware, peak, group) for op in ops)
     backward = sum(operator_s(op, FUSED_ATTENTION_BACKWARD, 1, hardware, peak) if op.kind == "attention" else
                    operator_s(op, 2.0, 2 if op.kind == "gemm" else 1, hardware, peak) for op in ops)
     return forward, backward
@@ -219,8 +245,8 @@ def cost_unit(ops: tuple[Operator, ...], *, recomputed: tuple[Operator, ...], co
     """
     hardware, peak, training = costing.hardware, costing.peak_flop_per_s, costing.training
     bytes_per_element = costing.bytes_per_element
-    forward_s, backward_s = _pass_times(ops, hardware, peak)
-    recompute_s = _pass_times(recomputed, hardware, peak)[0]
+    forward_s, backward_s = _pass_times(ops, hardware, peak, costing.group)
+    recompute_s = _pass_times(recomputed, hardware, peak, costing.group)[0]
     flops = sum(op.flops * op.executed_fraction for op in ops)
     overlapped = collectives.backward if overlap and training else ()
     backward = () if overlapped else collectives.backward
