@@ -63,6 +63,9 @@ class Serving:
             copy, launch, blocking read.
         decode_key_chunk: keys a decode step's attention kernel reads per chunk: it reads the
             context rounded up to whole chunks (0: the context itself).
+        prefill_gemm_grid_x, prefill_gemm_grid_y: the core grid (columns splitting ``N``, rows
+            splitting ``M``) the stack runs each weighted GEMM of a prefill on, whole on each
+            chip, its operands and output in DRAM (0: the tensor-parallel group's own dataflow).
         decode_data_movement_ops: device operations the stack runs in each decode layer beyond
             the layer's arithmetic (heads split and concatenated, rotary embedding, cache updates,
             reshards between core grids), each a kernel launch moving kilobytes.
@@ -82,6 +85,8 @@ class Serving:
     host_step_overhead_s: float = 0.0
     decode_key_chunk: int = 0
     decode_data_movement_ops: int = 0
+    prefill_gemm_grid_x: int = 0
+    prefill_gemm_grid_y: int = 0
 
     def __post_init__(self) -> None:
         checks = (("weight_formats", self.weight_formats, WEIGHT_CLASSES, tuple(FORMAT_BYTES)),
@@ -99,6 +104,9 @@ class Serving:
         if self.sampling == "host" and self.host_read_bandwidth_bytes_per_s <= 0:
             raise InputError("stack: `sampling = \"host\"` needs `host_read_bandwidth_GB_per_s` (the logits' read"
                              " rate)")
+        if bool(self.prefill_gemm_grid_x) != bool(self.prefill_gemm_grid_y):
+            raise InputError("stack: `prefill_gemm_grid_x` and `prefill_gemm_grid_y` are given together, got"
+                             f" {self.prefill_gemm_grid_x} x {self.prefill_gemm_grid_y}")
         bounds = [bound for bound, _, _ in self.small_m_gemm_tiles]
         if bounds != sorted(set(bounds)):
             raise InputError(f"stack: `small_m_gemm_tiles` must list increasing row bounds, got {bounds}")
@@ -108,7 +116,7 @@ class Serving:
         """The stack changes something at inference (any key given)."""
         return bool(self.weight_formats or self.math_fidelities or self.kv_cache_format or self.small_m_gemm_tiles
                     or self.sampling == "host" or bool(self.decode_key_chunk)
-                    or bool(self.decode_data_movement_ops))
+                    or bool(self.decode_data_movement_ops) or bool(self.prefill_gemm_grid_x))
 
     def gemm_tile(self, rows: float) -> tuple[int, int] | None:
         """The ``(rows, columns)`` tile of a GEMM of ``rows`` output rows, None past the last bound."""

@@ -94,6 +94,8 @@ def _served(op: Operator, model: ModelSpec, hardware: Hardware, strategy: Strate
     tile = serving.gemm_tile(op.rows) if op.kind == "gemm" else None
     if tile:
         changes["tile"] = tile
+    if serving.prefill_gemm_grid_x and not strategy.decoding and op.kind == "gemm" and op.weight_bytes:
+        changes["grid"] = (serving.prefill_gemm_grid_x, serving.prefill_gemm_grid_y)
     return replace(op, **changes) if changes else op
 
 

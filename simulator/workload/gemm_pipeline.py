@@ -144,3 +144,19 @@ def group_gemm_s(hardware: Hardware, *, m: float, k: float, n: float, group: int
                          sram_bytes=hardware.memory.sram.capacity_bytes)
     return gemm_pipeline(hardware, blocks, compute_s, tile_bytes=tile_bytes, grid=grid,
                          in_dram=(False, True, False)).total_s
+
+
+def stack_grid_gemm_s(hardware: Hardware, *, m: float, k: float, n: float, grid: tuple[int, int],
+                      tile_bytes: float, peak_flop_per_s: float) -> float:
+    """A whole ``(m x k) @ (k x n)`` on a serving stack's ``grid = (gx, gy)`` of one chip's cores,
+    its operands and output in DRAM (tt-metal's prefill: "Use matmul 2D for all matmuls in prefill
+    mode", "Inputs and output to matmul 2D are interleaved in DRAM", ``tech_reports/LLMs/llms.md``
+    @0100dbfc): the busiest core's K loop (:func:`gemm_pipeline`), its tile products at
+    ``peak_flop_per_s`` (one core's, efficiency included); 0 as :func:`group_gemm_s` is."""
+    if hardware.compute.data_movement is None or not isinstance(hardware.network, Mesh):
+        return 0.0
+    blocks = core_blocks(math.ceil(m), math.ceil(k), math.ceil(n), grid=grid, tile_bytes=tile_bytes,
+                         sram_bytes=hardware.memory.sram.capacity_bytes)
+    compute_s = blocks.rows * blocks.columns * blocks.k_block * blocks.k_blocks * 2.0 * TILE_SIDE**3 / peak_flop_per_s
+    return gemm_pipeline(hardware, blocks, compute_s, tile_bytes=tile_bytes, grid=grid,
+                         in_dram=(True, True, True)).total_s

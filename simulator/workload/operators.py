@@ -88,6 +88,9 @@ class Operator:
             0: the unit's (:func:`simulator.workload.roofline.peak_flop_per_s`).
         tile: the ``(rows, columns)`` output tile of its serving stack's GEMM kernel at its
             rows (:attr:`simulator.stacks.spec.Serving.small_m_gemm_tiles`); None: the hardware's.
+        grid: the ``(columns, rows)`` core grid its serving stack runs this GEMM on, whole on
+            each chip, operands and output in DRAM (:attr:`simulator.stacks.spec.Serving.prefill_gemm_grid_x`);
+            None: its tensor-parallel group's own dataflow.
         launches: kernels its forward launches (a serving stack's data-movement operations
             around a decode layer's arithmetic, :func:`simulator.workload.formats.data_movement`).
     """
@@ -114,6 +117,7 @@ class Operator:
     b_bytes_per_element: float = 0.0
     peak_flop_per_s: float = 0.0
     tile: tuple[int, int] | None = None
+    grid: tuple[int, int] | None = None
     launches: int = 1
 
     @property

@@ -21,7 +21,7 @@ from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
 from simulator.network.mesh import Mesh
 from simulator.strategy import WORKING_PRECISION, Strategy
-from simulator.workload.gemm_pipeline import group_gemm_s
+from simulator.workload.gemm_pipeline import group_gemm_s, stack_grid_gemm_s
 from simulator.workload.matrix_feed import fed_flop_per_s
 from simulator.workload.operators import Operator, UnitCollectives, parameter_count
 from simulator.workload.tiled_stage import TILE_SIDE
@@ -178,13 +178,25 @@ def operator_s(op: Operator, factor: float, kernels: int, hardware: Hardware, pe
     compute = factor * op.flops * op.executed_fraction / (peak * efficiency)
     bandwidth = hardware.memory.operand_bandwidth_bytes_per_s * cal.memory_bound_efficiency
     serial_s = factor * op.serial_bytes / bandwidth
-    loop = 0.0
-    if op.kind == "gemm" and op.weight_bytes and factor == 1.0:
-        m, n = op.rows, op.columns
-        loop = group_gemm_s(hardware, m=m, k=op.flops / (2.0 * m * n), n=n, group=group if op.shared_input else 1,
-                            tile_bytes=TILE_SIDE**2 * (op.b_bytes_per_element or op.weight_bytes / (
-                                op.flops / (2.0 * m))), compute_s=compute)
+    loop = _k_loop_s(op, hardware, compute, peak * efficiency, group) if factor == 1.0 else 0.0
     return max(compute, moved / bandwidth, loop) + serial_s + kernels * cal.kernel_overhead_s
+
+
+def _k_loop_s(op: Operator, hardware: Hardware, compute_s: float, rate: float, group: int) -> float:
+    """The K loop of a weighted GEMM on its ``group``'s cores, or whole on its serving stack's
+    grid, its tile products at ``rate`` (flop/s of one core) (s; 0 for other operators):
+    :mod:`simulator.workload.gemm_pipeline`."""
+    if op.kind != "gemm" or not op.weight_bytes:
+        return 0.0
+    m, n = op.rows, op.columns
+    k = op.flops / (2.0 * m * n)
+    tile_bytes = TILE_SIDE**2 * (op.b_bytes_per_element or op.weight_bytes / (k * n))
+    if op.grid is None:
+        return group_gemm_s(hardware, m=m, k=k, n=n, group=group if op.shared_input else 1, tile_bytes=tile_bytes,
+                            compute_s=compute_s)
+    whole_n, whole_k = (n * group, k) if op.shared_input else (n, k * group)
+    return stack_grid_gemm_s(hardware, m=m, k=whole_k, n=whole_n, grid=op.grid, tile_bytes=tile_bytes,
+                             peak_flop_per_s=rate)
 
 
 FUSED_ATTENTION_BACKWARD = 2.5

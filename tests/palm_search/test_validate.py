@@ -174,13 +174,15 @@ def test_unknown_suite_is_exit_code_2():
 # kernel launch a 2.05 us gap in which DRAM streams nothing and every GEMM its K loop on its
 # chip's cores (each block's weights read at one core's DRAM rate, the input multicast block by
 # block), the 70B on the 8-chip QuietBox is within 5% in decode (-4.2%; time to first token
-# -12.8%), while every one-card row is predicted faster than the silicon: decode 37.0% mean, 68.7%
-# max (the p150; the n150's 8B +20.6%); prefill 53.2%, 64.7%. What the model lacks there is the kernel time of
+# -6.9%), while every one-card row is predicted faster than the silicon: decode 37.0% mean, 68.7%
+# max (the p150; the n150's 8B +20.6%). A prefill's GEMMs run whole on the stack's 8 x 8 grid,
+# operands in DRAM, as tt-metal's matmul 2D does: time to first token 19.5% mean (the issue's 20%
+# target met), 30.1% max. What the model lacks there is the kernel time of
 # tt-metal's small operations (3-16 us each on Galaxy; no n150 per-op figures are published) and
 # a prefill that runs at ~20 TFLOP/s; see the suite's SOURCE.md. Since DRAM reads take the read
 # data's route, a decode step streams DRAM at the 240-260 GB/s tt-metal measures
 # (tests/simulator/test_decode.py). Held near what the model gives as a regression guard.
-LLM_GUARDS = [("decode", 0.38, 0.70), ("prefill", 0.54, 0.66)]
+LLM_GUARDS = [("decode", 0.38, 0.70), ("prefill", 0.20, 0.31)]
 
 
 @pytest.fixture(scope="module")

@@ -195,3 +195,17 @@ def test_a_decode_step_reads_its_context_in_whole_key_chunks(context, chunk, rea
         pytest.approx(cached, rel=1e-12))
     assert served.flops == pytest.approx(plain.flops * read / context, rel=1e-12)
     assert operators.kv_cache_bytes(LLAMA, strategy) == 2 * 8 * context * KV * FORMAT_BYTES["bfloat8_b"]
+
+
+def test_a_prefills_weighted_gemms_run_on_the_stacks_grid_and_a_decode_steps_do_not():
+    prefill = dataclasses.replace(_decode(precision="bfloat8_b"), decode_context_length=0)
+    for strategy, grid in ((prefill, (8, 8)), (_decode(precision="bfloat8_b"), None)):
+        served = formats.serve(operators.transformer_layer(LLAMA, strategy), LLAMA, N150, strategy, TT)
+        assert {op.grid for op in served if op.kind == "gemm" and op.weight_bytes} == {grid}
+        assert {op.grid for op in served if not op.weight_bytes} == {None}
+
+
+def test_half_a_prefill_grid_is_one_line(tmp_path):
+    with pytest.raises(InputError) as error:
+        load_stack(_write(tmp_path, '[stack]\nprefill_gemm_grid_x = 8\nprefill_gemm_grid_x_source = "x"\n'))
+    assert "serve.toml [stack]: `prefill_gemm_grid_x` and `prefill_gemm_grid_y` are given together" in str(error.value)

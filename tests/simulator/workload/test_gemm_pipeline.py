@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from simulator import load_hardware
-from simulator.workload.gemm_pipeline import block_transfer_s, core_blocks, gemm_pipeline
+from simulator.workload.gemm_pipeline import block_transfer_s, core_blocks, gemm_pipeline, stack_grid_gemm_s
 
 N150 = load_hardware("wormhole-n150")
 P150 = load_hardware("blackhole-p150")
@@ -87,3 +87,16 @@ def test_blackhole_reads_and_multicasts_at_its_own_clock():
     in1 = 479 / 1.35e9 + 8192 / (512e9 * 0.977 / 13) + 8192 / (41 * 1.35e9) + 2 * 9 * 9 / 1.35e9
     in0 = 8192 / (41 * 1.35e9) + 2 * 12 * 9 / 1.35e9
     assert transfer == pytest.approx(max(in0, in1), rel=1e-5)
+
+
+def test_a_stack_grid_gemm_is_the_whole_gemms_k_loop_with_every_operand_in_dram():
+    # (128 x 4096) @ (4096 x 14336) bfloat8_b on tt-metal's 8 x 8 prefill grid: the busiest core's
+    # 1 x 56 output tiles over K in blocks of 16 tiles, its products at one core's rate
+    tile_bytes, rate = 1088.0, 0.5e12
+    sram = N150.memory.sram.capacity_bytes
+    blocks = core_blocks(128, 4096, 14336, grid=(8, 8), tile_bytes=tile_bytes, sram_bytes=sram)
+    compute = blocks.rows * blocks.columns * blocks.k_block * blocks.k_blocks * 2 * 32**3 / rate
+    expected = gemm_pipeline(N150, blocks, compute, tile_bytes=tile_bytes, grid=(8, 8), in_dram=(True, True, True))
+    assert stack_grid_gemm_s(N150, m=128, k=4096, n=14336, grid=(8, 8), tile_bytes=tile_bytes,
+                             peak_flop_per_s=rate) == pytest.approx(expected.total_s, rel=1e-12)
+    assert (blocks.rows, blocks.columns) == (1, 56)
