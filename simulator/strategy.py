@@ -214,7 +214,7 @@ class Strategy:
     dp: int = _field(1, placed=True, column=True, dimension="degrees")
     cp: int = _field(1, placed=True, column=True, dimension="degrees")
     ep: int = _field(1, placed=True, column=True, dimension="degrees")
-    etp: int | None = _field(None, placed=True, column=True)
+    etp: int | None = _field(None, placed=True, column=True, dimension="degrees")
     microbatch_size: int = _field(1, column=True, dimension="microbatch_size")
     global_batch_size: int | None = _field(None)
     schedule: Schedule = _field("1f1b", column=True, dimension="schedule")
