@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import ClassVar, TypeVar, overload
 
+import numpy as np
+
 from simulator.hardware.spec import Dram, Network, network_kind
 from simulator.network.topology import Drawing, Edge, Mark, Topology, topology_for
 
@@ -173,6 +175,28 @@ class ClusterTopology(Topology):
         if self.node_of(src) == self.node_of(dst):
             return (self._port(src, 0), self._port(dst, 1)), self.cluster.intra_node_latency_s
         return (self._port(src, 2), self._port(dst, 3)), self.cluster.inter_node_latency_s
+
+    def all_pairs_loads(self, groups: tuple[tuple[int, ...], ...]) -> tuple[dict[int, float], float, float]:
+        """:meth:`Topology.all_pairs_loads` counted without routing each pair (an all-to-all over
+        64 GPUs is 4,032 of them): a pair on one node crosses the source's NVSwitch up-port and
+        the destination's down-port, else their NICs (:meth:`_route`). The same loads, in the
+        order the pairs (source-major) first cross them, and latency."""
+        crossed = []
+        for group in groups:
+            gpus = np.asarray(group, dtype=np.int64)
+            node = gpus // self.cluster.gpus_per_node
+            same = node[:, None] == node[None, :]
+            up = len(PORTS) * gpus[:, None] + np.where(same, 0, 2)
+            down = len(PORTS) * gpus[None, :] + np.where(same, 1, 3)
+            crossed.append(np.stack([up, down], axis=-1)[~np.eye(len(gpus), dtype=bool)].reshape(-1))
+        sequence = np.concatenate(crossed) if crossed else np.zeros(0, dtype=np.int64)
+        resources, first, counts = np.unique(sequence, return_index=True, return_counts=True)
+        order = np.argsort(first, kind="stable")
+        loads = dict(zip(resources[order].tolist(), counts[order].astype(float).tolist(), strict=True))
+        kinds = {int(r) % len(PORTS) for r in resources}
+        latency = max([self.cluster.intra_node_latency_s] * bool(kinds & {0, 1})
+                      + [self.cluster.inter_node_latency_s] * bool(kinds & {2, 3}), default=0.0)
+        return loads, latency, float(len(sequence) // 2)
 
     def dram_route(self, device: int) -> tuple[tuple[int, ...], float]:
         """GPU memory is local HBM, timed inside compute: no network resource."""
