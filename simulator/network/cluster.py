@@ -72,6 +72,12 @@ class _Ports(Sequence[_V]):
     def __init__(self, num_devices: int, value: Callable[[int, int], _V]) -> None:
         self._length, self._value = len(PORTS) * num_devices, value
 
+    @classmethod
+    def by_port(cls, num_devices: int, values: Sequence[_V]) -> _Ports[_V]:
+        """A figure that depends on the port only, ``values[port]`` (read at once: a flow's
+        build reads one per resource it loads, tens of thousands for a wide all-to-all)."""
+        return _PortValues(num_devices, values)
+
     def __len__(self) -> int:
         return self._length
 
@@ -90,6 +96,19 @@ class _Ports(Sequence[_V]):
         return self._value(gpu, port)
 
 
+class _PortValues(_Ports[_V]):
+    """:meth:`_Ports.by_port`: an in-range integer index is looked up directly."""
+
+    def __init__(self, num_devices: int, values: Sequence[_V]) -> None:
+        super().__init__(num_devices, lambda _gpu, port: values[port])
+        self._values = tuple(values)
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]  # the overloads of _Ports
+        if index.__class__ is int and 0 <= index < self._length:
+            return self._values[index % len(PORTS)]
+        return super().__getitem__(index)
+
+
 @topology_for(Cluster)
 class ClusterTopology(Topology):
     """GPUs behind per-GPU switch ports (NVSwitch) and per-GPU NICs (rail InfiniBand), described
@@ -103,9 +122,9 @@ class ClusterTopology(Topology):
         self.num_devices = cluster.num_devices
         intra, inter = cluster.intra_node_bandwidth_bytes_per_s, cluster.inter_node_bandwidth_bytes_per_s
         bandwidths, efficiencies = (intra, intra, inter, inter), (None, None, *[cluster.inter_node_efficiency] * 2)
-        self.bandwidth_bytes_per_s = _Ports(self.num_devices, lambda _gpu, port: bandwidths[port])
-        self.efficiencies = _Ports(self.num_devices, lambda _gpu, port: efficiencies[port])
-        self.kinds = _Ports(self.num_devices, lambda _gpu, port: PORTS[port][1])
+        self.bandwidth_bytes_per_s = _Ports.by_port(self.num_devices, bandwidths)
+        self.efficiencies = _Ports.by_port(self.num_devices, efficiencies)
+        self.kinds = _Ports.by_port(self.num_devices, [kind for _, kind in PORTS])
         self.names = _Ports(self.num_devices, lambda gpu, port: f"gpu{gpu} {PORTS[port][0]}")
         self.route = cache(self._route)  # type: ignore[method-assign]
 
