@@ -350,8 +350,11 @@ def suggest_sequence_parallel(trial: optuna.trial.Trial, model: ModelSpec, degre
 def suggest_zero_stage(trial: optuna.trial.Trial, degrees: ParallelDegrees,
                        allowed: Collection[object] | None = None) -> int:
     """Categorical ``zero_stage`` (0-3) when ``dp > 1`` and not decided by ``allowed``; the one
-    option without suggesting otherwise."""
-    return int(_suggest_some(trial, "zero_stage", enumerate_zero_stages(degrees), allowed))
+    option without suggesting otherwise. Named by the subset of all the stages
+    (:data:`simulator.ZERO_STAGES`) offered (:func:`enumerate_zero_stages`: 0-2 with expert
+    parallelism, ``zero_stage|without=3``), so each name keeps one list of choices."""
+    offered = enumerate_zero_stages(degrees)
+    return int(_suggest_some(trial, "zero_stage", ZERO_STAGES, [s for s in offered if allowed is None or s in allowed]))
 
 
 def suggest_shard_group(trial: optuna.trial.Trial, node_size: int | None, node_fits: bool) -> int | None:

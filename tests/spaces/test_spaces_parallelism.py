@@ -185,3 +185,18 @@ def test_the_degrees_are_the_strategy_fields_of_the_degrees_dimension():
     assert ParallelDegrees.of(strategy) == ParallelDegrees(2, 3, 4, 2, 8)
     assert ParallelDegrees.of(strategy.to_dict()) == ParallelDegrees.of(strategy)
     assert ParallelDegrees.of({"tp": 2, "pp": 3, "dp": 4, "precision": "bf16"}) == ParallelDegrees(2, 3, 4, 1, 1)
+
+
+def test_zero_stage_keeps_one_list_of_choices_per_name_across_expert_degrees():
+    # ZeRO-3 is left out with ep > 1 or etp < tp: those trials name the subset, so Optuna sees one
+    # list of choices per parameter name (it refuses a categorical whose choices change)
+    import optuna
+
+    study = optuna.create_study()
+    asked = []
+    for degrees in (ParallelDegrees(1, 1, 8), ParallelDegrees(1, 1, 8, 1, 8), ParallelDegrees(2, 1, 4, 1, 8, 1)):
+        trial = study.ask()
+        asked.append(parallelism.suggest_zero_stage(trial, degrees))
+        assert set(trial.params) <= {"zero_stage", "zero_stage|without=3"}
+        study.tell(trial, 1.0)
+    assert all(stage in (0, 1, 2, 3) for stage in asked)
