@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from functools import cache
 from typing import ClassVar, TypeVar, overload
 
-import numpy as np
-
 from simulator.hardware.spec import Dram, Network, network_kind
 from simulator.network.topology import Drawing, Edge, Mark, Topology, topology_for
 
@@ -200,6 +198,8 @@ class ClusterTopology(Topology):
         64 GPUs is 4,032 of them): a pair on one node crosses the source's NVSwitch up-port and
         the destination's down-port, else their NICs (:meth:`_route`). The same loads, in the
         order the pairs (source-major) first cross them, and latency."""
+        import numpy as np  # here: the command line starts without numpy (tests/palm_search/test_cli_simulate.py)
+
         crossed = []
         for group in groups:
             gpus = np.asarray(group, dtype=np.int64)
