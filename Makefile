@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/start_up.py
 	$(BIN)/python benchmarks/simulator_speed.py
 	$(BIN)/python benchmarks/datacenter_scale.py
+	$(BIN)/python benchmarks/moe_targets.py --skip-search
 	$(BIN)/python benchmarks/simulator_instructions.py
 	$(BIN)/python benchmarks/serving.py
 	$(BIN)/python benchmarks/steady_state.py

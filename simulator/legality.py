@@ -29,6 +29,7 @@ enumerates with the same predicates, so what the search proposes the simulator a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 from simulator.costs import StageCost
 from simulator.errors import InputError
@@ -331,8 +332,17 @@ def microbatches_in_flight(strategy: Strategy, num_microbatches: int) -> list[li
     """
     if not strategy.training:
         return [[1] * strategy.num_chunks for _ in range(strategy.pp)]
-    schedule = schedule_of(strategy)
-    return [schedule.max_in_flight(stage, num_microbatches) for stage in range(strategy.pp)]
+    peaks = _schedule_in_flight(strategy.schedule, strategy.pp, strategy.num_chunks, num_microbatches)
+    return [list(chunks) for chunks in peaks]
+
+
+@lru_cache(maxsize=1024)
+def _schedule_in_flight(schedule: str, pp: int, num_chunks: int,
+                        num_microbatches: int) -> tuple[tuple[int, ...], ...]:
+    """:meth:`PipelineSchedule.max_in_flight` of every stage, kept: a memory pre-screen asks the
+    same schedule under many plans, and interleaving walks its whole order (``2 m v`` passes) per stage."""
+    order = make_schedule(schedule, pp, num_chunks)
+    return tuple(tuple(order.max_in_flight(stage, num_microbatches)) for stage in range(pp))
 
 
 def stage_memory_bytes(costs: Sequence[StageCost], pp: int, in_flight: Sequence[Sequence[int]]) -> list[float]:

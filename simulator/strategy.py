@@ -234,7 +234,8 @@ class Strategy:
     ep: int = _field(1, help="Expert-parallel degree of a Mixture-of-Experts model: its routed experts split over ep"
                      " of the dp*cp ranks (all-to-all dispatch).", placed=True, column=True, dimension="degrees")
     etp: int | None = _field(None, help="Expert tensor-parallel degree: each routed expert split over etp ranks (1 or"
-                             " tp; default tp). With etp 1, ep*etp divides tp*cp*dp.", placed=True, column=True)
+                             " tp; default tp). With etp 1, ep*etp divides tp*cp*dp.", placed=True, column=True,
+                             dimension="degrees")
     microbatch_size: int = _field(1, help="Samples per microbatch.", column=True, dimension="microbatch_size")
     global_batch_size: int | None = _field(None, help="Samples per iteration (default: model's).")
     schedule: Schedule = _field("1f1b", help="{choices}.", column=True, dimension="schedule")

@@ -10,7 +10,8 @@ Suggestions never change a categorical's choices between trials (Optuna 5): ``de
 categorical over a fixed list of labels like ``"8x20x2"``; the microbatch size is suggested under
 ``microbatch_size|dp=<dp>`` (its choices depend on ``dp`` only); the schedule under ``schedule`` or
 ``schedule|only=...`` naming its valid subset (see :mod:`spaces._choices`). Sequence parallelism
-is suggested only when ``tp > 1``, ZeRO only when ``dp > 1``.
+is suggested only when ``tp > 1`` (and taken without suggesting under an expert tensor-parallel
+degree below ``tp``, which needs it), ZeRO only when ``dp > 1``.
 """
 
 from __future__ import annotations
@@ -50,25 +51,31 @@ EXPERT_PARALLEL_CHOICES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 
 
 class ParallelDegrees(NamedTuple):
-    """Tensor, pipeline, data, context and expert parallel degrees; ``tp * cp * pp * dp``
-    devices (``ep`` of them carved from the ``dp * cp`` replicas); and how the tensor-parallel
-    group divides the attention (:attr:`simulator.Strategy.attention_split`)."""
+    """Tensor, pipeline, data, context, expert and expert tensor parallel degrees; ``tp * cp *
+    pp * dp`` devices (``ep`` of them carved from the ``dp * cp`` replicas, or from the stage's
+    ``tp * cp * dp`` ranks when ``etp`` is 1: :attr:`simulator.Strategy.etp`); and how the
+    tensor-parallel group divides the attention (:attr:`simulator.Strategy.attention_split`).
+    ``etp`` None is ``tp`` (:meth:`of` writes an ``etp`` equal to ``tp`` as None)."""
 
     tp: int
     pp: int
     dp: int
     cp: int = 1
     ep: int = 1
+    etp: int | None = None
     attention_split: str = "heads"
 
     @property
     def label(self) -> str:
         """``"TPxPPxDP"``, the categorical value Optuna stores (e.g. ``"8x20x2"``),
         ``"TPxPPxDPxCP"`` with context parallelism (``"8x1x16x4"``), a suffix ``eEP`` with
-        expert parallelism (``"1x1x16e16"``) and ``u`` with the attention split by users
+        expert parallelism (``"1x1x16e16"``), ``tETP`` with an expert tensor-parallel degree
+        other than ``tp`` (``"2x1x8e16t1"``) and ``u`` with the attention split by users
         (``"64x1x1u"``)."""
         return f"{self.tp}x{self.pp}x{self.dp}" + (f"x{self.cp}" if self.cp > 1 else "") \
-            + (f"e{self.ep}" if self.ep > 1 else "") + ("u" if self.attention_split == "users" else "")
+            + (f"e{self.ep}" if self.ep > 1 else "") \
+            + (f"t{self.etp}" if self.etp not in (None, self.tp) else "") \
+            + ("u" if self.attention_split == "users" else "")
 
     @classmethod
     def parse(cls, label: str) -> ParallelDegrees:
@@ -76,24 +83,33 @@ class ParallelDegrees(NamedTuple):
 
         Raises:
             InputError: not three or four positive integers joined by ``x``, then optionally
-                ``e`` and one, then optionally ``u``.
+                ``e`` and one, then optionally ``t`` and one, then optionally ``u``.
         """
         users = label.endswith("u")
-        degrees, _, expert = label.removesuffix("u").partition("e")
+        rest, _, etp = label.removesuffix("u").partition("t")
+        degrees, _, expert = rest.partition("e")
         parts = degrees.split("x")
-        if len(parts) not in (3, 4) or not all(p.isdigit() and int(p) > 0 for p in [*parts, expert or "1"]):
-            raise InputError(f"degrees: expected 'TPxPPxDP[xCP][eEP][u]' like '8x20x2', got {label!r}")
+        if len(parts) not in (3, 4) or not all(p.isdigit() and int(p) > 0 for p in [*parts, expert or "1",
+                                                                                    etp or "1"]):
+            raise InputError(f"degrees: expected 'TPxPPxDP[xCP][eEP][tETP][u]' like '8x20x2', got {label!r}")
         cp = int(parts[3]) if len(parts) == 4 else 1
-        return cls(int(parts[0]), int(parts[1]), int(parts[2]), cp, int(expert or 1), "users" if users else "heads")
+        return cls.of({"tp": int(parts[0]), "pp": int(parts[1]), "dp": int(parts[2]), "cp": cp,
+                       "ep": int(expert or 1), "etp": int(etp) if etp else None,
+                       "attention_split": "users" if users else "heads"})
 
     @classmethod
     def of(cls, plan: object) -> ParallelDegrees:
         """The degrees of ``plan``: a :class:`simulator.Strategy` (or anything with its degree
         fields as attributes), or a mapping of ``Strategy`` fields (a degree it lacks takes its
-        default here; ``tp``, ``pp``, ``dp`` have none: KeyError, as a missing argument)."""
+        default here; ``tp``, ``pp``, ``dp`` have none: KeyError, as a missing argument). An
+        ``etp`` equal to ``tp`` becomes None (the same layout, :attr:`simulator.Strategy.etp`)."""
         if isinstance(plan, Mapping):
-            return cls(**{name: plan[name] for name in cls._fields if name in plan})
-        return cls(*(getattr(plan, name) for name in cls._fields))
+            values = {name: plan[name] for name in cls._fields if name in plan}
+        else:
+            values = {name: getattr(plan, name) for name in cls._fields}
+        if values.get("etp") == values["tp"]:
+            values["etp"] = None
+        return cls(**values)
 
 
 class ScheduleChoice(NamedTuple):
@@ -123,10 +139,11 @@ def schedule_choices(chunk_choices: Sequence[int] = CHUNK_CHOICES) -> tuple[Sche
 def enumerate_degrees(model: ModelSpec, hardware: Hardware, *, devices: int | None = None,
                       max_tp: int | None = None, global_batch_size: int | None = None,
                       attention_splits: Sequence[str] = ("heads",)) -> list[ParallelDegrees]:
-    """Every legal ``(tp, pp, dp, cp, ep)`` using exactly ``devices`` devices, sorted by (tp, pp, dp),
-    context parallelism (:data:`CONTEXT_PARALLEL_CHOICES`) where the machine runs attention fused
-    and ``2 cp`` splits the sequence (:func:`simulator.legality.check_workload`), expert
-    parallelism (:data:`EXPERT_PARALLEL_CHOICES`) for a Mixture-of-Experts model.
+    """Every legal ``(tp, pp, dp, cp, ep, etp)`` using exactly ``devices`` devices, sorted by (tp,
+    pp, dp), context parallelism (:data:`CONTEXT_PARALLEL_CHOICES`) where the machine runs
+    attention fused and ``2 cp`` splits the sequence (:func:`simulator.legality.check_workload`),
+    expert parallelism (:data:`EXPERT_PARALLEL_CHOICES`) and expert tensor parallelism ``tp`` or
+    1 (:func:`_expert_tp_choices`) for a Mixture-of-Experts model.
 
     Args:
         model: the model (heads, hidden, layers, batch).
@@ -153,15 +170,25 @@ def enumerate_degrees(model: ModelSpec, hardware: Hardware, *, devices: int | No
                 for cp in _context_parallel_choices(model, hardware, devices // (tp * pp)):
                     dp = devices // (tp * pp * cp)
                     if pp <= units and batch % dp == 0:
-                        found += [ParallelDegrees(tp, pp, dp, cp, ep, split)
-                                  for ep in _expert_parallel_choices(model, dp * cp)]
+                        found += [ParallelDegrees(tp, pp, dp, cp, ep, etp, split)
+                                  for etp in _expert_tp_choices(model, tp)
+                                  for ep in _expert_parallel_choices(model, dp * cp * tp // (etp or tp))]
     return found
 
 
-def _expert_parallel_choices(model: ModelSpec, replicas: int) -> list[int]:
-    """The :data:`EXPERT_PARALLEL_CHOICES` dividing the ``dp * cp`` ``replicas`` and legal for the
-    model (:func:`simulator.legality.expert_parallel_legal`: 1 only for a dense model)."""
-    return [ep for ep in EXPERT_PARALLEL_CHOICES if replicas % ep == 0 and expert_parallel_legal(model, ep)]
+def _expert_tp_choices(model: ModelSpec, tp: int) -> tuple[int | None, ...]:
+    """Expert tensor-parallel degrees (:attr:`simulator.Strategy.etp`): ``tp`` (None) always, and
+    1 for a Mixture-of-Experts model where ``1 < tp`` and sequence parallelism is legal (an
+    ``etp`` below ``tp`` needs it: :func:`simulator.legality.check_plan`). Megatron-Bridge's H100
+    MoE recipes run both (``expert_tensor_parallel_size`` 1 under TP 2 for Qwen3-235B-A22B)."""
+    return (None, 1) if model.is_moe and tp > 1 and sequence_parallel_legal(model, tp) else (None,)
+
+
+def _expert_parallel_choices(model: ModelSpec, ranks: int) -> list[int]:
+    """The :data:`EXPERT_PARALLEL_CHOICES` dividing the ``ranks`` expert-parallel groups are
+    carved from (``dp * cp``, or ``tp * cp * dp / etp``: :attr:`simulator.Strategy.etp`) and legal
+    for the model (:func:`simulator.legality.expert_parallel_legal`: 1 only for a dense model)."""
+    return [ep for ep in EXPERT_PARALLEL_CHOICES if ranks % ep == 0 and expert_parallel_legal(model, ep)]
 
 
 def _context_parallel_choices(model: ModelSpec, hardware: Hardware, devices: int) -> list[int]:
@@ -215,18 +242,21 @@ def enumerate_recompute() -> tuple[str, ...]:
 
 def enumerate_sequence_parallel(model: ModelSpec, degrees: ParallelDegrees) -> tuple[bool, ...]:
     """``(False, True)`` when sequence parallelism means something (transformer, ``tp > 1``,
-    ``tp`` divides the sequence; Korthikanti et al. §4.2.2), else ``(False,)``."""
+    ``tp`` divides the sequence; Korthikanti et al. §4.2.2), ``(True,)`` with an expert
+    tensor-parallel degree below ``tp`` (which needs it: :func:`simulator.legality.check_plan`),
+    else ``(False,)``."""
     if degrees.tp > 1 and sequence_parallel_legal(model, degrees.tp):
-        return (False, True)
+        return (True,) if degrees.etp not in (None, degrees.tp) else (False, True)
     return (False,)
 
 
 def enumerate_zero_stages(degrees: ParallelDegrees) -> tuple[int, ...]:
     """ZeRO stages 0-3 when ``dp > 1``; only 0 otherwise (nothing to shard); 0-2 with expert
-    parallelism (:class:`simulator.Strategy` does not model ZeRO-3 of experts)."""
+    parallelism or an expert tensor-parallel degree below ``tp`` (:class:`simulator.Strategy`
+    does not model ZeRO-3 of experts, whose replicas are then not the ``dp * cp`` ranks)."""
     if degrees.dp == 1:
         return (0,)
-    return ZERO_STAGES[:-1] if degrees.ep > 1 else ZERO_STAGES
+    return ZERO_STAGES[:-1] if degrees.ep > 1 or degrees.etp is not None else ZERO_STAGES
 
 
 SHARD_GROUPS: tuple[str, ...] = ("all", "node")
@@ -320,8 +350,11 @@ def suggest_sequence_parallel(trial: optuna.trial.Trial, model: ModelSpec, degre
 def suggest_zero_stage(trial: optuna.trial.Trial, degrees: ParallelDegrees,
                        allowed: Collection[object] | None = None) -> int:
     """Categorical ``zero_stage`` (0-3) when ``dp > 1`` and not decided by ``allowed``; the one
-    option without suggesting otherwise."""
-    return int(_suggest_some(trial, "zero_stage", enumerate_zero_stages(degrees), allowed))
+    option without suggesting otherwise. Named by the subset of all the stages
+    (:data:`simulator.ZERO_STAGES`) offered (:func:`enumerate_zero_stages`: 0-2 with expert
+    parallelism, ``zero_stage|without=3``), so each name keeps one list of choices."""
+    offered = enumerate_zero_stages(degrees)
+    return int(_suggest_some(trial, "zero_stage", ZERO_STAGES, [s for s in offered if allowed is None or s in allowed]))
 
 
 def suggest_shard_group(trial: optuna.trial.Trial, node_size: int | None, node_fits: bool) -> int | None:

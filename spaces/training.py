@@ -2,11 +2,11 @@
 
 The dimensions (``searched`` names) and the ``Strategy`` fields each decides are the fields'
 ``dimension`` metadata (:func:`simulator.search_dimensions`, :data:`DIMENSIONS`): ``degrees``
-(``tp``, ``pp``, ``dp``, ``cp``, ``ep``), ``microbatch_size``, ``schedule`` (with ``num_chunks``),
-``recompute``, ``sequence_parallel``, ``zero_stage`` (with ``shard_group_size``, hybrid sharding,
-GPUs only), ``partition`` (with ``stage_layers``), ``placement`` (with ``stage_devices``, and
-``wafer_stages`` on several wafers), ``groups`` (``group_layout``, ``group_order``) and
-``transfer_strategy``.
+(``tp``, ``pp``, ``dp``, ``cp``, ``ep``, ``etp``, ``attention_split``), ``microbatch_size``,
+``schedule`` (with ``num_chunks``), ``recompute``, ``sequence_parallel``, ``zero_stage`` (with
+``shard_group_size``, hybrid sharding, GPUs only), ``partition`` (with ``stage_layers``),
+``placement`` (with ``stage_devices``, and ``wafer_stages`` on several wafers), ``groups``
+(``group_layout``, ``group_order``) and ``transfer_strategy``.
 
 Fields of dimensions not searched come from ``fixed`` (or the ``Strategy`` defaults). Fixed
 ``tp`` / ``pp`` / ``dp`` also restrict a searched ``degrees``. Dimensions are drawn in one fixed
@@ -107,7 +107,8 @@ def candidate_degrees(model: ModelSpec, hardware: Hardware, fixed: Mapping[str, 
                       microbatch_choices: Sequence[int] | None = None, max_tp: int | None = None,
                       device_counts: Sequence[int] = ()) -> list[ParallelDegrees]:
     """The fixed list behind categorical ``degrees``: legal triples on each of ``device_counts``
-    devices (default: all), matching fixed tp/pp/dp and having at least one microbatch size.
+    devices (default: all), matching the fixed degrees (an ``etp`` equal to ``tp`` matches
+    ``tp``'s, :meth:`ParallelDegrees.of`) and having at least one microbatch size.
 
     Raises:
         InputError: a device count outside 1..the machine's devices.
@@ -118,8 +119,9 @@ def candidate_degrees(model: ModelSpec, hardware: Hardware, fixed: Mapping[str, 
     found = [d for n in sorted(set(device_counts or [hardware.num_devices]))
              for d in parallelism.enumerate_degrees(model, hardware, devices=n, max_tp=max_tp, global_batch_size=batch,
                                                     attention_splits=splits)]
+    pinned = {k: fixed[k] for k in ParallelDegrees._fields if k in fixed}
     return [d for d in found
-            if all(fixed.get(k, v) == v for k, v in d._asdict().items())
+            if ParallelDegrees.of({**d._asdict(), **pinned}) == d
             and parallelism.enumerate_microbatch_sizes(model, d, global_batch_size=batch,
                                                        choices=microbatch_choices)]
 

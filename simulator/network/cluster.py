@@ -70,6 +70,12 @@ class _Ports(Sequence[_V]):
     def __init__(self, num_devices: int, value: Callable[[int, int], _V]) -> None:
         self._length, self._value = len(PORTS) * num_devices, value
 
+    @classmethod
+    def by_port(cls, num_devices: int, values: Sequence[_V]) -> _Ports[_V]:
+        """A figure that depends on the port only, ``values[port]`` (read at once: a flow's
+        build reads one per resource it loads, tens of thousands for a wide all-to-all)."""
+        return _PortValues(num_devices, values)
+
     def __len__(self) -> int:
         return self._length
 
@@ -88,6 +94,19 @@ class _Ports(Sequence[_V]):
         return self._value(gpu, port)
 
 
+class _PortValues(_Ports[_V]):
+    """:meth:`_Ports.by_port`: an in-range integer index is looked up directly."""
+
+    def __init__(self, num_devices: int, values: Sequence[_V]) -> None:
+        super().__init__(num_devices, lambda _gpu, port: values[port])
+        self._values = tuple(values)
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]  # the overloads of _Ports
+        if index.__class__ is int and 0 <= index < self._length:
+            return self._values[index % len(PORTS)]
+        return super().__getitem__(index)
+
+
 @topology_for(Cluster)
 class ClusterTopology(Topology):
     """GPUs behind per-GPU switch ports (NVSwitch) and per-GPU NICs (rail InfiniBand), described
@@ -101,9 +120,9 @@ class ClusterTopology(Topology):
         self.num_devices = cluster.num_devices
         intra, inter = cluster.intra_node_bandwidth_bytes_per_s, cluster.inter_node_bandwidth_bytes_per_s
         bandwidths, efficiencies = (intra, intra, inter, inter), (None, None, *[cluster.inter_node_efficiency] * 2)
-        self.bandwidth_bytes_per_s = _Ports(self.num_devices, lambda _gpu, port: bandwidths[port])
-        self.efficiencies = _Ports(self.num_devices, lambda _gpu, port: efficiencies[port])
-        self.kinds = _Ports(self.num_devices, lambda _gpu, port: PORTS[port][1])
+        self.bandwidth_bytes_per_s = _Ports.by_port(self.num_devices, bandwidths)
+        self.efficiencies = _Ports.by_port(self.num_devices, efficiencies)
+        self.kinds = _Ports.by_port(self.num_devices, [kind for _, kind in PORTS])
         self.names = _Ports(self.num_devices, lambda gpu, port: f"gpu{gpu} {PORTS[port][0]}")
         self.route = cache(self._route)  # type: ignore[method-assign]
 
@@ -173,6 +192,30 @@ class ClusterTopology(Topology):
         if self.node_of(src) == self.node_of(dst):
             return (self._port(src, 0), self._port(dst, 1)), self.cluster.intra_node_latency_s
         return (self._port(src, 2), self._port(dst, 3)), self.cluster.inter_node_latency_s
+
+    def all_pairs_loads(self, groups: tuple[tuple[int, ...], ...]) -> tuple[dict[int, float], float, float]:
+        """:meth:`Topology.all_pairs_loads` counted without routing each pair (an all-to-all over
+        64 GPUs is 4,032 of them): a pair on one node crosses the source's NVSwitch up-port and
+        the destination's down-port, else their NICs (:meth:`_route`). The same loads, in the
+        order the pairs (source-major) first cross them, and latency."""
+        import numpy as np  # here: the command line starts without numpy (tests/palm_search/test_cli_simulate.py)
+
+        crossed = []
+        for group in groups:
+            gpus = np.asarray(group, dtype=np.int64)
+            node = gpus // self.cluster.gpus_per_node
+            same = node[:, None] == node[None, :]
+            up = len(PORTS) * gpus[:, None] + np.where(same, 0, 2)
+            down = len(PORTS) * gpus[None, :] + np.where(same, 1, 3)
+            crossed.append(np.stack([up, down], axis=-1)[~np.eye(len(gpus), dtype=bool)].reshape(-1))
+        sequence = np.concatenate(crossed) if crossed else np.zeros(0, dtype=np.int64)
+        resources, first, counts = np.unique(sequence, return_index=True, return_counts=True)
+        order = np.argsort(first, kind="stable")
+        loads = dict(zip(resources[order].tolist(), counts[order].astype(float).tolist(), strict=True))
+        kinds = {int(r) % len(PORTS) for r in resources}
+        latency = max([self.cluster.intra_node_latency_s] * bool(kinds & {0, 1})
+                      + [self.cluster.inter_node_latency_s] * bool(kinds & {2, 3}), default=0.0)
+        return loads, latency, float(len(sequence) // 2)
 
     def dram_route(self, device: int) -> tuple[tuple[int, ...], float]:
         """GPU memory is local HBM, timed inside compute: no network resource."""

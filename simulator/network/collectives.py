@@ -168,16 +168,21 @@ def make_flow(
             that load the machine as these do (identical data-parallel replicas,
             :mod:`simulator.replicas`): they count in ``num_edges``, not in ``loads``.
     """
-    loads: dict[int, float] = {}
-    latency = edges = 0.0
-    for route in routes:
-        src, dst, share = route if len(route) == 3 else (*route, 1.0)
-        parts = topology.dram_routes(src) if dst < 0 else [(*topology.route(src, dst), 1.0)]
-        for resources, route_latency, part in parts:
-            for r in resources:
-                loads[r] = loads.get(r, 0.0) + share * part
-            latency = max(latency, route_latency)
-        edges += share
+    return _flow(topology, name, kind, topology.route_loads(routes), efficiency, group_size, copies)
+
+
+def all_to_all_flow(topology: Topology, name: str, kind: str, groups: tuple[tuple[int, ...], ...],
+                    efficiency: float, copies: int = 1) -> Flow:
+    """A direct all-to-all in each of ``groups`` (of the first group's size): the flow of
+    :func:`make_flow` over every ordered pair of distinct devices of a group, its loads counted by
+    :meth:`~simulator.network.topology.Topology.all_pairs_loads`."""
+    return _flow(topology, name, kind, topology.all_pairs_loads(groups), efficiency, len(groups[0]), copies)
+
+
+def _flow(topology: Topology, name: str, kind: str, counted: tuple[dict[int, float], float, float],
+          efficiency: float, group_size: int, copies: int) -> Flow:
+    """The flow of ``counted`` edges: their loads per resource, largest latency (s) and number."""
+    loads, latency, edges = counted
     bandwidth, own = topology.bandwidth_bytes_per_s, topology.efficiencies
     occupancy = {r: load / (bandwidth[r] * (own[r] or efficiency)) for r, load in loads.items()}
     return Flow(name=name, kind=kind, group_size=group_size, loads=loads, latency_s=latency,
@@ -188,8 +193,3 @@ def make_flow(
 def ring_edges(groups: tuple[tuple[int, ...], ...]) -> list[tuple[int, int]]:
     """Edges of a ring over each group: ``g[i] -> g[i+1 mod n]`` (no edges for n = 1)."""
     return [(g[i], g[(i + 1) % len(g)]) for g in groups if len(g) > 1 for i in range(len(g))]
-
-
-def all_pairs_edges(groups: tuple[tuple[int, ...], ...]) -> list[tuple[int, int]]:
-    """Edges of a direct all-to-all in each group: every ordered pair of distinct devices."""
-    return [(a, b) for g in groups for a in g for b in g if a != b]

@@ -136,6 +136,31 @@ class Topology:
         """Resources crossed by ``device``'s off-chip DRAM traffic (port last) and latency (s)."""
         raise NotImplementedError
 
+    def route_loads(self, routes: Sequence[Edge]) -> tuple[dict[int, float], float, float]:
+        """Edges of ``routes`` crossing each resource (in the order the routes first cross
+        them), the largest route latency (s) and the edges (their shares summed).
+
+        ``routes`` are (source device, destination device) pairs, a pair ``(d, -1)`` being d's
+        DRAM stream, or (source, destination, share) for an edge carrying ``share`` of an edge's
+        bytes (:meth:`channel_edges`)."""
+        loads: dict[int, float] = {}
+        latency = edges = 0.0
+        for route in routes:
+            src, dst, share = route if len(route) == 3 else (*route, 1.0)
+            parts = self.dram_routes(src) if dst < 0 else [(*self.route(src, dst), 1.0)]
+            for resources, route_latency, part in parts:
+                for r in resources:
+                    loads[r] = loads.get(r, 0.0) + share * part
+                latency = max(latency, route_latency)
+            edges += share
+        return loads, latency, edges
+
+    def all_pairs_loads(self, groups: tuple[tuple[int, ...], ...]) -> tuple[dict[int, float], float, float]:
+        """:meth:`route_loads` of a direct all-to-all in each group: every ordered pair of
+        distinct devices, source-major in the groups' order. A topology may count them in
+        closed form (the same loads, in the same order)."""
+        return self.route_loads([(a, b) for g in groups for a in g for b in g if a != b])
+
     def dram_routes(self, device: int) -> list[tuple[tuple[int, ...], float, float]]:
         """``(resources, latency, share)`` of each part of ``device``'s DRAM traffic (shares sum
         to 1): the one :meth:`dram_route` unless the machine spreads it over several ports."""

@@ -13,7 +13,7 @@ import numpy as np
 
 from simulator.costs import StageCost
 from simulator.hardware.spec import Calibration
-from simulator.network.collectives import Flow, all_pairs_edges, make_flow, ring_edges, two_level_flow
+from simulator.network.collectives import Flow, all_to_all_flow, make_flow, ring_edges, two_level_flow
 from simulator.network.topology import Edge, Topology
 from simulator.placement import StagePlacement
 
@@ -107,7 +107,7 @@ def _stage_flows(topo: Topology, cal: Calibration, i: int, placement: StagePlace
     """The flows of stage ``i``; the all-pairs pattern of its TP groups only if some
     collective is an all-to-all (ResNet's halo exchange). A placement of some replicas only
     (:attr:`StagePlacement.copies`) gives flows that stand for all of them."""
-    tp_size, copies = len(placement.tp_groups[0]), placement.copies
+    copies = placement.copies
     dram = None
     if topo.dram_route(placement.devices[0])[0]:
         dram = make_flow(topo, f"stage{i} dram", "dram", [(d, -1) for d in placement.devices],
@@ -117,14 +117,14 @@ def _stage_flows(topo: Topology, cal: Calibration, i: int, placement: StagePlace
         dp=ring_flow(topo, f"stage{i} dp", "dp", placement.dp_groups, cal.collective_efficiency, copies,
                      placement.dp_group_size),
         dram=dram,
-        tp_all_to_all=make_flow(topo, f"stage{i} tp a2a", "tp", all_pairs_edges(placement.tp_groups),
-                                cal.collective_efficiency, tp_size, copies) if all_to_all else None,
+        tp_all_to_all=all_to_all_flow(topo, f"stage{i} tp a2a", "tp", placement.tp_groups,
+                                      cal.collective_efficiency, copies) if all_to_all else None,
         cp=ring_flow(topo, f"stage{i} cp", "cp", placement.cp_groups, cal.collective_efficiency, copies)
         if placement.cp_groups else None,
         dp_replica=ring_flow(topo, f"stage{i} dp replicas", "dp", placement.replica_groups, cal.collective_efficiency)
         if placement.replica_groups else None,
-        ep=make_flow(topo, f"stage{i} ep", "ep", all_pairs_edges(placement.ep_groups), cal.collective_efficiency,
-                     len(placement.ep_groups[0])) if placement.ep_groups else None,
+        ep=all_to_all_flow(topo, f"stage{i} ep", "ep", placement.ep_groups, cal.collective_efficiency)
+        if placement.ep_groups else None,
         expert_dp=ring_flow(topo, f"stage{i} expert dp", "dp", placement.expert_dp_groups, cal.collective_efficiency)
         if placement.expert_dp_groups else None,
     )

@@ -323,7 +323,7 @@ def test_screen_tasks_cover_the_walk_once_each_holding_one_set_of_degrees_in_eve
 
     points = sorted(points, key=lambda point: point[:2])  # a walk's first choice is the degrees
     walk = [(i, {"degrees": f"{tp}x{pp}", "placement": str(k)}, SimpleNamespace(strategy=SimpleNamespace(
-        tp=tp, pp=pp, dp=1, cp=1, ep=1, attention_split="heads"))) for i, (tp, pp, k) in enumerate(points)]
+        tp=tp, pp=pp, dp=1, cp=1, ep=1, etp=None, attention_split="heads"))) for i, (tp, pp, k) in enumerate(points)]
     chunks = [[i for i, _, _ in chunk] for chunk in _chunks(iter(walk))]
     assert sorted(i for chunk in chunks for i in chunk) == list(range(len(walk)))
     assert all(0 < len(chunk) <= _TASK_POINTS for chunk in chunks)
@@ -489,3 +489,28 @@ def test_the_point_of_an_expert_parallel_strategy_is_found():
     build = SpaceBuilder(space=space, hardware=load_hardware("a100-cluster"), fixed={})
     strategy = Strategy(dp=8, ep=8)
     assert point_of(build, strategy) == {"degrees": "1x1x8e8"}
+
+
+@pytest.mark.parametrize(("model", "fixed", "points"), [("Mixtral-8x7B", {}, 50), ("Mixtral-8x7B", {"etp": None}, 30),
+                                                        ("LLaMA2-7B", {}, 16)])
+def test_the_walk_counts_expert_tensor_parallel_points_in_closed_form(model, fixed, points):
+    # 8 A100s (attention unfused: cp 1), degrees and sequence parallelism searched, no memory
+    # pre-screen. (tp, pp) with tp pp | 8 (every tp splits both models), dp = 8 / (tp pp).
+    # Mixtral (8 experts): under etp tp, ep in 1, 2, 4, 8 dividing dp; under etp 1 (tp > 1 only,
+    # sequence parallel forced), ep dividing tp dp. Sequence parallelism: 2 choices when tp > 1
+    # and etp is tp, else 1.
+    #   etp tp: tp 1: dp 8, 4, 2, 1 -> 4+3+2+1 = 10 points; tp 2: dp 4, 2, 1 -> (3+2+1) x 2 = 12;
+    #           tp 4: dp 2, 1 -> (2+1) x 2 = 6; tp 8: dp 1 -> 2. 30 in all (fixing etp None).
+    #   etp 1:  tp 2: tp dp 8, 4, 2 -> 4+3+2 = 9; tp 4: tp dp 8, 4 -> 4+3 = 7; tp 8: 4. 20 more.
+    # LLaMA2-7B (dense, unchanged): tp 1: 4 degrees x 1; tp 2: 3 x 2; tp 4: 2 x 2; tp 8: 1 x 2 = 16.
+    from palm_search.search.space import SpaceBuilder
+    from spaces import SearchedSpace
+
+    space = SearchedSpace(model=load_model(model), searched=frozenset({"degrees", "sequence_parallel"}),
+                          device_counts=(8,))
+    build = SpaceBuilder(space=space, hardware=load_hardware("a100-cluster"), fixed=fixed)
+    walked = enumerate_points(build, 10_000)
+    assert walked is not None and len(walked) == points
+    with_etp_one = [p for p in walked if p["degrees"].endswith("t1")]
+    assert len(with_etp_one) == (20 if model == "Mixtral-8x7B" and not fixed else 0)
+    assert all("sequence_parallel" not in p for p in with_etp_one)  # taken, not suggested

@@ -81,3 +81,22 @@ def test_where_expert_ranks_sit_changes_the_links_the_all_to_all_loads():
                             if topology.bandwidth_bytes_per_s[r] == 50e9) for order, flow in flows.items()}
     assert inter_die["dp-major"] == 0 < inter_die["tp-major"]
     assert flows["dp-major"].seconds_per_byte < flows["tp-major"].seconds_per_byte
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_clusters_all_to_all_loads_counted_in_closed_form_are_those_of_routing_every_pair(seed):
+    # the cluster counts a direct all-to-all's NVSwitch and NIC loads per GPU (pairs on and off
+    # its node) instead of routing every pair: the same loads, in the same order, latency, edges
+    import random
+
+    from simulator.network.topology import Topology
+
+    rng = random.Random(seed)
+    topology = topology_of(cluster_hardware(nodes=16))
+    size, count = rng.choice([2, 3, 8, 16]), rng.choice([1, 2, 4])
+    devices = rng.sample(range(topology.num_devices), size * count)
+    groups = tuple(tuple(devices[g * size:(g + 1) * size]) for g in range(count))
+    counted, routed = topology.all_pairs_loads(groups), Topology.all_pairs_loads(topology, groups)
+    assert list(counted[0].items()) == list(routed[0].items()) and counted[1:] == routed[1:]
+    assert counted[2] == count * size * (size - 1)
+    assert sum(counted[0].values()) == 2 * count * size * (size - 1)  # each pair: an up-port and a down-port

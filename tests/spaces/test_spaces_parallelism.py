@@ -136,12 +136,43 @@ def test_expert_parallelism_is_proposed_for_moe_models_only():
     dense = parallelism.enumerate_degrees(simulator.load_model("LLaMA2-7B"), hardware, devices=16)
     assert {d.ep for d in dense} == {1}
     assert {d.ep for d in moe} == {1, 2, 4, 8, 16}
-    for d in moe:  # every proposal is a legal plan: ep divides dp * cp and the 128 experts
-        simulator.Strategy(tp=d.tp, pp=d.pp, dp=d.dp, cp=d.cp, ep=d.ep)
-        assert (d.dp * d.cp) % d.ep == 0 and 128 % d.ep == 0
+    for d in moe:  # every proposal is a legal plan: ep (times etp) divides the 128 experts and its ranks
+        strategy = simulator.Strategy(**d._asdict(), sequence_parallel=d.etp is not None)
+        check_plan(simulator.load_model("Qwen3-30B-A3B"), hardware, strategy)
+        ranks = d.tp * d.dp * d.cp // d.etp if d.etp else d.dp * d.cp
+        assert ranks % d.ep == 0 and 128 % d.ep == 0
     assert all(ParallelDegrees.parse(d.label) == d for d in moe)
     assert ParallelDegrees(1, 1, 16, 1, 16).label == "1x1x16e16"
     assert parallelism.enumerate_zero_stages(ParallelDegrees(1, 1, 16, 1, 16)) == (0, 1, 2)
+
+
+def _counts(found: list[ParallelDegrees]) -> tuple[int, int]:
+    """Degrees with expert tensor parallelism ``tp`` (None), and with 1 under ``tp > 1``."""
+    return sum(d.etp is None for d in found), sum(d.etp == 1 for d in found)
+
+
+def test_expert_tensor_parallelism_one_is_proposed_where_legal():
+    # 16 GPUs of Qwen3-30B-A3B at pp 1 (128 experts; 32 heads, 4 KV heads, h 2048, ffn 6144,
+    # expert ffn 768: tp 1, 2, 4, 8, 16 all split it; s 4096). cp in 1..16 divides 16 / tp; ep in
+    # 1..64 divides the ranks: dp cp = 16 / tp under etp tp, tp cp dp = 16 under etp 1 (tp > 1):
+    #   etp tp: tp 1: 5 eps x 5 cps = 25; tp 2: 4 x 4 = 16; tp 4: 3 x 3 = 9; tp 8: 2 x 2 = 4;
+    #           tp 16: 1 x 1 = 1; 55 in all
+    #   etp 1:  5 eps x (4 + 3 + 2 + 1) cps over tp 2, 4, 8, 16 = 50
+    hardware, model = simulator.load_hardware("h100-cluster"), simulator.load_model("Qwen3-30B-A3B")
+    at_pp1 = [d for d in parallelism.enumerate_degrees(model, hardware, devices=16) if d.pp == 1]
+    assert _counts(at_pp1) == (55, 50)
+    assert ParallelDegrees(2, 1, 8, 1, 16, 1).label == "2x1x8e16t1"
+    assert ParallelDegrees.parse("2x1x8e16t1") == ParallelDegrees(2, 1, 8, 1, 16, 1)
+    assert ParallelDegrees.parse("2x1x8t1u") == ParallelDegrees(2, 1, 8, 1, 1, 1, "users")
+    # an etp equal to tp is tp's layout: the label and the degrees as without it
+    assert ParallelDegrees.of(simulator.Strategy(tp=2, dp=8, ep=8, etp=2)) == ParallelDegrees(2, 1, 8, 1, 8)
+    one = ParallelDegrees(2, 1, 8, 1, 16, 1)
+    assert parallelism.enumerate_sequence_parallel(model, one) == (True,)  # etp < tp needs it
+    assert parallelism.enumerate_zero_stages(ParallelDegrees(2, 1, 8, 1, 1, 1)) == (0, 1, 2)
+    # a dense model: no etp, the same degrees as ever
+    dense = parallelism.enumerate_degrees(simulator.load_model("LLaMA2-7B"), hardware, devices=16)
+    assert _counts(dense)[1] == 0 and all(d.ep == 1 for d in dense)
+
 
 
 def test_the_degrees_are_the_strategy_fields_of_the_degrees_dimension():
@@ -154,3 +185,18 @@ def test_the_degrees_are_the_strategy_fields_of_the_degrees_dimension():
     assert ParallelDegrees.of(strategy) == ParallelDegrees(2, 3, 4, 2, 8)
     assert ParallelDegrees.of(strategy.to_dict()) == ParallelDegrees.of(strategy)
     assert ParallelDegrees.of({"tp": 2, "pp": 3, "dp": 4, "precision": "bf16"}) == ParallelDegrees(2, 3, 4, 1, 1)
+
+
+def test_zero_stage_keeps_one_list_of_choices_per_name_across_expert_degrees():
+    # ZeRO-3 is left out with ep > 1 or etp < tp: those trials name the subset, so Optuna sees one
+    # list of choices per parameter name (it refuses a categorical whose choices change)
+    import optuna
+
+    study = optuna.create_study()
+    asked = []
+    for degrees in (ParallelDegrees(1, 1, 8), ParallelDegrees(1, 1, 8, 1, 8), ParallelDegrees(2, 1, 4, 1, 8, 1)):
+        trial = study.ask()
+        asked.append(parallelism.suggest_zero_stage(trial, degrees))
+        assert set(trial.params) <= {"zero_stage", "zero_stage|without=3"}
+        study.tell(trial, 1.0)
+    assert all(stage in (0, 1, 2, 3) for stage in asked)
