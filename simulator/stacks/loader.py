@@ -15,9 +15,10 @@ attributes; ``collective_call_overhead`` carries a time unit (``_us`` or ``_s``)
 stack's keys (:class:`~simulator.stacks.spec.Serving`, inference only) are ``kv_cache_format``,
 ``small_m_gemm_tiles`` (``[[largest rows, tile rows, tile columns], ...]``), ``sampling``
 (``device`` or ``host``) with ``host_read_bandwidth_GB_per_s`` and ``host_step_overhead_us``
-(or ``_s``), ``decode_key_chunk`` (keys per chunk of a decode step's attention), ``decode_data_movement_ops``
-(kernels a decode layer launches beyond its arithmetic), ``prefill_gemm_grid_x`` and ``_y`` (the
-core grid a prefill's GEMMs run on), and two sub-tables
+(or ``_s``), ``decode_key_chunk`` (keys per chunk of a decode step's attention),
+``decode_data_movement_ops`` (kernels a decode layer launches beyond its arithmetic),
+``decode_gemm_readers_per_dram_port`` (a decode step's GEMMs DRAM-sharded), ``prefill_gemm_grid_x``
+and ``_y`` (the core grid a prefill's GEMMs run on), and two sub-tables
 of operator classes, each value with its own source::
 
     [stack.weight_formats]
@@ -59,7 +60,8 @@ _CLASS_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "weight_formats": (WEIGHT_CLASSES, tuple(FORMAT_BYTES)), "math_fidelities": (FIDELITY_CLASSES, MATH_FIDELITIES)}
 _KV, _TILES = "kv_cache_format", "small_m_gemm_tiles"
 _HOST_KEYS = ("host_read_bandwidth_GB_per_s", "host_step_overhead_us", "host_step_overhead_s")
-_COUNTS = ("decode_key_chunk", "decode_data_movement_ops", "prefill_gemm_grid_x", "prefill_gemm_grid_y")
+_COUNTS = ("decode_key_chunk", "decode_data_movement_ops", "decode_gemm_readers_per_dram_port", "prefill_gemm_grid_x",
+           "prefill_gemm_grid_y")
 _SERVING_FIELDS = (_KV, _TILES, *_COUNTS, "sampling", "host_read_bandwidth_bytes_per_s", "host_step_overhead_s")
 KNOWN_KEYS = (*_FLAGS, *_CHOICES, _THRESHOLD, *_OVERHEAD_KEYS, _KV, _TILES, *_COUNTS, *_HOST_KEYS, *_CLASS_TABLES)
 """The keys a ``[stack]`` table may give (each with its ``_source``, or a table of classes)."""

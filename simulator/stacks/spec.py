@@ -63,6 +63,10 @@ class Serving:
             copy, launch, blocking read.
         decode_key_chunk: keys a decode step's attention kernel reads per chunk: it reads the
             context rounded up to whole chunks (0: the context itself).
+        decode_gemm_readers_per_dram_port: where a decode step's weighted GEMMs run:
+            DRAM-sharded, each on this many cores per DRAM port of each chip, each core reading
+            its weights from its own port and computing there, the input multicast to them and
+            output kept in SRAM (0: the tensor-parallel group's own dataflow).
         prefill_gemm_grid_x, prefill_gemm_grid_y: the core grid (columns splitting ``N``, rows
             splitting ``M``) the stack runs each weighted GEMM of a prefill on, whole on each
             chip, its operands and output in DRAM (0: the tensor-parallel group's own dataflow).
@@ -85,6 +89,7 @@ class Serving:
     host_step_overhead_s: float = 0.0
     decode_key_chunk: int = 0
     decode_data_movement_ops: int = 0
+    decode_gemm_readers_per_dram_port: int = 0
     prefill_gemm_grid_x: int = 0
     prefill_gemm_grid_y: int = 0
 
@@ -116,7 +121,8 @@ class Serving:
         """The stack changes something at inference (any key given)."""
         return bool(self.weight_formats or self.math_fidelities or self.kv_cache_format or self.small_m_gemm_tiles
                     or self.sampling == "host" or bool(self.decode_key_chunk)
-                    or bool(self.decode_data_movement_ops) or bool(self.prefill_gemm_grid_x))
+                    or bool(self.decode_data_movement_ops) or bool(self.prefill_gemm_grid_x)
+                    or bool(self.decode_gemm_readers_per_dram_port))
 
     def gemm_tile(self, rows: float) -> tuple[int, int] | None:
         """The ``(rows, columns)`` tile of a GEMM of ``rows`` output rows, None past the last bound."""

@@ -19,6 +19,7 @@ from typing import Any
 
 from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
+from simulator.network.mesh import Mesh
 from simulator.stacks.spec import Serving, Stack
 from simulator.strategy import FORMAT_BYTES, WORKING_PRECISION, Strategy
 from simulator.workload.operators import Operator, kv_cache_bytes
@@ -94,9 +95,24 @@ def _served(op: Operator, model: ModelSpec, hardware: Hardware, strategy: Strate
     tile = serving.gemm_tile(op.rows) if op.kind == "gemm" else None
     if tile:
         changes["tile"] = tile
-    if serving.prefill_gemm_grid_x and not strategy.decoding and op.kind == "gemm" and op.weight_bytes:
-        changes["grid"] = (serving.prefill_gemm_grid_x, serving.prefill_gemm_grid_y)
+    if op.kind == "gemm" and op.weight_bytes:
+        changes.update(_stack_grid(hardware, strategy, serving))
     return replace(op, **changes) if changes else op
+
+
+def _stack_grid(hardware: Hardware, strategy: Strategy, serving: Serving) -> dict[str, Any]:
+    """The grid a weighted GEMM runs on under the stack, where it gives one: a prefill's on its
+    grid, operands in DRAM; a decode step's DRAM-sharded on its readers per DRAM port of the chip
+    (tt-metal: "There are 12 DRAM readers, each reads a shard from its own DRAM bank. The compute
+    kernels are placed on the same coordinate as the DRAM reader", ``tech_reports/
+    Saturating_DRAM_bandwidth`` @0c3eb94a), its input and output in SRAM."""
+    network = hardware.network
+    if strategy.decoding and serving.decode_gemm_readers_per_dram_port and isinstance(network, Mesh):
+        return {"grid": (serving.decode_gemm_readers_per_dram_port * network.dram_ports_per_die, 1),
+                "grid_in_dram": (False, True, False)}
+    if not strategy.decoding and serving.prefill_gemm_grid_x:
+        return {"grid": (serving.prefill_gemm_grid_x, serving.prefill_gemm_grid_y)}
+    return {}
 
 
 def _need_fp8(hardware: Hardware, stack: Stack, kind: str | None) -> None:

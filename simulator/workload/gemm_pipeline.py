@@ -14,7 +14,8 @@ block of ``A`` (in0) and one core per grid column the column's ``k_block x colum
 2. waits until every receiver has signalled a free slot (the receivers' semaphore increments cross
    the row or column: ``hops x hop_latency_s``), multicasts the block (``bytes /
    multicast_bandwidth_bytes_per_s``, linked writes) and sets the receivers' flag (another
-   ``hops x hop_latency_s``; ``ttnn/cpp/ttnn/kernel_lib/mcast_pipe.hpp``).
+   ``hops x hop_latency_s``; ``ttnn/cpp/ttnn/kernel_lib/mcast_pipe.hpp``); a sender without
+   receivers (a grid one core high for ``B``, one wide for ``A``) keeps its block.
 
 So a block costs its slower sender ``transfer_s`` (:func:`block_transfer_s`). The circular buffers
 hold two blocks, so block ``b + 1`` moves while block ``b`` is multiplied, and the K loop is a
@@ -106,6 +107,8 @@ def block_transfer_s(hardware: Hardware, blocks: CoreBlocks, *, tile_bytes: floa
     def sender(tiles: int, dram: bool, hops: int) -> float:
         size = tiles * tile_bytes
         read = moves.dram_read_latency_s + size / read_rate if dram else 0.0
+        if not hops:  # no receivers: the block is the sender's own (a grid one core wide or high)
+            return read
         return read + size / moves.multicast_bandwidth_bytes_per_s + 2 * hops * network.hop_latency_s
 
     return max(sender(blocks.rows * blocks.k_block, in_dram[0], gx - 1),
@@ -147,16 +150,17 @@ def group_gemm_s(hardware: Hardware, *, m: float, k: float, n: float, group: int
 
 
 def stack_grid_gemm_s(hardware: Hardware, *, m: float, k: float, n: float, grid: tuple[int, int],
-                      tile_bytes: float, peak_flop_per_s: float) -> float:
+                      tile_bytes: float, peak_flop_per_s: float,
+                      in_dram: tuple[bool, bool, bool] = (True, True, True)) -> float:
     """A whole ``(m x k) @ (k x n)`` on a serving stack's ``grid = (gx, gy)`` of one chip's cores,
-    its operands and output in DRAM (tt-metal's prefill: "Use matmul 2D for all matmuls in prefill
-    mode", "Inputs and output to matmul 2D are interleaved in DRAM", ``tech_reports/LLMs/llms.md``
-    @0100dbfc): the busiest core's K loop (:func:`gemm_pipeline`), its tile products at
+    its operands and output where ``in_dram`` says (tt-metal's prefill: "Use matmul 2D for all
+    matmuls in prefill mode", "Inputs and output to matmul 2D are interleaved in DRAM",
+    ``tech_reports/LLMs/llms.md`` @0100dbfc; its decode: DRAM-sharded weights, activations in
+    SRAM): the busiest core's K loop (:func:`gemm_pipeline`), its tile products at
     ``peak_flop_per_s`` (one core's, efficiency included); 0 as :func:`group_gemm_s` is."""
     if hardware.compute.data_movement is None or not isinstance(hardware.network, Mesh):
         return 0.0
     blocks = core_blocks(math.ceil(m), math.ceil(k), math.ceil(n), grid=grid, tile_bytes=tile_bytes,
                          sram_bytes=hardware.memory.sram.capacity_bytes)
     compute_s = blocks.rows * blocks.columns * blocks.k_block * blocks.k_blocks * 2.0 * TILE_SIDE**3 / peak_flop_per_s
-    return gemm_pipeline(hardware, blocks, compute_s, tile_bytes=tile_bytes, grid=grid,
-                         in_dram=(True, True, True)).total_s
+    return gemm_pipeline(hardware, blocks, compute_s, tile_bytes=tile_bytes, grid=grid, in_dram=in_dram).total_s

@@ -89,8 +89,10 @@ class Operator:
         tile: the ``(rows, columns)`` output tile of its serving stack's GEMM kernel at its
             rows (:attr:`simulator.stacks.spec.Serving.small_m_gemm_tiles`); None: the hardware's.
         grid: the ``(columns, rows)`` core grid its serving stack runs this GEMM on, whole on
-            each chip, operands and output in DRAM (:attr:`simulator.stacks.spec.Serving.prefill_gemm_grid_x`);
-            None: its tensor-parallel group's own dataflow.
+            each chip (:attr:`simulator.stacks.spec.Serving.prefill_gemm_grid_x`,
+            :attr:`~simulator.stacks.spec.Serving.decode_gemm_readers_per_dram_port`); None: its
+            tensor-parallel group's own dataflow.
+        grid_in_dram: whether its input, weights and output live in DRAM on that grid.
         launches: kernels its forward launches (a serving stack's data-movement operations
             around a decode layer's arithmetic, :func:`simulator.workload.formats.data_movement`).
     """
@@ -118,6 +120,7 @@ class Operator:
     peak_flop_per_s: float = 0.0
     tile: tuple[int, int] | None = None
     grid: tuple[int, int] | None = None
+    grid_in_dram: tuple[bool, bool, bool] = (True, True, True)
     launches: int = 1
 
     @property

@@ -196,7 +196,7 @@ def _k_loop_s(op: Operator, hardware: Hardware, compute_s: float, rate: float, g
                             compute_s=compute_s)
     whole_n, whole_k = (n * group, k) if op.shared_input else (n, k * group)
     return stack_grid_gemm_s(hardware, m=m, k=whole_k, n=whole_n, grid=op.grid, tile_bytes=tile_bytes,
-                             peak_flop_per_s=rate)
+                             peak_flop_per_s=rate, in_dram=op.grid_in_dram)
 
 
 FUSED_ATTENTION_BACKWARD = 2.5

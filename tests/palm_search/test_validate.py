@@ -88,11 +88,11 @@ def test_palm_table5_resnet50_on_grayskull_within_15_percent():
 
 # tt-metal's published ResNet-50 (README "CNNs": n150 batch 16 4,700 fps, e150 batch 20 5,100 fps,
 # bfloat8_b LoFi) under the tt-metal convolution model: both predicted above the silicon, the n150
-# at +144% (+214% before kernel launches became gaps in which DRAM streams nothing and GEMMs paid
+# at +183% (+214% before kernel launches became gaps in which DRAM streams nothing and GEMMs paid
 # their K loop's data movement, simulator/workload/gemm_pipeline.py) and the e150
 # at +38% (fastest expressible mapping, not tt-metal's layer-by-layer sharding; see the suite's
 # SOURCE.md). Unseen by any calibration; held near what the model gives.
-CNN_GUARDS = [("n150", 1.46), ("e150", 0.40)]
+CNN_GUARDS = [("n150", 1.85), ("e150", 0.40)]
 
 
 @pytest.fixture(scope="module")
@@ -173,16 +173,17 @@ def test_unknown_suite_is_exit_code_2():
 # 10 data-movement operations of each decode layer (stack tt-transformers-performance), every
 # kernel launch a 2.05 us gap in which DRAM streams nothing and every GEMM its K loop on its
 # chip's cores (each block's weights read at one core's DRAM rate, the input multicast block by
-# block), the 70B on the 8-chip QuietBox is within 5% in decode (-4.2%; time to first token
-# -6.9%), while every one-card row is predicted faster than the silicon: decode 37.0% mean, 68.7%
-# max (the p150; the n150's 8B +20.6%). A prefill's GEMMs run whole on the stack's 8 x 8 grid,
+# block; a decode step's DRAM-sharded on one reader core per DRAM port), the 70B on the 8-chip
+# QuietBox is within 5% in decode (-4.2%; time to first token -6.9%), while every one-card row is
+# predicted faster than the silicon: decode 36.0% mean, 77.4% max (the 1B; the n150's 8B +28.2%,
+# the p150 +34.7%). A prefill's GEMMs run whole on the stack's 8 x 8 grid,
 # operands in DRAM, as tt-metal's matmul 2D does: time to first token 19.5% mean (the issue's 20%
 # target met), 30.1% max. What the model lacks there is the kernel time of
 # tt-metal's small operations (3-16 us each on Galaxy; no n150 per-op figures are published) and
 # a prefill that runs at ~20 TFLOP/s; see the suite's SOURCE.md. Since DRAM reads take the read
 # data's route, a decode step streams DRAM at the 240-260 GB/s tt-metal measures
 # (tests/simulator/test_decode.py). Held near what the model gives as a regression guard.
-LLM_GUARDS = [("decode", 0.38, 0.70), ("prefill", 0.20, 0.31)]
+LLM_GUARDS = [("decode", 0.37, 0.78), ("prefill", 0.20, 0.31)]
 
 
 @pytest.fixture(scope="module")

@@ -197,11 +197,15 @@ def test_a_decode_step_reads_its_context_in_whole_key_chunks(context, chunk, rea
     assert operators.kv_cache_bytes(LLAMA, strategy) == 2 * 8 * context * KV * FORMAT_BYTES["bfloat8_b"]
 
 
-def test_a_prefills_weighted_gemms_run_on_the_stacks_grid_and_a_decode_steps_do_not():
+@pytest.mark.parametrize("hardware, readers", [(N150, 12), (load_hardware("blackhole-p150"), 8)])
+def test_a_prefills_gemms_run_on_the_stacks_grid_and_a_decode_steps_on_one_reader_per_dram_port(hardware, readers):
     prefill = dataclasses.replace(_decode(precision="bfloat8_b"), decode_context_length=0)
-    for strategy, grid in ((prefill, (8, 8)), (_decode(precision="bfloat8_b"), None)):
-        served = formats.serve(operators.transformer_layer(LLAMA, strategy), LLAMA, N150, strategy, TT)
-        assert {op.grid for op in served if op.kind == "gemm" and op.weight_bytes} == {grid}
+    cases = ((prefill, (8, 8), (True, True, True)),
+             (_decode(precision="bfloat8_b"), (readers, 1), (False, True, False)))
+    for strategy, grid, in_dram in cases:
+        served = formats.serve(operators.transformer_layer(LLAMA, strategy), LLAMA, hardware, strategy, TT)
+        assert {(op.grid, op.grid_in_dram) for op in served if op.kind == "gemm" and op.weight_bytes} == {
+            (grid, in_dram)}
         assert {op.grid for op in served if not op.weight_bytes} == {None}
 
 

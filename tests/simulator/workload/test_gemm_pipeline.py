@@ -100,3 +100,13 @@ def test_a_stack_grid_gemm_is_the_whole_gemms_k_loop_with_every_operand_in_dram(
     assert stack_grid_gemm_s(N150, m=128, k=4096, n=14336, grid=(8, 8), tile_bytes=tile_bytes,
                              peak_flop_per_s=rate) == pytest.approx(expected.total_s, rel=1e-12)
     assert (blocks.rows, blocks.columns) == (1, 56)
+
+
+def test_a_sender_without_receivers_keeps_its_block():
+    # a grid one core high (a decode's DRAM-sharded GEMM on 12 readers): each in1 block is its
+    # reader's own, read from DRAM and not multicast; the in0 block still crosses the row
+    blocks = core_blocks(32, 4096, 12 * 352, grid=(12, 1), tile_bytes=1088.0, sram_bytes=SRAM)
+    transfer = block_transfer_s(N150, blocks, tile_bytes=1088.0, grid=(12, 1), in_dram=(False, True))
+    read = 384e-9 + blocks.k_block * blocks.columns * 1088.0 / 22e9
+    multicast = blocks.rows * blocks.k_block * 1088.0 / 22e9 + 2 * 11 * 9e-9
+    assert transfer == pytest.approx(max(read, multicast), rel=1e-12)
