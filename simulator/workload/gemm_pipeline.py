@@ -131,36 +131,26 @@ def gemm_pipeline(hardware: Hardware, blocks: CoreBlocks, compute_s: float, *, t
                     bound="multicast" if transfer > per_block else "compute")
 
 
-def group_gemm_s(hardware: Hardware, *, m: float, k: float, n: float, group: int, tile_bytes: float,
-                 compute_s: float) -> float:
-    """The K loop of one device's ``(m x k) @ (k x n)`` in a tiled stage (s; 0 without a
-    :class:`~simulator.hardware.spec.DataMovement` record or off a mesh): its tensor-parallel
-    ``group`` of cores computes ``(m, k, group n)`` as a ``group x 1`` grid, the shared input
-    multicast along it in ``group`` K-blocks (tt-metal's decode matmuls walk ``K`` one activation
-    shard per block, issue #55443: "its cost is the block count ``K / in0_block_w``") and each
-    core's weights read from DRAM block by block, the activations and output in SRAM; a device
-    whose input is its own (``group`` 1) walks its ``K`` alone, in blocks its SRAM holds."""
-    if hardware.compute.data_movement is None or not isinstance(hardware.network, Mesh):
-        return 0.0
-    grid = (group, 1)
-    blocks = core_blocks(math.ceil(m), math.ceil(k), math.ceil(n * group), grid=grid, tile_bytes=tile_bytes,
-                         sram_bytes=hardware.memory.sram.capacity_bytes)
-    return gemm_pipeline(hardware, blocks, compute_s, tile_bytes=tile_bytes, grid=grid,
-                         in_dram=(False, True, False)).total_s
+def k_loop_s(hardware: Hardware, *, m: float, k: float, n: float, grid: tuple[int, int], tile_bytes: float,
+             in_dram: tuple[bool, bool, bool], compute_s: float | None = None, peak_flop_per_s: float = 0.0) -> float:
+    """The K loop (:func:`gemm_pipeline`) of the busiest core of ``(m x k) @ (k x n)`` on a
+    ``grid = (gx, gy)`` of one chip's cores, its operands and output where ``in_dram`` says, its
+    tile products taking ``compute_s``, or where None the busiest core's products at
+    ``peak_flop_per_s`` (one core's, efficiency included) (s; 0 without a
+    :class:`~simulator.hardware.spec.DataMovement` record or off a mesh).
 
-
-def stack_grid_gemm_s(hardware: Hardware, *, m: float, k: float, n: float, grid: tuple[int, int],
-                      tile_bytes: float, peak_flop_per_s: float,
-                      in_dram: tuple[bool, bool, bool] = (True, True, True)) -> float:
-    """A whole ``(m x k) @ (k x n)`` on a serving stack's ``grid = (gx, gy)`` of one chip's cores,
-    its operands and output where ``in_dram`` says (tt-metal's prefill: "Use matmul 2D for all
+    Two grids use it: a tensor-parallel group of ``g`` cores computes its GEMM as a ``g x 1``
+    grid, the shared input multicast along it in ``g`` K-blocks (tt-metal's decode matmuls walk
+    ``K`` one activation shard per block, issue #55443: "its cost is the block count
+    ``K / in0_block_w``"), each core's weights read from DRAM block by block, activations and
+    output in SRAM; and a serving stack's own grid (tt-metal's prefill: "Use matmul 2D for all
     matmuls in prefill mode", "Inputs and output to matmul 2D are interleaved in DRAM",
-    ``tech_reports/LLMs/llms.md`` @0100dbfc; its decode: DRAM-sharded weights, activations in
-    SRAM): the busiest core's K loop (:func:`gemm_pipeline`), its tile products at
-    ``peak_flop_per_s`` (one core's, efficiency included); 0 as :func:`group_gemm_s` is."""
+    ``tech_reports/LLMs/llms.md`` @0100dbfc; its decode: DRAM-sharded weights, activations in SRAM)."""
     if hardware.compute.data_movement is None or not isinstance(hardware.network, Mesh):
         return 0.0
     blocks = core_blocks(math.ceil(m), math.ceil(k), math.ceil(n), grid=grid, tile_bytes=tile_bytes,
                          sram_bytes=hardware.memory.sram.capacity_bytes)
-    compute_s = blocks.rows * blocks.columns * blocks.k_block * blocks.k_blocks * 2.0 * TILE_SIDE**3 / peak_flop_per_s
+    if compute_s is None:
+        compute_s = blocks.rows * blocks.columns * blocks.k_block * blocks.k_blocks * 2.0 * TILE_SIDE**3 / (
+            peak_flop_per_s)
     return gemm_pipeline(hardware, blocks, compute_s, tile_bytes=tile_bytes, grid=grid, in_dram=in_dram).total_s

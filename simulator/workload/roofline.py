@@ -21,7 +21,7 @@ from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
 from simulator.network.mesh import Mesh
 from simulator.strategy import WORKING_PRECISION, Strategy
-from simulator.workload.gemm_pipeline import group_gemm_s, stack_grid_gemm_s
+from simulator.workload.gemm_pipeline import k_loop_s
 from simulator.workload.matrix_feed import fed_flop_per_s
 from simulator.workload.operators import Operator, UnitCollectives, parameter_count
 from simulator.workload.tiled_stage import TILE_SIDE
@@ -154,7 +154,7 @@ def operator_s(op: Operator, factor: float, kernels: int, hardware: Hardware, pe
     loop on its ``group`` of cores (tensor-parallel, sharing its input where it is
     :attr:`~Operator.shared_input`): each K-block's weights read from DRAM and input multicast
     before its tile products, the first block filling the pipeline
-    (:func:`simulator.workload.gemm_pipeline.group_gemm_s`, as :mod:`~simulator.workload.grid_gemm`
+    (:func:`simulator.workload.gemm_pipeline.k_loop_s`, as :mod:`~simulator.workload.grid_gemm`
     times a GEMM on a core grid).
 
     On a GPU a GEMM also loses its tile and wave quantization
@@ -192,11 +192,12 @@ def _k_loop_s(op: Operator, hardware: Hardware, compute_s: float, rate: float, g
     k = op.flops / (2.0 * m * n)
     tile_bytes = TILE_SIDE**2 * (op.b_bytes_per_element or op.weight_bytes / (k * n))
     if op.grid is None:
-        return group_gemm_s(hardware, m=m, k=k, n=n, group=group if op.shared_input else 1, tile_bytes=tile_bytes,
-                            compute_s=compute_s)
+        cores = group if op.shared_input else 1
+        return k_loop_s(hardware, m=m, k=k, n=n * cores, grid=(cores, 1), tile_bytes=tile_bytes,
+                        in_dram=(False, True, False), compute_s=compute_s)
     whole_n, whole_k = (n * group, k) if op.shared_input else (n, k * group)
-    return stack_grid_gemm_s(hardware, m=m, k=whole_k, n=whole_n, grid=op.grid, tile_bytes=tile_bytes,
-                             peak_flop_per_s=rate, in_dram=op.grid_in_dram)
+    return k_loop_s(hardware, m=m, k=whole_k, n=whole_n, grid=op.grid, tile_bytes=tile_bytes,
+                    in_dram=op.grid_in_dram, peak_flop_per_s=rate)
 
 
 FUSED_ATTENTION_BACKWARD = 2.5

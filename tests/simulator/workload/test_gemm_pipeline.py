@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from simulator import load_hardware
-from simulator.workload.gemm_pipeline import block_transfer_s, core_blocks, gemm_pipeline, stack_grid_gemm_s
+from simulator.workload.gemm_pipeline import block_transfer_s, core_blocks, gemm_pipeline, k_loop_s
 
 N150 = load_hardware("wormhole-n150")
 P150 = load_hardware("blackhole-p150")
@@ -97,8 +97,8 @@ def test_a_stack_grid_gemm_is_the_whole_gemms_k_loop_with_every_operand_in_dram(
     blocks = core_blocks(128, 4096, 14336, grid=(8, 8), tile_bytes=tile_bytes, sram_bytes=sram)
     compute = blocks.rows * blocks.columns * blocks.k_block * blocks.k_blocks * 2 * 32**3 / rate
     expected = gemm_pipeline(N150, blocks, compute, tile_bytes=tile_bytes, grid=(8, 8), in_dram=(True, True, True))
-    assert stack_grid_gemm_s(N150, m=128, k=4096, n=14336, grid=(8, 8), tile_bytes=tile_bytes,
-                             peak_flop_per_s=rate) == pytest.approx(expected.total_s, rel=1e-12)
+    assert k_loop_s(N150, m=128, k=4096, n=14336, grid=(8, 8), tile_bytes=tile_bytes, in_dram=(True, True, True),
+                    peak_flop_per_s=rate) == pytest.approx(expected.total_s, rel=1e-12)
     assert (blocks.rows, blocks.columns) == (1, 56)
 
 
