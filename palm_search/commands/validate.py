@@ -345,10 +345,10 @@ def trtllm_row(record: dict) -> ValidationRow:
     feasible = first.feasible and decode.feasible
     latency_s = first.iteration_time_s + (s_out - 1) * decode.iteration_time_s
     predicted = s_out * users / latency_s / int(record["gpus"]) if feasible else 0.0
-    note = f"stack {record['stack']}, {record['release']}" if feasible else (first.reason or decode.reason)
-    return _row("trtllm-h100", f"{record['model']} TP{tp} batch {users} {s_in}/{s_out} {record['precision']}",
-                "output tokens/s per GPU", float(record["out_tok_per_s_per_gpu"]), predicted, _describe(step),
-                note=note, group="decode")
+    note = f"stack {record['stack']}" if feasible else (first.reason or decode.reason)
+    return _row("trtllm-h100", f"{record['model']} TP{tp} batch {users} {s_in}/{s_out} {record['precision']} "
+                f"{record['release']}", "output tokens/s per GPU", float(record["out_tok_per_s_per_gpu"]), predicted,
+                _describe(step), note=note, group=record["release"])
 
 
 STREAM_MICROBATCHES_PER_STAGE = 1000

@@ -229,14 +229,16 @@ def test_torchtitan_h100_rows_under_the_fsdp2_stack():
     assert all(0.2 < r.error < 1.6 for r in rows if r.predicted > 0)
 
 
-# TensorRT-LLM v0.6.1's LLaMA 70B FP8 TP2 static batch (547 out tok/s/GPU) under the tensorrt-llm-fp8
-# stack: over-predicted (+112%). The bracket is sourced, not fitted: the simulator is never slower
-# than the release (it models no overhead v0.6.1 lacks), and its GQA attention reads each KV head
-# once, as the XQA kernel TensorRT-LLM added in v0.8 does, which its authors report gave up to 2.4x
-# Llama-70B throughput (docs/source/blogs/XQA-kernel.md); the suite's SOURCE.md.
-def test_trtllm_h100_row_is_over_predicted_within_the_xqa_speedup():
-    [row] = run_suites(["trtllm-h100"], data_dir=REPOSITORY_DATA, jobs=1)
-    assert row.published == 547 and 1.0 < row.predicted / row.published < 2.4
+# TensorRT-LLM's LLaMA 70B FP8 TP2 static batch under the tensorrt-llm-fp8 stack, one row per release.
+# v0.9.0 (1,011 out tok/s/GPU, XQA on: TRTLLM_ENABLE_XQA=1 in the file's own commands) is within 20%.
+# v0.6.1 (547) is over-predicted, within a sourced bracket: the simulator is never slower than the
+# release (it models no overhead v0.6.1 lacks), and its GQA attention reads each KV head once, as the
+# XQA kernel added in v0.8 does, which its authors report gave up to 2.4x Llama-70B throughput
+# (docs/source/blogs/XQA-kernel.md); the suite's SOURCE.md.
+def test_trtllm_h100_rows_are_within_20_percent_with_xqa_and_within_its_speedup_before_it():
+    rows = {row.group: row for row in run_suites(["trtllm-h100"], data_dir=REPOSITORY_DATA, jobs=1)}
+    assert rows["v0.9.0"].published == 1011 and abs(rows["v0.9.0"].error) <= 0.20
+    assert rows["v0.6.1"].published == 547 and 1.0 < rows["v0.6.1"].predicted / rows["v0.6.1"].published < 2.4
 
 
 def test_a_decode_steps_time_is_affine_in_its_context_so_the_mean_context_is_the_mean_step():
