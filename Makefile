@@ -21,9 +21,11 @@ demo: $(STAMP)
 	$(BYTECODE)
 	$(BIN)/palm-search optimize --model T-145B --hw wafer
 
+# The suite runs in as many processes as the machine has cores, at most 4 (pytest-xdist), each
+# test file whole in one process (a file's module fixtures, e.g. its PostgreSQL server, start once).
 test: $(STAMP)
 	$(BYTECODE)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --maxprocesses 4 --dist loadfile
 
 fuzz: $(STAMP)
 	$(BYTECODE)
