@@ -25,8 +25,10 @@ per the slower stage):
 ``fill + compute_block + (k_blocks - 1) max(transfer, compute_block) + drain``
 
 with ``fill = transfer`` (the first block must arrive before the first tile product) and the drain
-the writer's output block to DRAM (``dram_write_latency_s + bytes / dram_write_bandwidth``; none
-where the output stays in L1, which the packer writes itself).
+the writer's output block to DRAM (``dram_write_latency_s + bytes / rate``, the rate one core's or
+its share of the chip's DRAM bandwidth, as every core of the grid writes its block at once: the
+multicast handshakes hold the cores' K loops in step; none where the output stays in L1, which the
+packer writes itself).
 
 **Blocking.** A program configuration may set it (:class:`BlockTuning`, tt-metal's
 ``MatmulMultiCoreReuseMultiCastProgramConfig`` as ``tests/ttnn/unit_tests/benchmarks/
@@ -173,8 +175,9 @@ def gemm_pipeline(hardware: Hardware, blocks: CoreBlocks, compute_s: float, *, t
     moves = hardware.compute.data_movement
     drain = 0.0
     if moves is not None and in_dram[2]:
+        share = chip_dram_bytes_per_s(hardware) * hardware.calibration.memory_bound_efficiency / (grid[0] * grid[1])
         drain = (moves.dram_write_latency_s
-                 + blocks.rows * blocks.columns * tile_bytes / moves.dram_write_bandwidth_bytes_per_s)
+                 + blocks.rows * blocks.columns * tile_bytes / min(moves.dram_write_bandwidth_bytes_per_s, share))
     steps = blocks.out_blocks * blocks.k_blocks
     per_block = compute_s / steps
     runs = blocks.out_blocks if in_dram[2] else 1
