@@ -23,6 +23,7 @@ from palm_search.search.baseline import lowest_fitting_zero
 from simulator import (
     ATTENTION_SPLITS,
     MEGATRON_CORE,
+    BlockTuning,
     Hardware,
     ModelSpec,
     PassKind,
@@ -39,7 +40,6 @@ from simulator import (
 from simulator.legality import interleaving_legal, megatron_interleaving
 from simulator.network import topology_of
 from simulator.workload import model_flops_per_iteration
-from simulator.workload.gemm_pipeline import BlockTuning
 from spaces import enumerate_degrees
 
 _CHECKOUT_DATA = Path(__file__).resolve().parents[2] / "studies" / "validation"
