@@ -11,8 +11,8 @@ Follows PALM (Fang et al., arXiv 2406.03868). Typical use::
 
 This package imports neither optuna, typer, spaces nor palm_search. Its simulation functions
 (:mod:`simulator.api`: numpy, SimPy, the engine; about half of ``import simulator``; and
-:func:`grid_gemm`) load on first use (PEP 562), so a program that only reads models, machines or
-strategies starts without them.
+:func:`grid_gemm` with its :class:`BlockTuning`) load on first use (PEP 562), so a program that
+only reads models, machines or strategies starts without them.
 
 The public surface, what code outside the simulator (``spaces``, ``palm_search``) imports:
 
@@ -65,13 +65,14 @@ from simulator.workload.spec import ModelSpec
 
 if TYPE_CHECKING:
     from simulator.api import check_memory, estimate_samples_per_s, simulate, simulate_timeline, simulate_with_records
+    from simulator.workload.gemm_pipeline import BlockTuning
     from simulator.workload.grid_gemm import grid_gemm
 
 __version__ = "0.1.0"
 
 _API = {"check_memory": "simulator.api", "estimate_samples_per_s": "simulator.api", "simulate": "simulator.api",
         "simulate_timeline": "simulator.api", "simulate_with_records": "simulator.api",
-        "grid_gemm": "simulator.workload.grid_gemm"}
+        "grid_gemm": "simulator.workload.grid_gemm", "BlockTuning": "simulator.workload.gemm_pipeline"}
 """The functions loaded on first use, with their module."""
 
 
@@ -92,7 +93,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "BudgetExceeded", "Hardware", "InputError", "ModelSpec", "PalmError", "SimulationError", "ResourceUsage",
     "SimulationResult",
-    "check_memory", "estimate_samples_per_s", "grid_gemm",
+    "check_memory", "estimate_samples_per_s", "grid_gemm", "BlockTuning",
     "StageReport", "Strategy", "hardware_from_tables", "hardware_presets", "hardware_tables",
     "hardware_to_toml", "load_hardware", "load_model", "load_strategy",
     "model_presets", "num_microbatches", "read_best", "simulate", "simulate_timeline", "simulate_with_records",

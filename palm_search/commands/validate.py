@@ -23,6 +23,7 @@ from palm_search.search.baseline import lowest_fitting_zero
 from simulator import (
     ATTENTION_SPLITS,
     MEGATRON_CORE,
+    BlockTuning,
     Hardware,
     ModelSpec,
     PassKind,
@@ -406,13 +407,16 @@ TENSTORRENT_FORMATS = {"BFLOAT16": "bf16", "BFLOAT8_B": "bfloat8_b", "BFLOAT4_B"
 
 
 def tenstorrent_gemm_row(record: dict) -> ValidationRow:
-    """tt-metal GEMM_FLOPS: one matmul over the card's core grid, measured time (traced runs)."""
+    """tt-metal GEMM_FLOPS: one matmul over the card's core grid under the benchmark's blocking
+    for its shape, measured time (traced runs)."""
     hardware = load_hardware(TENSTORRENT_CARDS[record["card"]])
     m, k, n = int(record["m"]), int(record["k"]), int(record["n"])
     storage = tuple(record[f"{operand}_storage"] for operand in ("in0", "in1", "out"))
+    tuning = BlockTuning(**{part: int(record[part]) for part in ("in0_block_w_div", "num_out_blocks_h",
+                                                                 "num_out_blocks_w")})
     gemm = grid_gemm(hardware, m, k, n, precision=TENSTORRENT_FORMATS[record["dtype"]],
                      fidelity=record["math_fidelity"], grid=(int(record["grid_x"]), int(record["grid_y"])),
-                     in_dram=tuple(where == "DRAM" for where in storage))
+                     in_dram=tuple(where == "DRAM" for where in storage), tuning=tuning)
     lives, where = "/".join(storage), "L1" if "L1" in storage else "DRAM"
     return _row("tenstorrent-gemm", f"{record['card']} {record['grid_x']}x{record['grid_y']} {m}x{k}x{n} "
                 f"{record['dtype']} {record['math_fidelity']} {lives}", "s", record["time_ns"] * 1e-9, gemm.time_s,

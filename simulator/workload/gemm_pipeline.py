@@ -25,10 +25,24 @@ per the slower stage):
 ``fill + compute_block + (k_blocks - 1) max(transfer, compute_block) + drain``
 
 with ``fill = transfer`` (the first block must arrive before the first tile product) and the drain
-the writer's output block to DRAM (``dram_write_latency_s + bytes / dram_write_bandwidth``; none
-where the output stays in L1, which the packer writes itself). The block depth is tt-metal's
-``in0_block_w = K / gx`` (one in0 shard column per block, the GEMM_FLOPS benchmark's
-``in0_block_w_div = 1``), halved until two slots of both operands' blocks fit in one core's SRAM.
+the writer's output block to DRAM (``dram_write_latency_s + bytes / rate``, the rate one core's or
+its share of the chip's DRAM bandwidth, as every core of the grid writes its block at once: the
+multicast handshakes hold the cores' K loops in step; none where the output stays in L1, which the
+packer writes itself).
+
+**Blocking.** A program configuration may set it (:class:`BlockTuning`, tt-metal's
+``MatmulMultiCoreReuseMultiCastProgramConfig`` as ``tests/ttnn/unit_tests/benchmarks/
+test_benchmark.py::test_matmul_2d_host_perf`` builds it): the K-block is ``in0_block_w = K / gx /
+in0_block_w_div`` tiles deep, and each core's ``per_core_M x per_core_N`` output is walked as
+``num_out_blocks_h x num_out_blocks_w`` output blocks of ``out_block_h x out_block_w`` tiles, each
+a whole K loop whose in0 and in1 blocks are read and multicast again (the reader kernels loop
+``for bh, for bw, for block`` over ``num_blocks_h_dim``, ``num_blocks_w_dim``,
+``num_blocks_inner_dim``: ``reader_bmm_tile_layout_in0_sender_padding.cpp``,
+``reader_bmm_tile_layout_in1_sender_writer_padding.cpp``). Without one, the output is one block
+and ``in0_block_w = K / gx`` halves until two slots of both operands' blocks fit in one core's SRAM.
+Where the output lives in DRAM the in1 sender is also the writer: it writes output block ``i``
+before it reads block ``i + 1``'s first K-block, so each output block pays its own fill and drain;
+where it lives in L1 the K-blocks of all output blocks run as one pipeline.
 Each figure is a :class:`~simulator.hardware.spec.DataMovement` of the hardware, from tt-metal's
 data-movement microbenchmarks; a hardware without one pays nothing here.
 """
@@ -38,6 +52,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
 from simulator.network.mesh import Mesh
 from simulator.workload.tiled_stage import TILE_SIDE
@@ -48,14 +63,40 @@ program factory: ``in0_CB_tiles = in0_block_tiles * 2;  // double buffer``, ``in
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BlockTuning:
+    """A matmul program configuration's blocking, as tt-metal's GEMM benchmark sets it per shape
+    (``test_benchmark.py``: "in0_block_w_div: A parameter to divide an in0 block into multiple
+    chunks", "num_out_blocks_h/w: ... divide an output block into multiple chunks").
+
+    Attributes:
+        in0_block_w_div: K-blocks per in0 shard column (``in0_block_w = K / gx / in0_block_w_div``).
+        num_out_blocks_h: output blocks per core along M (``out_block_h = per_core_M / it``).
+        num_out_blocks_w: output blocks per core along N (``out_block_w = per_core_N / it``).
+
+    Raises:
+        InputError: a divisor below 1.
+    """
+
+    in0_block_w_div: int = 1
+    num_out_blocks_h: int = 1
+    num_out_blocks_w: int = 1
+
+    def __post_init__(self) -> None:
+        if min(self.in0_block_w_div, self.num_out_blocks_h, self.num_out_blocks_w) < 1:
+            raise InputError(f"block tuning: every divisor must be >= 1, got {self}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CoreBlocks:
-    """The busiest core's share of a GEMM on a grid, in 32 x 32 tiles: ``rows x columns`` output
-    tiles (``per_core_M x per_core_N``), ``K`` walked in ``k_blocks`` blocks of ``k_block`` tiles."""
+    """The busiest core's share of a GEMM on a grid, in 32 x 32 tiles: ``out_blocks`` output
+    blocks of ``rows x columns`` tiles (``out_block_h x out_block_w``), each walking ``K`` in
+    ``k_blocks`` blocks of ``k_block`` tiles."""
 
     rows: int
     columns: int
     k_block: int
     k_blocks: int
+    out_blocks: int = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,13 +112,21 @@ class Pipeline:
 
 
 def core_blocks(m: int, k: int, n: int, *, grid: tuple[int, int], tile_bytes: float,
-                sram_bytes: float) -> CoreBlocks:
+                sram_bytes: float, tuning: BlockTuning | None = None) -> CoreBlocks:
     """The blocks of ``(m x k) @ (k x n)`` on a ``grid = (gx, gy)`` (``gx`` splits ``N`` and ``K``,
-    ``gy`` splits ``M``) with tiles of ``tile_bytes`` and ``sram_bytes`` of SRAM per core."""
+    ``gy`` splits ``M``) with tiles of ``tile_bytes`` and ``sram_bytes`` of SRAM per core, as
+    ``tuning`` sets them, or where None one output block and the deepest K-block that fits (see
+    the module docstring)."""
     gx, gy = grid
     k_tiles = math.ceil(k / TILE_SIDE)
     rows, columns = math.ceil(math.ceil(m / TILE_SIDE) / gy), math.ceil(math.ceil(n / TILE_SIDE) / gx)
     depth = math.ceil(k_tiles / gx)
+    if tuning is not None:
+        depth = math.ceil(depth / tuning.in0_block_w_div)
+        return CoreBlocks(rows=math.ceil(rows / tuning.num_out_blocks_h),
+                          columns=math.ceil(columns / tuning.num_out_blocks_w), k_block=depth,
+                          k_blocks=math.ceil(k_tiles / depth),
+                          out_blocks=tuning.num_out_blocks_h * tuning.num_out_blocks_w)
     while depth > 1 and DOUBLE_BUFFER * (rows + columns) * depth * tile_bytes > sram_bytes:
         depth = math.ceil(depth / 2)
     return CoreBlocks(rows=rows, columns=columns, k_block=depth, k_blocks=math.ceil(k_tiles / depth))
@@ -117,16 +166,22 @@ def block_transfer_s(hardware: Hardware, blocks: CoreBlocks, *, tile_bytes: floa
 
 def gemm_pipeline(hardware: Hardware, blocks: CoreBlocks, compute_s: float, *, tile_bytes: float,
                   grid: tuple[int, int], in_dram: tuple[bool, bool, bool]) -> Pipeline:
-    """The K loop of one core whose tile products take ``compute_s`` in all (see the module
-    docstring); ``in_dram`` says whether ``A``, ``B`` and ``C`` live in DRAM."""
+    """The K loops of one core whose tile products take ``compute_s`` in all (see the module
+    docstring): ``runs`` two-stage pipelines, one per output block where the output is written to
+    DRAM, else one over every output block's K-blocks,
+    ``runs (fill + compute_block + (blocks_per_run - 1) max(transfer, compute_block) + drain)``;
+    ``in_dram`` says whether ``A``, ``B`` and ``C`` live in DRAM."""
     transfer = block_transfer_s(hardware, blocks, tile_bytes=tile_bytes, grid=grid, in_dram=in_dram[:2])
     moves = hardware.compute.data_movement
     drain = 0.0
     if moves is not None and in_dram[2]:
+        share = chip_dram_bytes_per_s(hardware) * hardware.calibration.memory_bound_efficiency / (grid[0] * grid[1])
         drain = (moves.dram_write_latency_s
-                 + blocks.rows * blocks.columns * tile_bytes / moves.dram_write_bandwidth_bytes_per_s)
-    per_block = compute_s / blocks.k_blocks
-    total = transfer + per_block + (blocks.k_blocks - 1) * max(transfer, per_block) + drain
+                 + blocks.rows * blocks.columns * tile_bytes / min(moves.dram_write_bandwidth_bytes_per_s, share))
+    steps = blocks.out_blocks * blocks.k_blocks
+    per_block = compute_s / steps
+    runs = blocks.out_blocks if in_dram[2] else 1
+    total = runs * (transfer + per_block + drain) + (steps - runs) * max(transfer, per_block)
     return Pipeline(total_s=total, transfer_s=transfer, drain_s=drain,
                     bound="multicast" if transfer > per_block else "compute")
 

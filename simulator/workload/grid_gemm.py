@@ -2,17 +2,19 @@
 
 The ``gx x gy`` core grid computes ``C (M x N) = A (M x K) B (K x N)`` in 32 x 32 tiles, each core
 owning a ``ceil(Mt / gy) x ceil(Nt / gx)`` block of output tiles (``Mt = ceil(M / 32)``; tt-metal
-``matmul_multicore_reuse_mcast_2d``: a block row of ``A`` is read once and multicast along its
-grid row, a block column of ``B`` along its grid column). Three times, each a roofline term
-(Williams et al., CACM 2009):
+``matmul_multicore_reuse_mcast_2d``: a block row of ``A`` is read and multicast along its grid
+row, a block column of ``B`` along its grid column), walked as a program configuration's output
+blocks and K-blocks (:class:`~simulator.workload.gemm_pipeline.BlockTuning`). Three times, each a
+roofline term (Williams et al., CACM 2009):
 
 * **compute**: the busiest core's tile products, ``2 x 32^3`` flop each, each taking the larger
   of its matrix-engine time at one core's peak for the format over the math fidelity's passes
   (the hardware's ``math_fidelity_phases``: 1, 2, 3 or 4 at LoFi, HiFi2, HiFi3, HiFi4; tt-metal
   ``tech_reports/GEMM_FLOPS``: "TFLOPS are calculated by dividing by the MATH_FIDELITY value";
   a preset's peak is the LoFi one) and its operands' unpack time from L1 with tt-llk's reuse
-  over tt-metal's output subblock (:mod:`simulator.workload.matrix_feed`), or the packers'
-  time for the block's output tiles if longer; over the hardware's ``gemm_efficiency``.
+  over tt-metal's output subblock of one output block (:mod:`simulator.workload.matrix_feed`),
+  or the packers' time for the core's output tiles if longer; over the hardware's
+  ``gemm_efficiency``.
 * **pipeline**: the compute laid over the K loop of tt-metal's reader kernels
   (:func:`~simulator.workload.gemm_pipeline.gemm_pipeline`): the first K-block's transfer before
   the first tile product (fill), each block no faster than its senders' DRAM read, multicast and
@@ -32,7 +34,7 @@ from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
 from simulator.network.mesh import Mesh
 from simulator.strategy import BYTES_PER_ELEMENT
-from simulator.workload.gemm_pipeline import chip_dram_bytes_per_s, core_blocks, gemm_pipeline
+from simulator.workload.gemm_pipeline import BlockTuning, chip_dram_bytes_per_s, core_blocks, gemm_pipeline
 from simulator.workload.matrix_feed import TILE_PRODUCT_FLOP, pack_s, subblock, unpack_s
 from simulator.workload.tiled import GemmShape, gemm_blocking
 from simulator.workload.tiled_stage import TILE_SIDE
@@ -59,7 +61,7 @@ class GridGemm:
 
 
 def grid_gemm(hardware: Hardware, m: int, k: int, n: int, *, precision: str, fidelity: str,
-              grid: tuple[int, int], in_dram: tuple[bool, bool, bool]) -> GridGemm:
+              grid: tuple[int, int], in_dram: tuple[bool, bool, bool], tuning: BlockTuning | None = None) -> GridGemm:
     """Time ``(m x k) @ (k x n)`` on a ``grid = (gx, gy)`` of ``hardware``'s cores.
 
     Args:
@@ -69,6 +71,8 @@ def grid_gemm(hardware: Hardware, m: int, k: int, n: int, *, precision: str, fid
         fidelity: a math fidelity the hardware offers (``LoFi``, ``HiFi2``, ``HiFi3``, ``HiFi4``).
         grid: cores along x (splitting ``N``) and y (splitting ``M``).
         in_dram: whether ``A``, ``B`` and ``C`` live in DRAM (else in the cores' SRAM).
+        tuning: the program configuration's blocking; None: one output block per core and the
+            deepest K-block that fits (:func:`~simulator.workload.gemm_pipeline.core_blocks`).
 
     Raises:
         InputError: not a mesh, a grid larger than the mesh, or an unknown format or fidelity.
@@ -80,20 +84,20 @@ def grid_gemm(hardware: Hardware, m: int, k: int, n: int, *, precision: str, fid
     if precision not in hardware.compute.peak_flop_per_s or fidelity not in hardware.compute.math_fidelity_phases:
         raise InputError(f"grid_gemm: no peak for {precision!r} at fidelity {fidelity!r} on {hardware.name!r}")
     cal = hardware.calibration
-    block_rows, block_columns = math.ceil(math.ceil(m / TILE_SIDE) / gy), math.ceil(math.ceil(n / TILE_SIDE) / gx)
-    products = block_rows * block_columns * math.ceil(k / TILE_SIDE)
-    passes = hardware.compute.math_fidelity_phases[fidelity]
-    feed = hardware.compute.unpacker
-    h, w = subblock(block_rows, block_columns, feed.subblock_tiles if feed else 1)
-    times = {"compute": products * TILE_PRODUCT_FLOP * passes / hardware.compute.peak_flop_per_s[precision],
-             "unpack": products * unpack_s(hardware, precision, max(h, w)),
-             "pack": pack_s(hardware, precision, block_rows * block_columns)}
-    bound = max(times, key=lambda part: times[part])
-    compute_s = times[bound] / cal.gemm_efficiency
     tile_bytes = TILE_SIDE**2 * BYTES_PER_ELEMENT[precision]
     sram = hardware.memory.sram.capacity_bytes
-    pipeline = gemm_pipeline(hardware, core_blocks(m, k, n, grid=grid, tile_bytes=tile_bytes, sram_bytes=sram),
-                             compute_s, tile_bytes=tile_bytes, grid=grid, in_dram=in_dram)
+    blocks = core_blocks(m, k, n, grid=grid, tile_bytes=tile_bytes, sram_bytes=sram, tuning=tuning)
+    output_tiles = blocks.out_blocks * blocks.rows * blocks.columns
+    products = output_tiles * math.ceil(k / TILE_SIDE)
+    passes = hardware.compute.math_fidelity_phases[fidelity]
+    feed = hardware.compute.unpacker
+    h, w = subblock(blocks.rows, blocks.columns, feed.subblock_tiles if feed else 1, out_sharded=not in_dram[2])
+    times = {"compute": products * TILE_PRODUCT_FLOP * passes / hardware.compute.peak_flop_per_s[precision],
+             "unpack": products * unpack_s(hardware, precision, max(h, w)),
+             "pack": pack_s(hardware, precision, output_tiles)}
+    bound = max(times, key=lambda part: times[part])
+    compute_s = times[bound] / cal.gemm_efficiency
+    pipeline = gemm_pipeline(hardware, blocks, compute_s, tile_bytes=tile_bytes, grid=grid, in_dram=in_dram)
     shape = GemmShape(m=m, k=k, n=n, bytes_per_element=BYTES_PER_ELEMENT[precision])
     blocking = gemm_blocking(shape, sram, tile=TILE_SIDE, grid=(gy, gx))
     moved = sum(part for part, lives in zip((blocking.a_bytes, blocking.b_bytes, blocking.c_bytes), in_dram,

@@ -35,18 +35,20 @@ EXPONENT_BYTES_PER_ELEMENT: dict[str, float] = {"bfloat8_b": 1 / 16, "bfloat4_b"
 :data:`simulator.strategy.BYTES_PER_ELEMENT`), which the unpackers read on a separate port."""
 
 
-def subblock(block_rows: int, block_columns: int, max_tiles: int) -> tuple[int, int]:
-    """tt-metal's output subblock ``(h, w)`` for a per-core block of ``block_rows x block_columns``
-    tiles: the largest ``h w <= max_tiles`` with ``h`` dividing the rows and ``w`` the columns,
-    and ``h = 1`` unless ``w`` spans the whole block row (tenstorrent/tt-metal
-    ``tests/ttnn/unit_tests/benchmarks/test_benchmark.py``, ``find_max_subblock``, the GEMM_FLOPS
-    benchmark's configuration)."""
-    best = (1, 1)
-    for h in (h for h in range(1, block_rows + 1) if block_rows % h == 0):
-        for w in (w for w in range(1, block_columns + 1) if block_columns % w == 0):
-            if h * w <= max_tiles and h * w > best[0] * best[1]:
-                best = (h, w)
-    return (1, best[1]) if block_columns > best[1] else best
+def subblock(block_rows: int, block_columns: int, max_tiles: int, *, out_sharded: bool = False) -> tuple[int, int]:
+    """tt-metal's output subblock ``(h, w)`` for an output block of ``block_rows x block_columns``
+    tiles: the first ``(h, w)`` with ``h`` dividing the rows and ``w`` the columns, trying the
+    largest ``h w <= max_tiles`` first and, among one product, the squarer shape first, taller
+    before wider (``(4, 2), (2, 4), (8, 1), (1, 8), (7, 1), ...``); one tile high where the output
+    is sharded in L1 (tenstorrent/tt-metal ``tests/ttnn/unit_tests/benchmarks/test_benchmark.py``,
+    ``SUBBLOCK_HW_CHOICES`` and ``get_subblock_sizes``, the GEMM_FLOPS benchmark's choice)."""
+    for tiles in range(max_tiles, 0, -1):
+        shapes = sorted(((h, tiles // h) for h in range(1, tiles + 1) if tiles % h == 0),
+                        key=lambda shape: (abs(shape[0] - shape[1]), -shape[0]))
+        for h, w in shapes:
+            if block_rows % h == 0 and block_columns % w == 0 and not (out_sharded and h != 1):
+                return h, w
+    return 1, 1
 
 
 def unpacked_tile_bytes(precision: str) -> float:

@@ -108,16 +108,16 @@ def test_tenstorrent_cnn_rows_within_their_guard(group, worst, cnn_rows):
 
 
 # The tenstorrent-gemm targets of the tiled-dataflow issue (n150 BF16 DRAM rows: mean <= 10%, max
-# <= 25%) are not met yet. With the unpackers' L1 read rate, the op-to-op latency per operation and
-# the K loop of tt-metal's reader kernels (simulator.workload.gemm_pipeline: fill, each K-block's
-# DRAM read + multicast + handshake, drain; tt-metal data-movement microbenchmarks) those rows are
-# at 20.4% mean and 31.3% max (from 23.0% / 37.0%), and the L1 groups at 8-13% mean (from 22-31%):
-# small GEMMs are now bound by their blocks' multicast as on silicon. The large rows are still
-# faster than silicon (the measured times are host times of traced runs, ~10% over the device
-# time at the largest n150 sizes, against a peak device utilisation of 93%). Held near what the
-# model gives.
-GEMM_GUARDS = [("n150 8x8 DRAM", 0.21, 0.32), ("p150 13x10 DRAM", 0.16, 0.33), ("p150 11x10 DRAM", 0.13, 0.26),
-               ("n150 8x8 L1", 0.14, 0.27), ("p150 13x10 L1", 0.09, 0.28), ("p150 11x10 L1", 0.10, 0.30)]
+# <= 25%): the max is met, the mean not yet. With the unpackers' L1 read rate, the op-to-op latency
+# per operation, the K loop of tt-metal's reader kernels (simulator.workload.gemm_pipeline: fill,
+# each K-block's DRAM read + multicast + handshake, drain at each core's share of the chip's DRAM)
+# and each row's blocking as tt-metal's benchmark set it (in0_block_w_div, num_out_blocks_h/w; the
+# subblock of one output block) those rows are at 11.8% mean and 24.2% max (from 23.0% / 37.0%
+# before the K loop). Most rows are still faster than silicon: the measured times are host times
+# of traced runs, up to 31% over the device time the report's utilisation implies, against which
+# the model is within 10% on 193 of 234 rows. Held near what the model gives.
+GEMM_GUARDS = [("n150 8x8 DRAM", 0.13, 0.25), ("p150 13x10 DRAM", 0.10, 0.30), ("p150 11x10 DRAM", 0.08, 0.23),
+               ("n150 8x8 L1", 0.15, 0.27), ("p150 13x10 L1", 0.09, 0.28), ("p150 11x10 L1", 0.10, 0.30)]
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +137,7 @@ def test_tenstorrent_gemm_n150_bf16_dram_rows_within_their_guard(gemm_rows):
     errors = [abs(r.error) for r in gemm_rows if r.case.startswith("n150") and " BFLOAT16 " in r.case
               and r.case.endswith("DRAM/DRAM/DRAM")]
     assert len(errors) == 12
-    assert sum(errors) / len(errors) <= 0.21 and max(errors) <= 0.32
+    assert sum(errors) / len(errors) <= 0.12 and max(errors) <= 0.25
 
 
 def test_cross_checks_do_not_count_as_error():

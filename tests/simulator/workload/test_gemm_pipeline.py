@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from simulator import load_hardware
-from simulator.workload.gemm_pipeline import block_transfer_s, core_blocks, gemm_pipeline, k_loop_s
+from simulator.errors import InputError
+from simulator.workload.gemm_pipeline import BlockTuning, block_transfer_s, core_blocks, gemm_pipeline, k_loop_s
 
 N150 = load_hardware("wormhole-n150")
 P150 = load_hardware("blackhole-p150")
@@ -51,7 +52,8 @@ def test_a_block_costs_its_slower_senders_read_multicast_and_handshake():
 def test_the_k_loop_is_a_two_stage_pipeline_with_fill_and_drain():
     blocks = core_blocks(512, 512, 512, grid=(8, 8), tile_bytes=BF16_TILE, sram_bytes=SRAM)
     transfer = block_transfer_s(N150, blocks, tile_bytes=BF16_TILE, grid=(8, 8), in_dram=(True, True))
-    drain = 401e-9 + 4 * BF16_TILE / 21e9
+    # all 64 cores write at once: 288 GB/s x 0.92 / 64 = 4.14 GB/s each, below a core's 21
+    drain = 401e-9 + 4 * BF16_TILE / (288e9 * 0.92 / 64)
     slow = gemm_pipeline(N150, blocks, 1e-7, tile_bytes=BF16_TILE, grid=(8, 8), in_dram=(True, True, True))
     assert slow.bound == "multicast" and slow.drain_s == pytest.approx(drain, rel=1e-12)
     assert slow.total_s == pytest.approx(8 * transfer + 1e-7 / 8 + drain, rel=1e-12)
@@ -110,3 +112,34 @@ def test_a_sender_without_receivers_keeps_its_block():
     read = 384e-9 + blocks.k_block * blocks.columns * 1088.0 / 22e9
     multicast = blocks.rows * blocks.k_block * 1088.0 / 22e9 + 2 * 11 * 9e-9
     assert transfer == pytest.approx(max(read, multicast), rel=1e-12)
+
+
+def test_a_tuned_blocking_splits_k_by_in0_block_w_div_and_the_output_into_blocks():
+    # the GEMM_FLOPS benchmark's 16384^3 on 8 x 8: (2048, 2048, 2048, False, False, 4, 8, 8)
+    blocks = core_blocks(16384, 16384, 16384, grid=(8, 8), tile_bytes=BF16_TILE, sram_bytes=SRAM,
+                         tuning=BlockTuning(in0_block_w_div=4, num_out_blocks_h=8, num_out_blocks_w=8))
+    assert (blocks.rows, blocks.columns, blocks.k_block, blocks.k_blocks, blocks.out_blocks) == (8, 8, 16, 32, 64)
+    default = core_blocks(2048, 3072, 3072, grid=(8, 8), tile_bytes=BF16_TILE, sram_bytes=SRAM, tuning=BlockTuning())
+    assert (default.k_block, default.k_blocks, default.out_blocks) == (12, 8, 1)
+
+
+def test_block_tuning_rejects_a_divisor_below_one():
+    with pytest.raises(InputError, match="num_out_blocks_w"):
+        BlockTuning(num_out_blocks_w=0)
+
+
+@pytest.mark.parametrize("out_in_dram", [True, False])
+def test_each_output_block_written_to_dram_pays_its_own_fill_and_drain(out_in_dram):
+    tuning = BlockTuning(in0_block_w_div=2, num_out_blocks_h=2, num_out_blocks_w=2)
+    blocks = core_blocks(4096, 4096, 4096, grid=(8, 8), tile_bytes=BF16_TILE, sram_bytes=SRAM, tuning=tuning)
+    assert (blocks.rows, blocks.columns, blocks.k_block, blocks.k_blocks, blocks.out_blocks) == (8, 8, 8, 16, 4)
+    transfer = block_transfer_s(N150, blocks, tile_bytes=BF16_TILE, grid=(8, 8), in_dram=(True, True))
+    for compute_s in (1e-5, 1e-3):  # transfer-bound, then compute-bound
+        pipeline = gemm_pipeline(N150, blocks, compute_s, tile_bytes=BF16_TILE, grid=(8, 8),
+                                 in_dram=(True, True, out_in_dram))
+        step = max(transfer, compute_s / 64)
+        if out_in_dram:
+            expected = 4 * (transfer + compute_s / 64 + pipeline.drain_s) + 60 * step
+        else:
+            expected = transfer + compute_s / 64 + 63 * step
+        assert pipeline.total_s == pytest.approx(expected, rel=1e-12)

@@ -10,10 +10,24 @@ from simulator.workload.matrix_feed import fed_flop_per_s, subblock, unpack_s, u
 N150 = load_hardware("wormhole-n150")
 
 
-@pytest.mark.parametrize(("block", "expected"), [((2, 2), (2, 2)), ((8, 8), (1, 8)), ((4, 2), (4, 2)),
-                                                 ((3, 5), (1, 5)), ((1, 16), (1, 8)), ((7, 7), (1, 7))])
-def test_subblock_follows_tt_metal_find_max_subblock(block, expected):
-    assert subblock(*block, 8) == expected
+# tt-metal tests/ttnn/unit_tests/benchmarks/test_benchmark.py SUBBLOCK_HW_CHOICES, in the order
+# get_subblock_sizes tries them (the GEMM_FLOPS report's benchmark)
+SUBBLOCK_HW_CHOICES = [(4, 2), (2, 4), (8, 1), (1, 8), (7, 1), (1, 7), (3, 2), (2, 3), (6, 1), (1, 6),
+                       (5, 1), (1, 5), (2, 2), (4, 1), (1, 4), (3, 1), (1, 3), (2, 1), (1, 2), (1, 1)]
+
+
+@pytest.mark.parametrize("out_sharded", [False, True])
+@pytest.mark.parametrize("block", [(2, 2), (8, 8), (4, 2), (3, 5), (1, 16), (7, 7), (12, 16), (13, 10), (16, 8)])
+def test_subblock_is_the_first_of_tt_metals_choices_that_divides_the_block(block, out_sharded):
+    rows, columns = block
+    expected = next(choice for choice in SUBBLOCK_HW_CHOICES if rows % choice[0] == 0 and columns % choice[1] == 0
+                    and not (out_sharded and choice[0] != 1))
+    assert subblock(rows, columns, 8, out_sharded=out_sharded) == expected
+
+
+def test_subblock_examples():
+    assert subblock(8, 8, 8) == (4, 2) and subblock(8, 8, 8, out_sharded=True) == (1, 8)
+    assert subblock(13, 10, 8) == (1, 5) and subblock(7, 7, 8) == (7, 1)
 
 
 @pytest.mark.parametrize(("precision", "expected"), [("bf16", 2048), ("bfloat8_b", 1024), ("bfloat4_b", 512)])

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from simulator import InputError, load_hardware
+from simulator.workload.gemm_pipeline import BlockTuning
 from simulator.workload.grid_gemm import grid_gemm
 
 N150 = load_hardware("wormhole-n150")
@@ -87,3 +88,18 @@ def test_a_grid_the_chip_does_not_have_is_an_input_error(grid, hardware):
     with pytest.raises(InputError, match="grid"):
         grid_gemm(load_hardware(hardware), 512, 512, 512, precision="bf16", fidelity="LoFi", grid=grid,
                   in_dram=(True, True, True))
+
+
+def test_the_benchmarks_tuned_16384_cubed_unpacks_over_its_output_blocks_subblock():
+    # tt-metal test_benchmark.py (2048, 2048, 2048, False, False, 4, 8, 8) on 8 x 8: 64 output blocks
+    # of 8 x 8 tiles, written to DRAM, so the subblock is 4 x 2 and each product unpacks 1 + 1/4 tiles
+    # of 2 + 2048 / 64 cycles; HiFi2's 32 cycles are shorter
+    tuning = BlockTuning(in0_block_w_div=4, num_out_blocks_h=8, num_out_blocks_w=8)
+    gemm = grid_gemm(N150, 16384, 16384, 16384, precision="bf16", fidelity="HiFi2", grid=(8, 8),
+                     in_dram=(True, True, True), tuning=tuning)
+    products = 64 * 64 * 512
+    assert gemm.bound == "unpack"
+    assert gemm.compute_s == pytest.approx(products * 1.25 * 34e-9 / N150.calibration.gemm_efficiency, rel=1e-12)
+    untuned = grid_gemm(N150, 16384, 16384, 16384, precision="bf16", fidelity="HiFi2", grid=(8, 8),
+                        in_dram=(True, True, True))
+    assert gemm.time_s > untuned.time_s
