@@ -148,7 +148,55 @@ activations, roofline): with those marked ``where``, left out of :func:`_units`'
 of virtual stages enters it only as whether the embedding and logits share one)."""
 
 _UNIT_FIELDS = tuple(f.name for f in fields(Strategy) if f.name not in STAGE_ONLY_FIELDS and not f.metadata["where"])
-_UNITS: OrderedDict[tuple[object, ...], tuple[ModelSpec, Hardware, Units]] = OrderedDict()
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualStage:
+    """The units of one virtual stage and what they hold whatever the plan around them.
+
+    Attributes:
+        entries: its units in model order (name, unit).
+        groups: each distinct unit with its count, in first-seen order (:func:`_groups`).
+        key: the units' identities and counts: stages of equal keys cost the same (names aside).
+        parameters: parameters one device holds before ZeRO sharding (elements).
+        expert_parameters: those of them in routed experts (elements).
+        fp8_parameter_bytes: bytes of the parameters its FP8 GEMMs take (:attr:`Operator.fp8`).
+        layers: its transformer layers (each holds its KV cache).
+    """
+
+    entries: tuple[Item, ...]
+    groups: tuple[Group, ...]
+    key: tuple[tuple[int, int], ...]
+    parameters: float
+    expert_parameters: float
+    fp8_parameter_bytes: float
+    layers: int
+
+    @classmethod
+    def of(cls, entries: Sequence[Item]) -> VirtualStage:
+        """The stage of ``entries``."""
+        groups = tuple(_groups(entries))
+        return cls(entries=tuple(entries), groups=groups, key=tuple((id(unit), n) for unit, n in groups),
+                   parameters=sum(unit.parameters * count for unit, count in groups),
+                   expert_parameters=sum(unit.expert_parameters * count for unit, count in groups),
+                   fp8_parameter_bytes=sum(op.parameter_bytes * count for unit, count in groups for op in unit.ops
+                                           if op.fp8),
+                   layers=sum(1 for name, _ in entries if name.startswith("layer")))
+
+
+@dataclass(frozen=True, slots=True)
+class _KeptUnits:
+    """A plan's units (with the model and machine they were built for, held so their ids stay
+    theirs) and their splits into virtual stages found so far, by (partition, virtual stages,
+    explicit layers)."""
+
+    model: ModelSpec
+    hardware: Hardware
+    units: Units
+    splits: dict[tuple[str, int, tuple[int, ...] | None], tuple[VirtualStage, ...]]
+
+
+_UNITS: OrderedDict[tuple[object, ...], _KeptUnits] = OrderedDict()
 _UNITS_KEPT = 2048
 """Units of the last plans, the oldest dropped first (about 16 KiB each for an MoE model): a
 search and its memory pre-screen ask for the same units under many pipeline and data-parallel
@@ -156,19 +204,19 @@ degrees, schedules and ZeRO stages (Qwen3-30B-A3B on 1,024 H100s: 6,357 distinct
 1,825 sets of degrees, each asked for again within the next 2,048 built)."""
 
 
-def _units(model: ModelSpec, hardware: Hardware, strategy: Strategy, stack: Stack) -> Units:
+def _units(model: ModelSpec, hardware: Hardware, strategy: Strategy, stack: Stack) -> _KeptUnits:
     """The model's units (a transformer's embedding and logits share a stage when the model ties
     them, as GPT's do, and the pipeline has a single virtual stage), kept for the last
-    :data:`_UNITS_KEPT` plans (keyed by the model and machine objects, held so their ids stay
-    theirs, the stack and the strategy's fields a unit reads)."""
+    :data:`_UNITS_KEPT` plans (keyed by the model and machine objects, the stack and the
+    strategy's fields a unit reads)."""
     tied = model.architecture != "llama" and not model.num_classes and strategy.pp * strategy.num_chunks == 1
     key = (id(model), id(hardware), stack, tied, *(getattr(strategy, name) for name in _UNIT_FIELDS))
     kept = _UNITS.get(key)
     if kept is None:
-        kept = _UNITS[key] = (model, hardware, _build_units(model, hardware, strategy, tied, stack))
+        kept = _UNITS[key] = _KeptUnits(model, hardware, _build_units(model, hardware, strategy, tied, stack), {})
         if len(_UNITS) > _UNITS_KEPT:
             _UNITS.popitem(last=False)
-    return kept[2]
+    return kept
 
 
 def _build_units(model: ModelSpec, hardware: Hardware, strategy: Strategy, tied: bool, stack: Stack) -> Units:
@@ -176,6 +224,23 @@ def _build_units(model: ModelSpec, hardware: Hardware, strategy: Strategy, tied:
     if not model.is_transformer:
         return _resnet_units(model, hardware, strategy)
     return _transformer_units(model, hardware, strategy, tied, stack)
+
+
+def _split(kept: _KeptUnits, strategy: Strategy) -> tuple[VirtualStage, ...]:
+    """The units of each virtual stage in model order (the embedding on the first, the logits on
+    the last), as the strategy's partition splits them; kept with the units."""
+    key = (strategy.partition, strategy.pp * strategy.num_chunks, strategy.stage_layers)
+    stages = kept.splits.get(key)
+    if stages is None:
+        items, first, last = kept.units.items, kept.units.first, kept.units.last
+        counts = _partition(items, first, last, key[1], strategy.stage_layers, strategy.partition)
+        starts = [sum(counts[:index]) for index in range(len(counts))]
+        stages = kept.splits[key] = tuple(VirtualStage.of(
+            ([("embedding", first)] if first is not None and index == 0 else [])
+            + items[start:start + count]
+            + ([("logits", last)] if last is not None and index == len(counts) - 1 else []))
+            for index, (start, count) in enumerate(zip(starts, counts, strict=True)))
+    return stages
 
 
 def _partition(items: list[Item], first: UnitCost | None, last: UnitCost | None, parts: int,
@@ -478,27 +543,19 @@ def expert_dp_collectives(experts: float, strategy: Strategy) -> tuple[Collectiv
     return (Collective(kind="all_reduce", size_bytes=size),)
 
 
-def _stage_parameters(groups: Sequence[Group]) -> tuple[float, float]:
-    """Parameters one device of a stage holds before ZeRO sharding, and those of them in routed
-    experts (elements)."""
-    return (sum(unit.parameters * count for unit, count in groups),
-            sum(unit.expert_parameters * count for unit, count in groups))
-
-
-def _stage_memory(entries: Sequence[Item], groups: Sequence[Group], hardware: Hardware, strategy: Strategy,
-                  stack: Stack, kv_cache_per_layer_bytes: float, sram_resident_bytes: float = 0.0) -> MemoryBreakdown:
-    """Memory of one device of a virtual stage made of ``entries`` (name, unit; ``groups``: the
-    same, :func:`_groups`), from its units' parameters and stashes alone (no time): its model states under ZeRO
-    (:func:`memory.stage_state_bytes`, weights in a serving stack's formats where it stores
-    some), FP8 weight copies, ZeRO-3's gathered buffers (:func:`zero3_buffer_bytes`), live
-    activations of one microbatch and the KV cache of its layers (``kv_cache_per_layer_bytes``
-    each: :func:`operators.kv_cache_bytes` times the replica's microbatches). ``sram_resident_bytes``:
-    what a mesh's planner keeps in SRAM (reported, not part of the capacity check)."""
-    parameters, experts = _stage_parameters(groups)
-    fp8_parameters = sum(op.parameter_bytes * count for unit, count in groups for op in unit.ops
-                         if op.fp8) / strategy.bytes_per_element
+def _stage_memory(stage: VirtualStage, hardware: Hardware, strategy: Strategy, stack: Stack,
+                  kv_cache_per_layer_bytes: float, sram_resident_bytes: float = 0.0) -> MemoryBreakdown:
+    """Memory of one device of a virtual stage, from its units' parameters and stashes alone
+    (no time): its model states under ZeRO (:func:`memory.stage_state_bytes`, weights in a
+    serving stack's formats where it stores some), FP8 weight copies, ZeRO-3's gathered buffers
+    (:func:`zero3_buffer_bytes`), live activations of one microbatch and the KV cache of its
+    layers (``kv_cache_per_layer_bytes`` each: :func:`operators.kv_cache_bytes` times the
+    replica's microbatches). ``sram_resident_bytes``: what a mesh's planner keeps in SRAM
+    (reported, not part of the capacity check)."""
+    groups, parameters = stage.groups, stage.parameters
+    fp8_parameters = stage.fp8_parameter_bytes / strategy.bytes_per_element
     buffers = zero3_buffer_bytes(parameters, max(unit.parameters for unit, _ in groups), strategy, hardware, stack)
-    states = memory.stage_state_bytes(parameters, experts, strategy)
+    states = memory.stage_state_bytes(parameters, stage.expert_parameters, strategy)
     weights = states.weights_bytes
     if any(unit.parameter_bytes for unit, _ in groups):
         weights = sum((unit.parameter_bytes or unit.parameters * strategy.bytes_per_element) * count
@@ -509,18 +566,16 @@ def _stage_memory(entries: Sequence[Item], groups: Sequence[Group], hardware: Ha
         optimizer_bytes=states.optimizer_bytes,
         activation_bytes_per_microbatch=_live_activation_bytes(groups, strategy.training),
         sram_resident_bytes=sram_resident_bytes,
-        kv_cache_bytes=kv_cache_per_layer_bytes * sum(1 for name, _ in entries if name.startswith("layer")))
+        kv_cache_bytes=kv_cache_per_layer_bytes * stage.layers)
 
 
-def _stage_cost(entries: Sequence[Item], groups: Sequence[Group], hardware: Hardware, strategy: Strategy,
-                stack: Stack, kv_cache_per_layer_bytes: float) -> StageCost:
-    """Cost of one virtual stage made of ``entries`` (name, unit; ``groups``: the same,
-    :func:`_groups`), one way: its data-parallel
-    and ZeRO-3 collectives (here), its memory (:func:`_stage_memory`), its update
-    (:mod:`~simulator.workload.memory`), its DRAM traffic (the mesh's planner), the update's
-    time (:func:`optimizer_step`), then its passes."""
-    segments = len(entries)
-    parameters, experts = _stage_parameters(groups)
+def _stage_cost(stage: VirtualStage, hardware: Hardware, strategy: Strategy, stack: Stack,
+                kv_cache_per_layer_bytes: float) -> StageCost:
+    """Cost of one virtual stage, one way: its data-parallel and ZeRO-3 collectives (here), its
+    memory (:func:`_stage_memory`), its update (:mod:`~simulator.workload.memory`), its DRAM
+    traffic (the mesh's planner), the update's time (:func:`optimizer_step`), then its passes."""
+    entries, groups, segments = stage.entries, stage.groups, len(stage.entries)
+    parameters, experts = stage.parameters, stage.expert_parameters
     gemm_flops = sum(unit.gemm_flops * count for unit, count in groups)
     tensors = zero3_tensors(groups, parameters, segments, strategy, stack)
     zero3_backward = zero3_collectives(tensors, strategy, hardware, True, stack)
@@ -547,7 +602,7 @@ def _stage_cost(entries: Sequence[Item], groups: Sequence[Group], hardware: Hard
         model_flops_per_microbatch=gemm_flops * (3.0 if strategy.training else 1.0),
         hardware_flops_per_microbatch=gemm_flops * (3.0 if strategy.training else 1.0)
         + sum(unit.recompute_gemm_flops * count for unit, count in groups),
-        memory=_stage_memory(entries, groups, hardware, strategy, stack, kv_cache_per_layer_bytes,
+        memory=_stage_memory(stage, hardware, strategy, stack, kv_cache_per_layer_bytes,
                              plan.resident_bytes if plan else 0.0),
     )
 
@@ -573,9 +628,8 @@ def build_stage_costs(model: ModelSpec, hardware: Hardware, strategy: Strategy,
             microbatch larger than the global batch, or no peak for the precision.
     """
     strategy, stages, kv_cache = _virtual_stages(model, hardware, strategy, stack)
-    costs = [replace(cost, units=tuple(name for name, _ in entries)) for cost, entries in zip(
-        _once_per_stage(stages, lambda entries, groups: _stage_cost(entries, groups, hardware, strategy, stack,
-                                                                    kv_cache)),
+    costs = [replace(cost, units=tuple(name for name, _ in stage.entries)) for cost, stage in zip(
+        _once_per_stage(stages, lambda stage: _stage_cost(stage, hardware, strategy, stack, kv_cache)),
         stages, strict=True)]
     host_s = formats.host_sampling_s(model, strategy, stack)
     if host_s:  # the last stage's logits go to the host, the device waiting
@@ -594,30 +648,24 @@ def build_stage_memory(model: ModelSpec, hardware: Hardware, strategy: Strategy,
         InputError: as :func:`build_stage_costs`.
     """
     strategy, stages, kv_cache = _virtual_stages(model, hardware, strategy, stack)
-    return tuple(_once_per_stage(stages, lambda entries, groups: _stage_memory(entries, groups, hardware, strategy,
-                                                                               stack, kv_cache)))
+    return tuple(_once_per_stage(stages, lambda stage: _stage_memory(stage, hardware, strategy, stack, kv_cache)))
 
 
-def _once_per_stage(stages: list[list[Item]], build: Callable[[list[Item], list[Group]], _Built]) -> list[_Built]:
-    """``build(entries, groups)`` of each virtual stage (:func:`_groups`), run once per distinct
-    stage (the same units, each as many times: the names aside, such stages cost the same)."""
+def _once_per_stage(stages: Sequence[VirtualStage], build: Callable[[VirtualStage], _Built]) -> list[_Built]:
+    """``build`` of each virtual stage, run once per distinct stage (:attr:`VirtualStage.key`)."""
     built: dict[tuple[tuple[int, int], ...], _Built] = {}
-    keys = []
-    for entries in stages:
-        groups = _groups(entries)
-        key = tuple((id(unit), n) for unit, n in groups)
-        if key not in built:
-            built[key] = build(entries, groups)
-        keys.append(key)
-    return [built[key] for key in keys]
+    for stage in stages:
+        if stage.key not in built:
+            built[stage.key] = build(stage)
+    return [built[stage.key] for stage in stages]
 
 
 def _virtual_stages(model: ModelSpec, hardware: Hardware, strategy: Strategy,
-                    stack: Stack) -> tuple[Strategy, list[list[Item]], float]:
-    """The checked strategy (its attention resolved), the units of each virtual stage in model
-    order (the embedding on the first, the logits on the last), and each layer's KV cache for
-    every microbatch of the replica (bytes; each user's cache stays resident between steps:
-    :func:`operators.kv_cache_bytes`, in the stack's KV-cache format where it gives one).
+                    stack: Stack) -> tuple[Strategy, tuple[VirtualStage, ...], float]:
+    """The checked strategy (its attention resolved), its virtual stages in model order
+    (:func:`_split`), and each layer's KV cache for every microbatch of the replica (bytes; each
+    user's cache stays resident between steps: :func:`operators.kv_cache_bytes`, in the stack's
+    KV-cache format where it gives one).
 
     Raises:
         InputError: as :func:`build_stage_costs`.
@@ -626,21 +674,8 @@ def _virtual_stages(model: ModelSpec, hardware: Hardware, strategy: Strategy,
     attention = attention_of(model, hardware, strategy)
     if attention != strategy.attention:
         strategy = replace(strategy, attention=attention)  # type: ignore[arg-type]
-    units = _units(model, hardware, strategy, stack)
-    items, first, last = units.items, units.first, units.last
-    counts = _partition(items, first, last, strategy.pp * strategy.num_chunks, strategy.stage_layers,
-                        strategy.partition)
-    stages: list[list[Item]] = []
-    start = 0
-    for index, count in enumerate(counts):
-        entries = list(items[start:start + count])
-        start += count
-        if first is not None and index == 0:
-            entries.insert(0, ("embedding", first))
-        if last is not None and index == len(counts) - 1:
-            entries.append(("logits", last))
-        stages.append(entries)
-    return strategy, stages, units.kv_cache_bytes * num_microbatches(model, strategy)
+    kept = _units(model, hardware, strategy, stack)
+    return strategy, _split(kept, strategy), kept.units.kv_cache_bytes * num_microbatches(model, strategy)
 
 
 def model_flops_per_iteration(model: ModelSpec, global_batch_size: int, *, recompute: bool = False) -> float:
