@@ -72,9 +72,13 @@ class FlowIndex:
 
 
 def _flow_index(flows: list[Flow], topology: Topology) -> FlowIndex:
-    pairs = [(k, r, f.loads[r], f.occupancy[r]) for k, f in enumerate(flows) for r in f.loads]
-    flow, resource, load, occupancy = (np.array(column) for column in zip(*pairs, strict=True)) if pairs else \
-        (np.zeros(0, dtype=int), np.zeros(0, dtype=int), np.zeros(0), np.zeros(0))
+    """The :class:`FlowIndex` of ``flows``: each flow's resources in the order of its loads."""
+    sizes = [len(f.loads) for f in flows]
+    count = sum(sizes)
+    flow = np.repeat(np.arange(len(flows), dtype=int), sizes)
+    resource = np.fromiter((r for f in flows for r in f.loads), dtype=int, count=count)
+    load = np.fromiter((x for f in flows for x in f.loads.values()), dtype=float, count=count)
+    occupancy = np.fromiter((f.occupancy[r] for f in flows for r in f.loads), dtype=float, count=count)
     used, slot = np.unique(resource, return_inverse=True)
     ids = used.tolist()
     return FlowIndex(flow=flow, slot=slot.reshape(-1), load=load, occupancy=occupancy, used=used,
