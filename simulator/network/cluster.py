@@ -120,11 +120,20 @@ class ClusterTopology(Topology):
         self.num_devices = cluster.num_devices
         intra, inter = cluster.intra_node_bandwidth_bytes_per_s, cluster.inter_node_bandwidth_bytes_per_s
         bandwidths, efficiencies = (intra, intra, inter, inter), (None, None, *[cluster.inter_node_efficiency] * 2)
+        self._port_bandwidths, self._port_efficiencies = bandwidths, efficiencies
         self.bandwidth_bytes_per_s = _Ports.by_port(self.num_devices, bandwidths)
         self.efficiencies = _Ports.by_port(self.num_devices, efficiencies)
         self.kinds = _Ports.by_port(self.num_devices, [kind for _, kind in PORTS])
         self.names = _Ports(self.num_devices, lambda gpu, port: f"gpu{gpu} {PORTS[port][0]}")
         self.route = cache(self._route)  # type: ignore[method-assign]
+
+    def occupancy(self, loads: dict[int, float], efficiency: float) -> dict[int, float]:
+        """:meth:`Topology.occupancy` with each port's bandwidth and efficiency read once (the
+        same products: a wide all-to-all's flows load thousands of ports)."""
+        rates = [bandwidth * (own or efficiency)
+                 for bandwidth, own in zip(self._port_bandwidths, self._port_efficiencies, strict=True)]
+        ports = len(PORTS)
+        return {r: load / rates[r % ports] for r, load in loads.items()}
 
     def _port(self, gpu: int, port: int) -> int:
         return len(PORTS) * gpu + port
@@ -212,7 +221,7 @@ class ClusterTopology(Topology):
         resources, first, counts = np.unique(sequence, return_index=True, return_counts=True)
         order = np.argsort(first, kind="stable")
         loads = dict(zip(resources[order].tolist(), counts[order].astype(float).tolist(), strict=True))
-        kinds = {int(r) % len(PORTS) for r in resources}
+        kinds = set((resources % len(PORTS)).tolist())
         latency = max([self.cluster.intra_node_latency_s] * bool(kinds & {0, 1})
                       + [self.cluster.inter_node_latency_s] * bool(kinds & {2, 3}), default=0.0)
         return loads, latency, float(len(sequence) // 2)

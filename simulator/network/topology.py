@@ -104,6 +104,12 @@ class Topology:
         self._efficiencies.append(efficiency)
         return len(self._names) - 1
 
+    def occupancy(self, loads: dict[int, float], efficiency: float) -> dict[int, float]:
+        """Seconds per byte each resource of ``loads`` (edges crossing it) is busy: the load over
+        its bandwidth times its own efficiency, else ``efficiency`` (the flow's calibration)."""
+        bandwidth, own = self.bandwidth_bytes_per_s, self.efficiencies
+        return {r: load / (bandwidth[r] * (own[r] or efficiency)) for r, load in loads.items()}
+
     @property
     def num_resources(self) -> int:
         """Resources (links, ports) in the machine."""
