@@ -142,6 +142,12 @@ class ClusterTopology(Topology):
         """Two NVSwitch ports (``link``) and two NIC directions (``nic``) per GPU."""
         return {"link": 2 * self.num_devices, "nic": 2 * self.num_devices}
 
+    def resource_shift(self, device_shift: int) -> int | None:
+        """A route's resources and latency depend only on its ends' ports and whether they share
+        a node, so moving devices by whole nodes moves their resources by :data:`PORTS` per GPU
+        (:meth:`Topology.resource_shift`); by part of a node: None."""
+        return len(PORTS) * device_shift if device_shift % self.cluster.gpus_per_node == 0 else None
+
     def aligned_replicas(self, placement: str, replica_devices: int, stage_devices: int) -> int | None:
         """Every GPU has the same four ports and a route's resources and latency depend only on
         whether its ends share a node, so moving devices by whole nodes maps routes onto routes

@@ -119,6 +119,14 @@ class Topology:
         """How many resources of each kind the machine has."""
         return dict(Counter(self.kinds))
 
+    def resource_shift(self, device_shift: int) -> int | None:
+        """How far the resources of devices ``device_shift`` further along lie, when that move
+        maps every route (and DRAM stream) of devices ``d`` onto the routes of ``d +
+        device_shift`` through resources that many further, of the same kinds, bandwidths,
+        efficiencies and latencies, crossed in the same order; None when this kind cannot tell
+        (the default: the simulator then routes every stage's flows)."""
+        return None
+
     def aligned_replicas(self, placement: str, replica_devices: int, stage_devices: int) -> int | None:
         """Replicas that repeat the machine exactly, or None when this kind cannot tell.
 

@@ -98,13 +98,50 @@ def machine_flows(topology: Topology, placements: tuple[StagePlacement, ...], ca
     """The flows of every stage, the p2p flows between neighbours and their index (built once
     per placement: a search revisits one placement under many plans; an engine resets the
     counters it uses)."""
-    stage_flows = [_stage_flows(topology, calibration, i, p, all_to_all) for i, p in enumerate(placements)]
+    stage_flows: list[StageFlows] = []
+    for i, placement in enumerate(placements):
+        moved = _moved_stage_flows(topology, placements[0], stage_flows[0], i, placement) if i else None
+        stage_flows.append(moved or _stage_flows(topology, calibration, i, placement, all_to_all))
     pp = len(placements)
     p2p: dict[tuple[int, int], Flow] = {}
     for i in range(pp):
         for j in sorted({(i + 1) % pp, (i - 1) % pp} - {i}):
             p2p[(i, j)] = _p2p_flow(topology, calibration, placements, transfer_strategy, i, j)
     return stage_flows, p2p, _flow_index(all_flows(stage_flows, p2p), topology)
+
+
+def _moved_stage_flows(topology: Topology, first: StagePlacement, flows: StageFlows, i: int,
+                       placement: StagePlacement) -> StageFlows | None:
+    """Stage ``i``'s flows as the first stage's ``flows`` moved onto its devices, where its
+    placement is the first's moved by some devices and the topology maps the routes of the one
+    onto the other's (:meth:`Topology.resource_shift`): the flows :func:`_stage_flows` builds,
+    without routing them again. None otherwise."""
+    device_shift = placement.devices[0] - first.devices[0]
+    offset = topology.resource_shift(device_shift)
+    if offset is None or first.shifted(device_shift) != placement:
+        return None
+    def move(flow: Flow) -> Flow:
+        return _moved(flow, offset, "stage0 ", f"stage{i} ")
+
+    def move_any(flow: Flow | None) -> Flow | None:
+        return None if flow is None else move(flow)
+
+    return StageFlows(tp=move(flows.tp), dp=move(flows.dp), dram=move_any(flows.dram),
+                      tp_all_to_all=move_any(flows.tp_all_to_all), cp=move_any(flows.cp),
+                      dp_replica=move_any(flows.dp_replica), ep=move_any(flows.ep),
+                      expert_dp=move_any(flows.expert_dp))
+
+
+def _moved(flow: Flow, offset: int, prefix: str, renamed: str) -> Flow:
+    """``flow`` through the resources ``offset`` further along, its name's ``prefix`` ``renamed``
+    (the same loads and occupancies, in the same order)."""
+    assert flow.name.startswith(prefix)
+    return Flow(name=renamed + flow.name[len(prefix):], kind=flow.kind, group_size=flow.group_size,
+                loads={r + offset: load for r, load in flow.loads.items()}, latency_s=flow.latency_s,
+                seconds_per_byte=flow.seconds_per_byte, num_edges=flow.num_edges,
+                occupancy={r + offset: busy for r, busy in flow.occupancy.items()},
+                levels=None if flow.levels is None else (_moved(flow.levels[0], offset, prefix, renamed),
+                                                         _moved(flow.levels[1], offset, prefix, renamed)))
 
 
 def _stage_flows(topo: Topology, cal: Calibration, i: int, placement: StagePlacement, all_to_all: bool) -> StageFlows:
