@@ -106,8 +106,24 @@ def machine_flows(topology: Topology, placements: tuple[StagePlacement, ...], ca
     p2p: dict[tuple[int, int], Flow] = {}
     for i in range(pp):
         for j in sorted({(i + 1) % pp, (i - 1) % pp} - {i}):
-            p2p[(i, j)] = _p2p_flow(topology, calibration, placements, transfer_strategy, i, j)
+            first = (0, 1) if j == i + 1 else (1, 0)  # the first pair of stages sending that way
+            sends = _moved_p2p_flow(topology, placements, p2p[first], (i, j), first) if first in p2p else None
+            p2p[(i, j)] = sends or _p2p_flow(topology, calibration, placements, transfer_strategy, i, j)
     return stage_flows, p2p, _flow_index(all_flows(stage_flows, p2p), topology)
+
+
+def _moved_p2p_flow(topology: Topology, placements: tuple[StagePlacement, ...], flow: Flow,
+                    pair: tuple[int, int], first: tuple[int, int]) -> Flow | None:
+    """The sends between the stages of ``pair`` as ``flow``, those of the ``first`` pair, moved
+    onto their devices, where both stages are the first pair's moved by the same devices and the
+    topology maps routes so (:meth:`Topology.resource_shift`); None otherwise."""
+    (i, j), (a, b) = pair, first
+    device_shift = placements[i].devices[0] - placements[a].devices[0]
+    offset = topology.resource_shift(device_shift)
+    if offset is None or placements[a].shifted(device_shift) != placements[i] \
+            or placements[b].shifted(device_shift) != placements[j]:
+        return None
+    return _moved(flow, offset, flow.name, f"p2p {i}->{j}")
 
 
 def _moved_stage_flows(topology: Topology, first: StagePlacement, flows: StageFlows, i: int,

@@ -146,16 +146,19 @@ def _flow_fields(flow):
                                     dict(tp=2, pp=8, dp=2)])  # stages of half a node: routed
 def test_stage_flows_moved_onto_a_later_stage_are_the_flows_routed_there(fields):
     # a stage whose placement is the first's moved by whole nodes takes the first's flows moved
-    # (topology.resource_shift): the same flows, names, loads and order as routing its own
+    # (topology.resource_shift), and so do the sends between such stages: the same flows, names,
+    # loads and order as routing their own
     from simulator.timing import flows
 
     strategy = Strategy(**fields)
     topology = topology_of(CLUSTER)
     placements = place(topology, strategy, strategy.dp)
-    built, _, _ = machine_flows(topology, placements, CLUSTER.calibration, 1, False)
+    built, sends, _ = machine_flows(topology, placements, CLUSTER.calibration, 1, False)
     for i, placement in enumerate(placements):
         routed = flows._stage_flows(topology, CLUSTER.calibration, i, placement, False)
         assert [_flow_fields(f) for f in flows.own_flows(built[i])] == \
             [_flow_fields(f) for f in flows.own_flows(routed)]
+    for (i, j), flow in sends.items():
+        assert _flow_fields(flow) == _flow_fields(flows._p2p_flow(topology, CLUSTER.calibration, placements, 1, i, j))
     moved = [flows._moved_stage_flows(topology, placements[0], built[0], i, p) for i, p in enumerate(placements)]
     assert all(m is not None for m in moved[1:]) == (strategy.dp * strategy.tp % 8 == 0)
