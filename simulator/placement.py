@@ -70,11 +70,13 @@ class StagePlacement:
 
     def shifted(self, device_shift: int) -> StagePlacement:
         """This placement with every device id ``device_shift`` further along."""
+        move = device_shift.__add__
+
         def groups(of: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
-            return tuple(tuple(d + device_shift for d in group) for group in of)
+            return tuple(tuple(map(move, group)) for group in of)
 
         return StagePlacement(
-            devices=tuple(d + device_shift for d in self.devices), tp_groups=groups(self.tp_groups),
+            devices=tuple(map(move, self.devices)), tp_groups=groups(self.tp_groups),
             dp_groups=groups(self.dp_groups), replica_groups=groups(self.replica_groups),
             cp_groups=groups(self.cp_groups), copies=self.copies, ep_groups=groups(self.ep_groups),
             expert_dp_groups=groups(self.expert_dp_groups))

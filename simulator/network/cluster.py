@@ -135,6 +135,11 @@ class ClusterTopology(Topology):
         ports = len(PORTS)
         return {r: load / rates[r % ports] for r, load in loads.items()}
 
+    def bandwidths_and_kinds(self, resources: Sequence[int]) -> tuple[list[float], list[str]]:
+        """:meth:`Topology.bandwidths_and_kinds`, each resource's read from its port."""
+        ports = [resource % len(PORTS) for resource in resources]
+        return [self._port_bandwidths[p] for p in ports], [PORTS[p][1] for p in ports]
+
     def _port(self, gpu: int, port: int) -> int:
         return len(PORTS) * gpu + port
 

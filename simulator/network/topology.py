@@ -110,6 +110,10 @@ class Topology:
         bandwidth, own = self.bandwidth_bytes_per_s, self.efficiencies
         return {r: load / (bandwidth[r] * (own[r] or efficiency)) for r, load in loads.items()}
 
+    def bandwidths_and_kinds(self, resources: Sequence[int]) -> tuple[list[float], list[str]]:
+        """The bandwidth (bytes/s) and the kind of each of ``resources``."""
+        return [self.bandwidth_bytes_per_s[r] for r in resources], [self.kinds[r] for r in resources]
+
     @property
     def num_resources(self) -> int:
         """Resources (links, ports) in the machine."""

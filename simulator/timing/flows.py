@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain
 
 import numpy as np
 
@@ -76,14 +77,14 @@ def _flow_index(flows: list[Flow], topology: Topology) -> FlowIndex:
     sizes = [len(f.loads) for f in flows]
     count = sum(sizes)
     flow = np.repeat(np.arange(len(flows), dtype=int), sizes)
-    resource = np.fromiter((r for f in flows for r in f.loads), dtype=int, count=count)
-    load = np.fromiter((x for f in flows for x in f.loads.values()), dtype=float, count=count)
-    occupancy = np.fromiter((f.occupancy[r] for f in flows for r in f.loads), dtype=float, count=count)
+    resource = np.fromiter(chain.from_iterable(f.loads for f in flows), dtype=int, count=count)
+    load = np.fromiter(chain.from_iterable(f.loads.values() for f in flows), dtype=float, count=count)
+    occupancy = np.fromiter(chain.from_iterable(map(f.occupancy.__getitem__, f.loads) for f in flows), dtype=float,
+                            count=count)
     used, slot = np.unique(resource, return_inverse=True)
-    ids = used.tolist()
+    bandwidths, kinds = topology.bandwidths_and_kinds(used.tolist())
     return FlowIndex(flow=flow, slot=slot.reshape(-1), load=load, occupancy=occupancy, used=used,
-                     bandwidth=np.array([topology.bandwidth_bytes_per_s[r] for r in ids], dtype=float),
-                     kinds=np.array([topology.kinds[r] for r in ids], dtype=str))
+                     bandwidth=np.array(bandwidths, dtype=float), kinds=np.array(kinds, dtype=str))
 
 
 def all_flows(stage_flows: list[StageFlows], p2p: dict[tuple[int, int], Flow]) -> list[Flow]:
@@ -98,44 +99,48 @@ def machine_flows(topology: Topology, placements: tuple[StagePlacement, ...], ca
     """The flows of every stage, the p2p flows between neighbours and their index (built once
     per placement: a search revisits one placement under many plans; an engine resets the
     counters it uses)."""
+    origins = [p.shifted(-p.devices[0]) for p in placements]
     stage_flows: list[StageFlows] = []
     for i, placement in enumerate(placements):
-        moved = _moved_stage_flows(topology, placements[0], stage_flows[0], i, placement) if i else None
-        stage_flows.append(moved or _stage_flows(topology, calibration, i, placement, all_to_all))
-    pp = len(placements)
-    p2p: dict[tuple[int, int], Flow] = {}
-    for i in range(pp):
-        for j in sorted({(i + 1) % pp, (i - 1) % pp} - {i}):
-            first = (0, 1) if j == i + 1 else (1, 0)  # the first pair of stages sending that way
-            sends = _moved_p2p_flow(topology, placements, p2p[first], (i, j), first) if first in p2p else None
-            p2p[(i, j)] = sends or _p2p_flow(topology, calibration, placements, transfer_strategy, i, j)
+        offset = _moved_by(topology, placements, origins, i, 0) if i else None
+        stage_flows.append(_stage_flows(topology, calibration, i, placement, all_to_all) if offset is None
+                           else _moved_stage_flows(stage_flows[0], i, offset))
+    p2p = _neighbour_flows(topology, calibration, placements, origins, transfer_strategy)
     return stage_flows, p2p, _flow_index(all_flows(stage_flows, p2p), topology)
 
 
-def _moved_p2p_flow(topology: Topology, placements: tuple[StagePlacement, ...], flow: Flow,
-                    pair: tuple[int, int], first: tuple[int, int]) -> Flow | None:
-    """The sends between the stages of ``pair`` as ``flow``, those of the ``first`` pair, moved
-    onto their devices, where both stages are the first pair's moved by the same devices and the
-    topology maps routes so (:meth:`Topology.resource_shift`); None otherwise."""
-    (i, j), (a, b) = pair, first
-    device_shift = placements[i].devices[0] - placements[a].devices[0]
-    offset = topology.resource_shift(device_shift)
-    if offset is None or placements[a].shifted(device_shift) != placements[i] \
-            or placements[b].shifted(device_shift) != placements[j]:
-        return None
-    return _moved(flow, offset, flow.name, f"p2p {i}->{j}")
+def _neighbour_flows(topology: Topology, calibration: Calibration, placements: tuple[StagePlacement, ...],
+                     origins: list[StagePlacement], transfer_strategy: int) -> dict[tuple[int, int], Flow]:
+    """The sends of each stage to its neighbours, by (sender, receiver): routed, or moved from
+    the first pair of stages sending the same way where both stages are that pair's moved by
+    the same devices (:func:`_moved_by`; the pair that wraps around is routed)."""
+    pp, start = len(placements), [p.devices[0] for p in placements]
+    p2p: dict[tuple[int, int], Flow] = {}
+    for i in range(pp):
+        for j in sorted({(i + 1) % pp, (i - 1) % pp} - {i}):
+            a, b = (0, 1) if j == i + 1 else (1, 0)
+            alike = (a, b) in p2p and start[i] - start[a] == start[j] - start[b]
+            offset = _moved_by(topology, placements, origins, i, a) if alike else None
+            if offset is None or _moved_by(topology, placements, origins, j, b) is None:
+                p2p[(i, j)] = _p2p_flow(topology, calibration, placements, transfer_strategy, i, j)
+            else:
+                p2p[(i, j)] = _moved(p2p[(a, b)], offset, p2p[(a, b)].name, f"p2p {i}->{j}")
+    return p2p
 
 
-def _moved_stage_flows(topology: Topology, first: StagePlacement, flows: StageFlows, i: int,
-                       placement: StagePlacement) -> StageFlows | None:
-    """Stage ``i``'s flows as the first stage's ``flows`` moved onto its devices, where its
-    placement is the first's moved by some devices and the topology maps the routes of the one
-    onto the other's (:meth:`Topology.resource_shift`): the flows :func:`_stage_flows` builds,
-    without routing them again. None otherwise."""
-    device_shift = placement.devices[0] - first.devices[0]
-    offset = topology.resource_shift(device_shift)
-    if offset is None or first.shifted(device_shift) != placement:
+def _moved_by(topology: Topology, placements: tuple[StagePlacement, ...], origins: list[StagePlacement], i: int,
+              a: int) -> int | None:
+    """How far the resources of stage ``i`` lie from stage ``a``'s when ``i``'s placement is
+    ``a``'s moved by some devices (``origins``: each placement moved to start at device 0) and
+    the topology maps the routes of the one onto the other's (:meth:`Topology.resource_shift`):
+    then ``a``'s flows moved so far are the flows routing ``i``'s would give. None otherwise."""
+    if origins[i] != origins[a]:
         return None
+    return topology.resource_shift(placements[i].devices[0] - placements[a].devices[0])
+
+
+def _moved_stage_flows(flows: StageFlows, i: int, offset: int) -> StageFlows:
+    """The first stage's ``flows`` moved ``offset`` resources along, as stage ``i``'s (:func:`_moved_by`)."""
     def move(flow: Flow) -> Flow:
         return _moved(flow, offset, "stage0 ", f"stage{i} ")
 

@@ -160,5 +160,6 @@ def test_stage_flows_moved_onto_a_later_stage_are_the_flows_routed_there(fields)
             [_flow_fields(f) for f in flows.own_flows(routed)]
     for (i, j), flow in sends.items():
         assert _flow_fields(flow) == _flow_fields(flows._p2p_flow(topology, CLUSTER.calibration, placements, 1, i, j))
-    moved = [flows._moved_stage_flows(topology, placements[0], built[0], i, p) for i, p in enumerate(placements)]
+    origins = [p.shifted(-p.devices[0]) for p in placements]
+    moved = [flows._moved_by(topology, placements, origins, i, 0) for i in range(len(placements))]
     assert all(m is not None for m in moved[1:]) == (strategy.dp * strategy.tp % 8 == 0)
