@@ -16,6 +16,9 @@ and ZeRO-3 collectives (here), its model states and update (:mod:`simulator.work
 on a mesh its DRAM traffic (PALM Algorithm 1, :mod:`simulator.workload.sram`, or the tiled
 dataflow, both taking :class:`~simulator.workload.sram.PlanFields`; ``dram_bytes = 0`` on a
 cluster), and the update's time (:func:`~simulator.workload.roofline.optimizer_step`).
+A stage's memory alone (:func:`build_stage_memory`, what a memory check needs) is the same
+function on the same split of the same units, without the stage's times; units are kept across
+plans by the strategy fields they read (:data:`STAGE_ONLY_FIELDS` aside).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ Group = tuple[UnitCost, int]
 """A unit repeated ``count`` times on a stage."""
 
 _Built = TypeVar("_Built")
+
 
 def _recomputed(ops: tuple[Operator, ...], recompute: str) -> tuple[Operator, ...]:
     """Operators re-run in a layer's backward under ``recompute``: all (full), the attention
