@@ -5,9 +5,11 @@
   2,048 H800s there, DP 64 on these 1,024 GPUs), FP8, 1F1B in place of its DualPipe, microbatch 1
   and the preset's batch of 15,360 sequences (240 microbatches per replica), full recompute
   (the report's selective recomputation of RMSNorm and the MLA up-projections is not a choice
-  here; without recompute a stage needs 114 GiB). In a fresh process: the CPU time of the
-  first ``simulate`` (which builds the machine's flows: 64-wide all-to-alls on 16 stages) and
-  the median of ``--repeat`` more. Target: <= 50 ms.
+  here; without recompute a stage needs 114 GiB). In each of ``--processes`` fresh processes:
+  the CPU time of the first ``simulate`` (which builds the machine's flows: 64-wide all-to-alls
+  on 16 stages) and the median of ``--repeat`` more; printed as the least and the median over
+  the processes (this shared host's speed changes by up to 2x within minutes). Target: <= 50 ms
+  (the median).
 * **``palm-search optimize --model Qwen3-30B-A3B --hw h100-cluster``** on ``--jobs`` 2: its
   wall-clock time within ``--timeout`` (target <= 60 s), whether its answer uses expert
   parallelism, and its tokens/s per GPU against the published mapping's simulated figure
@@ -16,7 +18,24 @@
   ``palm-search validate`` does). With ``--devices 16`` the same search on the published
   mapping's 16 GPUs at its FP8 (a study file), which compares like with like.
 
-Usage: ``python benchmarks/moe_targets.py [--repeat N] [--timeout S] [--devices N] [--skip-search]``.
+Usage: ``python benchmarks/moe_targets.py [--processes N] [--repeat N] [--timeout S] [--devices N]
+[--skip-search]``.
+
+Measured on this shared 2-core host (load average 3-5 from other sessions), before and after the
+speed work of branch ``moespeed`` (the figures printed unchanged):
+
+* DeepSeek-V3's first simulation: 97 ms CPU before in this benchmark's single process; over 9
+  fresh processes each, interleaved, least 71-97 / median 86-111 ms before and 36-40 / 44-56 ms
+  after; callgrind counts 390 -> 212 million instructions for it. Its 16 stages are one
+  placement moved by whole nodes: stage 0's flows are routed and the others' moved
+  (``Topology.resource_shift``), and so are the sends between stages. Again: 17 ms, as before.
+* The Qwen3-30B-A3B search: its memory pre-screen (1,825 sets of degrees, 109,285 checks)
+  211 s -> about 35 s CPU, the same 364,064 of 398,046 plans fitting: a check builds each
+  stage's memory (``build_stage_memory``) from its units, kept across plans by the strategy
+  fields they read, without the stages' times. The whole run 626 s -> 136-186 s wall, still
+  missing 60 s: its 300 trials take about 60 s on 2 workers after the pre-screen. It chooses
+  as before (TP 2 / PP 4 / DP 16 / CP 8 / EP 4, 7,815 tokens/s per GPU); on the published 16
+  GPUs 123 -> 91 s, the same DP 16 / ZeRO-3 answer (18,065 tokens/s per GPU).
 """
 
 from __future__ import annotations
@@ -107,6 +126,7 @@ def _mapping(strategy: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--processes", type=int, default=5, help="Fresh processes timing the first simulation.")
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--timeout", type=float, default=600.0, help="Wall-clock budget of each search (s).")
     parser.add_argument("--jobs", type=int, default=2)
@@ -117,14 +137,17 @@ def main() -> None:
     if args.child:
         child(args.repeat)
         return
-    out = subprocess.run([sys.executable, __file__, "--child", "--repeat", str(args.repeat)], check=True,
-                         capture_output=True, text=True).stdout
-    row = json.loads(out)
-    verdict = "meets" if row["first_s"] <= TARGET_SIMULATE_S else "misses"
-    print(f"DeepSeek-V3 PP 16 / DP 64 / EP 64 on 1,024 H100: first simulation {row['first_s'] * 1e3:.1f} ms CPU,"
-          f" again {row['again_s'] * 1e3:.1f} ms (median); {row['tokens_per_s_per_gpu']:.0f} tokens/s per GPU,"
-          f" MFU {row['mfu']:.1%}, replicas simulated {row['replicas']}; first {verdict} the"
-          f" {TARGET_SIMULATE_S * 1e3:.0f} ms target")
+    rows = [json.loads(subprocess.run([sys.executable, __file__, "--child", "--repeat", str(args.repeat)],
+                                      check=True, capture_output=True, text=True).stdout)
+            for _ in range(args.processes)]
+    row, first = rows[0], sorted(r["first_s"] for r in rows)
+    median = statistics.median(first)
+    verdict = "meets" if median <= TARGET_SIMULATE_S else "misses"
+    print(f"DeepSeek-V3 PP 16 / DP 64 / EP 64 on 1,024 H100: first simulation {first[0] * 1e3:.1f} ms CPU least,"
+          f" {median * 1e3:.1f} ms median over {len(rows)} processes; again"
+          f" {statistics.median(r['again_s'] for r in rows) * 1e3:.1f} ms (median);"
+          f" {row['tokens_per_s_per_gpu']:.0f} tokens/s per GPU, MFU {row['mfu']:.1%}, replicas simulated"
+          f" {row['replicas']}; first {verdict} the {TARGET_SIMULATE_S * 1e3:.0f} ms target")
     if args.skip_search:
         return
     measured, simulated, chosen = published_tokens_per_s_per_gpu()

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
-from simulator.costs import StageCost
+from simulator.costs import MemoryBreakdown
 from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
 from simulator.schedules import PipelineSchedule, make_schedule
@@ -345,10 +345,10 @@ def _schedule_in_flight(schedule: str, pp: int, num_chunks: int,
     return tuple(tuple(order.max_in_flight(stage, num_microbatches)) for stage in range(pp))
 
 
-def stage_memory_bytes(costs: Sequence[StageCost], pp: int, in_flight: Sequence[Sequence[int]]) -> list[float]:
+def stage_memory_bytes(memory: Sequence[MemoryBreakdown], pp: int, in_flight: Sequence[Sequence[int]]) -> list[float]:
     """Bytes one device of each pipeline stage holds: its chunks' model states plus activations
-    times microbatches in flight (``costs`` indexed by virtual stage ``c * pp + i``)."""
-    return [sum(c.memory.total_bytes(n) for c, n in zip(costs[stage::pp], in_flight[stage], strict=True))
+    times microbatches in flight (``memory`` indexed by virtual stage ``c * pp + i``)."""
+    return [sum(c.total_bytes(n) for c, n in zip(memory[stage::pp], in_flight[stage], strict=True))
             for stage in range(pp)]
 
 

@@ -68,6 +68,19 @@ class StagePlacement:
     """The ``ep etp`` groups of the ``tp dp cp / (ep etp)`` ranks holding the same experts (every
     ``ep etp``-th rank of the stage), in ring order; empty for ``ep == 1``."""
 
+    def shifted(self, device_shift: int) -> StagePlacement:
+        """This placement with every device id ``device_shift`` further along."""
+        move = device_shift.__add__
+
+        def groups(of: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+            return tuple(tuple(map(move, group)) for group in of)
+
+        return StagePlacement(
+            devices=tuple(map(move, self.devices)), tp_groups=groups(self.tp_groups),
+            dp_groups=groups(self.dp_groups), replica_groups=groups(self.replica_groups),
+            cp_groups=groups(self.cp_groups), copies=self.copies, ep_groups=groups(self.ep_groups),
+            expert_dp_groups=groups(self.expert_dp_groups))
+
 
 WALK_ORDERED: tuple[str, ...] = ("line", "s-shape")
 """Orders whose stages keep the walk order inside a stage: PALM's two (p2p partners pair by their

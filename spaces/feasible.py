@@ -11,12 +11,16 @@ search spends no simulation (and no sampler step) on a mapping over memory.
 
 Pruning keeps the checks to a few hundred on T-145B / wafer (of 4,320 plans): memory grows with
 the microbatch size (activations are proportional to it, model states do not depend on it) and
-is least with full recompute, sequence parallelism and the highest ZeRO stage offered. So for
-each (degrees, schedule) the sizes are tried in increasing order under that most-saving choice,
-and the first size that does not fit ends the sizes of that pair; under a size whose most saving
-choice fits, all fit when the least saving one does, and otherwise a choice that saves no more in
-any of the three than one that did not fit is not checked. A test checks the pruned tree equals
-the brute-force one.
+is least with full recompute, sequence parallelism and the highest ZeRO stage offered up to 2.
+ZeRO-3 is a chain of its own: where it gathers each unit's weights every microbatch (a GPU's
+HBM) it holds gathered units beside its shards, which can outweigh what it shards (two
+data-parallel ranks, several chunks per device), so it need not save more than ZeRO-2. So for
+each (degrees, schedule) and chain the sizes are tried in increasing order under the chain's
+most-saving choice, and the first size that fits in no chain ends the sizes of that pair; under a
+size whose most saving choice fits, all fit when the least saving one does, and otherwise a
+choice that saves no more in any of the three than one that did not fit is not checked. Tests
+check the pruned tree equals the brute-force one, and that it holds exactly the plans
+:func:`simulator.simulate` finds feasible.
 """
 
 from __future__ import annotations
@@ -143,12 +147,15 @@ def degree_plans(model: ModelSpec, hardware: Hardware, degrees: ParallelDegrees,
         for size in (size for s, size in pairs if s == schedule):
             fields = {**fixed, **degrees._asdict(), "microbatch_size": size, "schedule": schedule.schedule,
                       "num_chunks": schedule.num_chunks}
-            fits, tried, least_fits = _fitting_memory_choices(model, hardware, fields, memory, prune)
-            # each choice is (recompute, sequence parallel, ZeRO stage): :meth:`_Choices.memory_choices`
-            fitting += [cast(Plan, (degrees.label, size, schedule.label, *choice)) for choice in fits]
-            checked += tried
+            least_fits = False
+            for chain in _zero_chains(memory):
+                fits, tried, chain_fits = _fitting_memory_choices(model, hardware, fields, chain, prune)
+                # each choice is (recompute, sequence parallel, ZeRO stage): :meth:`_Choices.memory_choices`
+                fitting += [cast(Plan, (degrees.label, size, schedule.label, *choice)) for choice in fits]
+                checked += tried
+                least_fits = least_fits or chain_fits
             if prune and not least_fits:
-                break  # the most saving choice does not fit: no larger microbatch will
+                break  # no chain's most saving choice fits: no larger microbatch will
     return DegreePlans(degrees, tuple(fitting), len(pairs) * len(list(product(*memory))), checked)
 
 
@@ -157,6 +164,16 @@ def plans_tree(parts: Sequence[DegreePlans]) -> FeasiblePlans:
     fitting = [plan for part in parts for plan in part.fitting]
     return FeasiblePlans(options=_tree(fitting), plans=sum(p.plans for p in parts),
                          checked=sum(p.checked for p in parts), fitting=len(fitting))
+
+
+def _zero_chains(memory: tuple[tuple[object, ...], ...]) -> list[tuple[tuple[object, ...], ...]]:
+    """The memory choices (recompute, sequence parallel, ZeRO) split where memory need not fall:
+    ZeRO-3 apart from the lower stages (see the module docstring)."""
+    *others, zero = memory
+    top = ZERO_STAGES[-1]
+    if top not in zero or len(zero) == 1:
+        return [memory]
+    return [(*others, (top,)), (*others, tuple(z for z in zero if z != top))]
 
 
 def _fitting_memory_choices(model: ModelSpec, hardware: Hardware, fields: dict[str, object],

@@ -120,11 +120,25 @@ class ClusterTopology(Topology):
         self.num_devices = cluster.num_devices
         intra, inter = cluster.intra_node_bandwidth_bytes_per_s, cluster.inter_node_bandwidth_bytes_per_s
         bandwidths, efficiencies = (intra, intra, inter, inter), (None, None, *[cluster.inter_node_efficiency] * 2)
+        self._port_bandwidths, self._port_efficiencies = bandwidths, efficiencies
         self.bandwidth_bytes_per_s = _Ports.by_port(self.num_devices, bandwidths)
         self.efficiencies = _Ports.by_port(self.num_devices, efficiencies)
         self.kinds = _Ports.by_port(self.num_devices, [kind for _, kind in PORTS])
         self.names = _Ports(self.num_devices, lambda gpu, port: f"gpu{gpu} {PORTS[port][0]}")
         self.route = cache(self._route)  # type: ignore[method-assign]
+
+    def occupancy(self, loads: dict[int, float], efficiency: float) -> dict[int, float]:
+        """:meth:`Topology.occupancy` with each port's bandwidth and efficiency read once (the
+        same products: a wide all-to-all's flows load thousands of ports)."""
+        rates = [bandwidth * (own or efficiency)
+                 for bandwidth, own in zip(self._port_bandwidths, self._port_efficiencies, strict=True)]
+        ports = len(PORTS)
+        return {r: load / rates[r % ports] for r, load in loads.items()}
+
+    def bandwidths_and_kinds(self, resources: Sequence[int]) -> tuple[list[float], list[str]]:
+        """:meth:`Topology.bandwidths_and_kinds`, each resource's read from its port."""
+        ports = [resource % len(PORTS) for resource in resources]
+        return [self._port_bandwidths[p] for p in ports], [PORTS[p][1] for p in ports]
 
     def _port(self, gpu: int, port: int) -> int:
         return len(PORTS) * gpu + port
@@ -132,6 +146,12 @@ class ClusterTopology(Topology):
     def kind_counts(self) -> dict[str, int]:
         """Two NVSwitch ports (``link``) and two NIC directions (``nic``) per GPU."""
         return {"link": 2 * self.num_devices, "nic": 2 * self.num_devices}
+
+    def resource_shift(self, device_shift: int) -> int | None:
+        """A route's resources and latency depend only on its ends' ports and whether they share
+        a node, so moving devices by whole nodes moves their resources by :data:`PORTS` per GPU
+        (:meth:`Topology.resource_shift`); by part of a node: None."""
+        return len(PORTS) * device_shift if device_shift % self.cluster.gpus_per_node == 0 else None
 
     def aligned_replicas(self, placement: str, replica_devices: int, stage_devices: int) -> int | None:
         """Every GPU has the same four ports and a route's resources and latency depend only on
@@ -212,7 +232,7 @@ class ClusterTopology(Topology):
         resources, first, counts = np.unique(sequence, return_index=True, return_counts=True)
         order = np.argsort(first, kind="stable")
         loads = dict(zip(resources[order].tolist(), counts[order].astype(float).tolist(), strict=True))
-        kinds = {int(r) % len(PORTS) for r in resources}
+        kinds = set((resources % len(PORTS)).tolist())
         latency = max([self.cluster.intra_node_latency_s] * bool(kinds & {0, 1})
                       + [self.cluster.inter_node_latency_s] * bool(kinds & {2, 3}), default=0.0)
         return loads, latency, float(len(sequence) // 2)

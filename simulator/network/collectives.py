@@ -183,8 +183,7 @@ def _flow(topology: Topology, name: str, kind: str, counted: tuple[dict[int, flo
           efficiency: float, group_size: int, copies: int) -> Flow:
     """The flow of ``counted`` edges: their loads per resource, largest latency (s) and number."""
     loads, latency, edges = counted
-    bandwidth, own = topology.bandwidth_bytes_per_s, topology.efficiencies
-    occupancy = {r: load / (bandwidth[r] * (own[r] or efficiency)) for r, load in loads.items()}
+    occupancy = topology.occupancy(loads, efficiency)
     return Flow(name=name, kind=kind, group_size=group_size, loads=loads, latency_s=latency,
                 seconds_per_byte=max(occupancy.values(), default=0.0), num_edges=round(edges) * copies,
                 occupancy=occupancy)

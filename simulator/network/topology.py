@@ -104,6 +104,16 @@ class Topology:
         self._efficiencies.append(efficiency)
         return len(self._names) - 1
 
+    def occupancy(self, loads: dict[int, float], efficiency: float) -> dict[int, float]:
+        """Seconds per byte each resource of ``loads`` (edges crossing it) is busy: the load over
+        its bandwidth times its own efficiency, else ``efficiency`` (the flow's calibration)."""
+        bandwidth, own = self.bandwidth_bytes_per_s, self.efficiencies
+        return {r: load / (bandwidth[r] * (own[r] or efficiency)) for r, load in loads.items()}
+
+    def bandwidths_and_kinds(self, resources: Sequence[int]) -> tuple[list[float], list[str]]:
+        """The bandwidth (bytes/s) and the kind of each of ``resources``."""
+        return [self.bandwidth_bytes_per_s[r] for r in resources], [self.kinds[r] for r in resources]
+
     @property
     def num_resources(self) -> int:
         """Resources (links, ports) in the machine."""
@@ -112,6 +122,14 @@ class Topology:
     def kind_counts(self) -> dict[str, int]:
         """How many resources of each kind the machine has."""
         return dict(Counter(self.kinds))
+
+    def resource_shift(self, device_shift: int) -> int | None:
+        """How far the resources of devices ``device_shift`` further along lie, when that move
+        maps every route (and DRAM stream) of devices ``d`` onto the routes of ``d +
+        device_shift`` through resources that many further, of the same kinds, bandwidths,
+        efficiencies and latencies, crossed in the same order; None when this kind cannot tell
+        (the default: the simulator then routes every stage's flows)."""
+        return None
 
     def aligned_replicas(self, placement: str, replica_devices: int, stage_devices: int) -> int | None:
         """Replicas that repeat the machine exactly, or None when this kind cannot tell.

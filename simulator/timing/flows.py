@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain
 
 import numpy as np
 
@@ -72,14 +73,18 @@ class FlowIndex:
 
 
 def _flow_index(flows: list[Flow], topology: Topology) -> FlowIndex:
-    pairs = [(k, r, f.loads[r], f.occupancy[r]) for k, f in enumerate(flows) for r in f.loads]
-    flow, resource, load, occupancy = (np.array(column) for column in zip(*pairs, strict=True)) if pairs else \
-        (np.zeros(0, dtype=int), np.zeros(0, dtype=int), np.zeros(0), np.zeros(0))
+    """The :class:`FlowIndex` of ``flows``: each flow's resources in the order of its loads."""
+    sizes = [len(f.loads) for f in flows]
+    count = sum(sizes)
+    flow = np.repeat(np.arange(len(flows), dtype=int), sizes)
+    resource = np.fromiter(chain.from_iterable(f.loads for f in flows), dtype=int, count=count)
+    load = np.fromiter(chain.from_iterable(f.loads.values() for f in flows), dtype=float, count=count)
+    occupancy = np.fromiter(chain.from_iterable(map(f.occupancy.__getitem__, f.loads) for f in flows), dtype=float,
+                            count=count)
     used, slot = np.unique(resource, return_inverse=True)
-    ids = used.tolist()
+    bandwidths, kinds = topology.bandwidths_and_kinds(used.tolist())
     return FlowIndex(flow=flow, slot=slot.reshape(-1), load=load, occupancy=occupancy, used=used,
-                     bandwidth=np.array([topology.bandwidth_bytes_per_s[r] for r in ids], dtype=float),
-                     kinds=np.array([topology.kinds[r] for r in ids], dtype=str))
+                     bandwidth=np.array(bandwidths, dtype=float), kinds=np.array(kinds, dtype=str))
 
 
 def all_flows(stage_flows: list[StageFlows], p2p: dict[tuple[int, int], Flow]) -> list[Flow]:
@@ -94,13 +99,70 @@ def machine_flows(topology: Topology, placements: tuple[StagePlacement, ...], ca
     """The flows of every stage, the p2p flows between neighbours and their index (built once
     per placement: a search revisits one placement under many plans; an engine resets the
     counters it uses)."""
-    stage_flows = [_stage_flows(topology, calibration, i, p, all_to_all) for i, p in enumerate(placements)]
-    pp = len(placements)
+    origins = [p.shifted(-p.devices[0]) for p in placements]
+    stage_flows: list[StageFlows] = []
+    for i, placement in enumerate(placements):
+        offset = _moved_by(topology, placements, origins, i, 0) if i else None
+        stage_flows.append(_stage_flows(topology, calibration, i, placement, all_to_all) if offset is None
+                           else _moved_stage_flows(stage_flows[0], i, offset))
+    p2p = _neighbour_flows(topology, calibration, placements, origins, transfer_strategy)
+    return stage_flows, p2p, _flow_index(all_flows(stage_flows, p2p), topology)
+
+
+def _neighbour_flows(topology: Topology, calibration: Calibration, placements: tuple[StagePlacement, ...],
+                     origins: list[StagePlacement], transfer_strategy: int) -> dict[tuple[int, int], Flow]:
+    """The sends of each stage to its neighbours, by (sender, receiver): routed, or moved from
+    the first pair of stages sending the same way where both stages are that pair's moved by
+    the same devices (:func:`_moved_by`; the pair that wraps around is routed)."""
+    pp, start = len(placements), [p.devices[0] for p in placements]
     p2p: dict[tuple[int, int], Flow] = {}
     for i in range(pp):
         for j in sorted({(i + 1) % pp, (i - 1) % pp} - {i}):
-            p2p[(i, j)] = _p2p_flow(topology, calibration, placements, transfer_strategy, i, j)
-    return stage_flows, p2p, _flow_index(all_flows(stage_flows, p2p), topology)
+            a, b = (0, 1) if j == i + 1 else (1, 0)
+            alike = (a, b) in p2p and start[i] - start[a] == start[j] - start[b]
+            offset = _moved_by(topology, placements, origins, i, a) if alike else None
+            if offset is None or _moved_by(topology, placements, origins, j, b) is None:
+                p2p[(i, j)] = _p2p_flow(topology, calibration, placements, transfer_strategy, i, j)
+            else:
+                p2p[(i, j)] = _moved(p2p[(a, b)], offset, p2p[(a, b)].name, f"p2p {i}->{j}")
+    return p2p
+
+
+def _moved_by(topology: Topology, placements: tuple[StagePlacement, ...], origins: list[StagePlacement], i: int,
+              a: int) -> int | None:
+    """How far the resources of stage ``i`` lie from stage ``a``'s when ``i``'s placement is
+    ``a``'s moved by some devices (``origins``: each placement moved to start at device 0) and
+    the topology maps the routes of the one onto the other's (:meth:`Topology.resource_shift`):
+    then ``a``'s flows moved so far are the flows routing ``i``'s would give. None otherwise."""
+    if origins[i] != origins[a]:
+        return None
+    return topology.resource_shift(placements[i].devices[0] - placements[a].devices[0])
+
+
+def _moved_stage_flows(flows: StageFlows, i: int, offset: int) -> StageFlows:
+    """The first stage's ``flows`` moved ``offset`` resources along, as stage ``i``'s (:func:`_moved_by`)."""
+    def move(flow: Flow) -> Flow:
+        return _moved(flow, offset, "stage0 ", f"stage{i} ")
+
+    def move_any(flow: Flow | None) -> Flow | None:
+        return None if flow is None else move(flow)
+
+    return StageFlows(tp=move(flows.tp), dp=move(flows.dp), dram=move_any(flows.dram),
+                      tp_all_to_all=move_any(flows.tp_all_to_all), cp=move_any(flows.cp),
+                      dp_replica=move_any(flows.dp_replica), ep=move_any(flows.ep),
+                      expert_dp=move_any(flows.expert_dp))
+
+
+def _moved(flow: Flow, offset: int, prefix: str, renamed: str) -> Flow:
+    """``flow`` through the resources ``offset`` further along, its name's ``prefix`` ``renamed``
+    (the same loads and occupancies, in the same order)."""
+    assert flow.name.startswith(prefix)
+    return Flow(name=renamed + flow.name[len(prefix):], kind=flow.kind, group_size=flow.group_size,
+                loads={r + offset: load for r, load in flow.loads.items()}, latency_s=flow.latency_s,
+                seconds_per_byte=flow.seconds_per_byte, num_edges=flow.num_edges,
+                occupancy={r + offset: busy for r, busy in flow.occupancy.items()},
+                levels=None if flow.levels is None else (_moved(flow.levels[0], offset, prefix, renamed),
+                                                         _moved(flow.levels[1], offset, prefix, renamed)))
 
 
 def _stage_flows(topo: Topology, cal: Calibration, i: int, placement: StagePlacement, all_to_all: bool) -> StageFlows:

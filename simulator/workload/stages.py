@@ -16,12 +16,18 @@ and ZeRO-3 collectives (here), its model states and update (:mod:`simulator.work
 on a mesh its DRAM traffic (PALM Algorithm 1, :mod:`simulator.workload.sram`, or the tiled
 dataflow, both taking :class:`~simulator.workload.sram.PlanFields`; ``dram_bytes = 0`` on a
 cluster), and the update's time (:func:`~simulator.workload.roofline.optimizer_step`).
+A stage's memory alone (:func:`build_stage_memory`, what a memory check needs) is the same
+function on the same split of the same units, without the stage's times; units are kept across
+plans by the strategy fields they read (:data:`STAGE_ONLY_FIELDS` aside).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
+from functools import lru_cache
+from typing import TypeVar
 
 from simulator.costs import Collective, CollectiveKind, MemoryBreakdown, PassCost, StageCost
 from simulator.hardware.spec import Hardware
@@ -41,6 +47,9 @@ Item = tuple[str, UnitCost]
 
 Group = tuple[UnitCost, int]
 """A unit repeated ``count`` times on a stage."""
+
+_Built = TypeVar("_Built")
+
 
 def _recomputed(ops: tuple[Operator, ...], recompute: str) -> tuple[Operator, ...]:
     """Operators re-run in a layer's backward under ``recompute``: all (full), the attention
@@ -136,13 +145,106 @@ def _resnet_units(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> U
         for (name, ops), (forward, backward) in zip(units, collectives, strict=True)])
 
 
-def _units(model: ModelSpec, hardware: Hardware, strategy: Strategy, stack: Stack) -> Units:
+STAGE_ONLY_FIELDS: tuple[str, ...] = ("pp", "dp", "global_batch_size", "schedule", "num_chunks", "zero_stage",
+                                      "shard_group_size", "optimizer", "partition", "stage_layers")
+"""Strategy fields a stage reads but none of its units (operators, collectives, stashed
+activations, roofline): with those marked ``where``, left out of :func:`_units`' key (the number
+of virtual stages enters it only as whether the embedding and logits share one)."""
+
+_UNIT_FIELDS = tuple(f.name for f in fields(Strategy) if f.name not in STAGE_ONLY_FIELDS and not f.metadata["where"])
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualStage:
+    """The units of one virtual stage and what they hold whatever the plan around them.
+
+    Attributes:
+        entries: its units in model order (name, unit).
+        groups: each distinct unit with its count, in first-seen order (:func:`_groups`).
+        key: the units' identities and counts: stages of equal keys cost the same (names aside).
+        parameters: parameters one device holds before ZeRO sharding (elements).
+        expert_parameters: those of them in routed experts (elements).
+        fp8_parameter_bytes: bytes of the parameters its FP8 GEMMs take (:attr:`Operator.fp8`).
+        layers: its transformer layers (each holds its KV cache).
+    """
+
+    entries: tuple[Item, ...]
+    groups: tuple[Group, ...]
+    key: tuple[tuple[int, int], ...]
+    parameters: float
+    expert_parameters: float
+    fp8_parameter_bytes: float
+    layers: int
+
+    @classmethod
+    def of(cls, entries: Sequence[Item]) -> VirtualStage:
+        """The stage of ``entries``."""
+        groups = tuple(_groups(entries))
+        return cls(entries=tuple(entries), groups=groups, key=tuple((id(unit), n) for unit, n in groups),
+                   parameters=sum(unit.parameters * count for unit, count in groups),
+                   expert_parameters=sum(unit.expert_parameters * count for unit, count in groups),
+                   fp8_parameter_bytes=sum(op.parameter_bytes * count for unit, count in groups for op in unit.ops
+                                           if op.fp8),
+                   layers=sum(1 for name, _ in entries if name.startswith("layer")))
+
+
+@dataclass(frozen=True, slots=True)
+class _KeptUnits:
+    """A plan's units (with the model and machine they were built for, held so their ids stay
+    theirs) and their splits into virtual stages found so far, by (partition, virtual stages,
+    explicit layers)."""
+
+    model: ModelSpec
+    hardware: Hardware
+    units: Units
+    splits: dict[tuple[str, int, tuple[int, ...] | None], tuple[VirtualStage, ...]]
+
+
+_UNITS: OrderedDict[tuple[object, ...], _KeptUnits] = OrderedDict()
+_UNITS_KEPT = 2048
+"""Units of the last plans, the oldest dropped first (about 16 KiB each for an MoE model): a
+search and its memory pre-screen ask for the same units under many pipeline and data-parallel
+degrees, schedules and ZeRO stages (Qwen3-30B-A3B on 1,024 H100s: 6,357 distinct units over
+1,825 sets of degrees, each asked for again within the next 2,048 built)."""
+
+
+def _units(model: ModelSpec, hardware: Hardware, strategy: Strategy, stack: Stack) -> _KeptUnits:
     """The model's units (a transformer's embedding and logits share a stage when the model ties
-    them, as GPT's do, and the pipeline has a single virtual stage)."""
+    them, as GPT's do, and the pipeline has a single virtual stage), kept for the last
+    :data:`_UNITS_KEPT` plans (keyed by the model and machine objects, the stack and the
+    strategy's fields a unit reads)."""
+    tied = model.architecture != "llama" and not model.num_classes and strategy.pp * strategy.num_chunks == 1
+    key = (id(model), id(hardware), stack, tied, *(getattr(strategy, name) for name in _UNIT_FIELDS))
+    kept = _UNITS.get(key)
+    if kept is None:
+        kept = _UNITS[key] = _KeptUnits(model, hardware, _build_units(model, hardware, strategy, tied, stack), {})
+        if len(_UNITS) > _UNITS_KEPT:
+            _UNITS.popitem(last=False)
+    return kept
+
+
+def _build_units(model: ModelSpec, hardware: Hardware, strategy: Strategy, tied: bool, stack: Stack) -> Units:
+    """The model's units, built (``tied``: the embedding and logits share a stage)."""
     if not model.is_transformer:
         return _resnet_units(model, hardware, strategy)
-    tied = model.architecture != "llama" and not model.num_classes and strategy.pp * strategy.num_chunks == 1
     return _transformer_units(model, hardware, strategy, tied, stack)
+
+
+def _split(kept: _KeptUnits, strategy: Strategy) -> tuple[VirtualStage, ...]:
+    """The units of each virtual stage in model order (the embedding on the first, the logits on
+    the last), as the strategy's partition splits them; kept with the units."""
+    key = (strategy.partition, strategy.pp * strategy.num_chunks, strategy.stage_layers)
+    stages = kept.splits.get(key)
+    if stages is None:
+        items, first, last = kept.units.items, kept.units.first, kept.units.last
+        counts = _partition(items, first, last, key[1], strategy.stage_layers, strategy.partition)
+        starts = [sum(counts[:index]) for index in range(len(counts))]
+        stages = kept.splits[key] = tuple(VirtualStage.of(
+            ([("embedding", first)] if first is not None and index == 0 else [])
+            + items[start:start + count]
+            + ([("logits", last)] if last is not None and index == len(counts) - 1 else []))
+            for index, (start, count) in enumerate(zip(starts, counts, strict=True)))
+    return stages
 
 
 def _partition(items: list[Item], first: UnitCost | None, last: UnitCost | None, parts: int,
@@ -156,6 +258,12 @@ def _partition(items: list[Item], first: UnitCost | None, last: UnitCost | None,
     costs = [unit.training_s for _, unit in items]
     costs[0] += first.training_s if first else 0.0
     costs[-1] += last.training_s if last else 0.0
+    return _balanced_partition(tuple(costs), parts)
+
+
+@lru_cache(maxsize=1024)
+def _balanced_partition(costs: tuple[float, ...], parts: int) -> tuple[int, ...]:
+    """:func:`balanced_partition`, kept: plans that share their units share their split."""
     return balanced_partition(costs, parts)
 
 
@@ -172,12 +280,9 @@ def _merge(collectives: Sequence[tuple[tuple[Collective, ...], int]]) -> tuple[C
 
 def _groups(entries: Sequence[Item]) -> list[Group]:
     """Identical units of a stage with their counts (in first-seen order)."""
-    units: dict[int, UnitCost] = {}
-    counts: dict[int, int] = {}
-    for _, unit in entries:
-        units.setdefault(id(unit), unit)
-        counts[id(unit)] = counts.get(id(unit), 0) + 1
-    return [(unit, counts[key]) for key, unit in units.items()]
+    units = [unit for _, unit in entries]
+    by_id = dict(zip(map(id, units), units, strict=True))
+    return [(by_id[key], count) for key, count in Counter(map(id, units)).items()]
 
 
 def dp_collectives(parameters: float, strategy: Strategy, hardware: Hardware) -> tuple[Collective, ...]:
@@ -325,7 +430,7 @@ PLANNERS = {"palm-algorithm-1": sram.plan_stage, "tiled": plan_stage_tiled}
 """A mesh's dataflow -> the planner of a stage's DRAM traffic."""
 
 
-def _sram_plan(groups: list[Group], hardware: Hardware, fields: sram.PlanFields) -> sram.SramPlan | None:
+def _sram_plan(groups: Sequence[Group], hardware: Hardware, fields: sram.PlanFields) -> sram.SramPlan | None:
     """The stage's DRAM traffic as the mesh's dataflow moves it (None off meshes)."""
     dataflow = hardware.memory.sram_dataflow()
     if dataflow is None:
@@ -442,26 +547,45 @@ def expert_dp_collectives(experts: float, strategy: Strategy) -> tuple[Collectiv
     return (Collective(kind="all_reduce", size_bytes=size),)
 
 
-def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy, stack: Stack) -> StageCost:
-    """Cost of one virtual stage made of ``entries`` (name, unit), one way: its data-parallel
-    and ZeRO-3 collectives and buffers and its live activations (here), its model states and
-    update (:mod:`~simulator.workload.memory`), its DRAM traffic (the mesh's planner), the
-    update's time (:func:`optimizer_step`), then its passes."""
-    groups, segments = _groups(entries), len(entries)
-    parameters = sum(unit.parameters * count for unit, count in groups)
-    experts = sum(unit.expert_parameters * count for unit, count in groups)
-    fp8_parameters = sum(op.parameter_bytes * count for unit, count in groups for op in unit.ops
-                         if op.fp8) / strategy.bytes_per_element
-    gemm_flops = sum(unit.gemm_flops * count for unit, count in groups)
+def _stage_memory(stage: VirtualStage, hardware: Hardware, strategy: Strategy, stack: Stack,
+                  kv_cache_per_layer_bytes: float, sram_resident_bytes: float = 0.0) -> MemoryBreakdown:
+    """Memory of one device of a virtual stage, from its units' parameters and stashes alone
+    (no time): its model states under ZeRO (:func:`memory.stage_state_bytes`, weights in a
+    serving stack's formats where it stores some), FP8 weight copies, ZeRO-3's gathered buffers
+    (:func:`zero3_buffer_bytes`), live activations of one microbatch and the KV cache of its
+    layers (``kv_cache_per_layer_bytes`` each: :func:`operators.kv_cache_bytes` times the
+    replica's microbatches). ``sram_resident_bytes``: what a mesh's planner keeps in SRAM
+    (reported, not part of the capacity check)."""
+    groups, parameters = stage.groups, stage.parameters
+    fp8_parameters = stage.fp8_parameter_bytes / strategy.bytes_per_element
     buffers = zero3_buffer_bytes(parameters, max(unit.parameters for unit, _ in groups), strategy, hardware, stack)
+    states = memory.stage_state_bytes(parameters, stage.expert_parameters, strategy)
+    weights = states.weights_bytes
+    if any(unit.parameter_bytes for unit, _ in groups):
+        weights = sum((unit.parameter_bytes or unit.parameters * strategy.bytes_per_element) * count
+                      for unit, count in groups) / (strategy.zero_shards if strategy.shards_weights else 1)
+    return MemoryBreakdown(
+        weights_bytes=weights + memory.fp8_weight_copy_bytes(fp8_parameters, strategy) + buffers,
+        gradients_bytes=states.gradients_bytes,
+        optimizer_bytes=states.optimizer_bytes,
+        activation_bytes_per_microbatch=_live_activation_bytes(groups, strategy.training),
+        sram_resident_bytes=sram_resident_bytes,
+        kv_cache_bytes=kv_cache_per_layer_bytes * stage.layers)
+
+
+def _stage_cost(stage: VirtualStage, hardware: Hardware, strategy: Strategy, stack: Stack,
+                kv_cache_per_layer_bytes: float) -> StageCost:
+    """Cost of one virtual stage, one way: its data-parallel and ZeRO-3 collectives (here), its
+    memory (:func:`_stage_memory`), its update (:mod:`~simulator.workload.memory`), its DRAM
+    traffic (the mesh's planner), the update's time (:func:`optimizer_step`), then its passes."""
+    entries, groups, segments = stage.entries, stage.groups, len(stage.entries)
+    parameters, experts = stage.parameters, stage.expert_parameters
+    gemm_flops = sum(unit.gemm_flops * count for unit, count in groups)
     tensors = zero3_tensors(groups, parameters, segments, strategy, stack)
     zero3_backward = zero3_collectives(tensors, strategy, hardware, True, stack)
     zero3_forward = zero3_collectives(tensors, strategy, hardware, False, stack)
     data_parallel = dp_collectives(parameters - experts, strategy, hardware)
     expert_data_parallel = expert_dp_collectives(experts, strategy)
-    activations = _live_activation_bytes(groups, strategy.training)
-    states = memory.stage_state_bytes(parameters, experts, strategy)
-    fp8_copy_bytes = memory.fp8_weight_copy_bytes(fp8_parameters, strategy)
     updated = memory.updated_parameters(parameters, experts, strategy)
     update_bytes = memory.optimizer_step_bytes_per_parameter(strategy)
     plan = _sram_plan(groups, hardware, sram.PlanFields.of(strategy, _replicas_per_chip(hardware, strategy)))
@@ -470,10 +594,6 @@ def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy,
     backward = _backward(groups, plan, segments, strategy.training, zero3_backward)
     multicast = bool(plan and (plan.backward_multicast_bytes or plan.backward_replica_bytes))
     backward_input, backward_weight = _split_backward(backward, groups, multicast)
-    weights = states.weights_bytes
-    if any(unit.parameter_bytes for unit, _ in groups):
-        weights = sum((unit.parameter_bytes or unit.parameters * strategy.bytes_per_element) * count
-                      for unit, count in groups) / (strategy.zero_shards if strategy.shards_weights else 1)
     return StageCost(
         units=tuple(name for name, _ in entries),
         forward=_forward(groups, plan, segments, zero3_forward),
@@ -486,12 +606,8 @@ def _stage_cost(entries: Sequence[Item], hardware: Hardware, strategy: Strategy,
         model_flops_per_microbatch=gemm_flops * (3.0 if strategy.training else 1.0),
         hardware_flops_per_microbatch=gemm_flops * (3.0 if strategy.training else 1.0)
         + sum(unit.recompute_gemm_flops * count for unit, count in groups),
-        memory=MemoryBreakdown(
-            weights_bytes=weights + fp8_copy_bytes + buffers,
-            gradients_bytes=states.gradients_bytes,
-            optimizer_bytes=states.optimizer_bytes,
-            activation_bytes_per_microbatch=activations,
-            sram_resident_bytes=plan.resident_bytes if plan else 0.0),
+        memory=_stage_memory(stage, hardware, strategy, stack, kv_cache_per_layer_bytes,
+                             plan.resident_bytes if plan else 0.0),
     )
 
 
@@ -515,42 +631,55 @@ def build_stage_costs(model: ModelSpec, hardware: Hardware, strategy: Strategy,
             explicit ``stage_layers`` not summing to the layers or with an empty stage,
             microbatch larger than the global batch, or no peak for the precision.
     """
+    strategy, stages, kv_cache = _virtual_stages(model, hardware, strategy, stack)
+    costs = [replace(cost, units=tuple(name for name, _ in stage.entries)) for cost, stage in zip(
+        _once_per_stage(stages, lambda stage: _stage_cost(stage, hardware, strategy, stack, kv_cache)),
+        stages, strict=True)]
+    host_s = formats.host_sampling_s(model, strategy, stack)
+    if host_s:  # the last stage's logits go to the host, the device waiting
+        costs[-1] = replace(costs[-1], forward=replace(costs[-1].forward, host_s=host_s))
+    return tuple(costs)
+
+
+def build_stage_memory(model: ModelSpec, hardware: Hardware, strategy: Strategy,
+                       stack: Stack = MEGATRON_CORE) -> tuple[MemoryBreakdown, ...]:
+    """The :attr:`StageCost.memory` of each virtual pipeline stage that :func:`build_stage_costs`
+    gives (the same function, :func:`_stage_memory`, on the same split), without the stages'
+    passes, collectives and DRAM plans: what a memory check needs (``sram_resident_bytes`` is
+    0: no mesh planner runs).
+
+    Raises:
+        InputError: as :func:`build_stage_costs`.
+    """
+    strategy, stages, kv_cache = _virtual_stages(model, hardware, strategy, stack)
+    return tuple(_once_per_stage(stages, lambda stage: _stage_memory(stage, hardware, strategy, stack, kv_cache)))
+
+
+def _once_per_stage(stages: Sequence[VirtualStage], build: Callable[[VirtualStage], _Built]) -> list[_Built]:
+    """``build`` of each virtual stage, run once per distinct stage (:attr:`VirtualStage.key`)."""
+    built: dict[tuple[tuple[int, int], ...], _Built] = {}
+    for stage in stages:
+        if stage.key not in built:
+            built[stage.key] = build(stage)
+    return [built[stage.key] for stage in stages]
+
+
+def _virtual_stages(model: ModelSpec, hardware: Hardware, strategy: Strategy,
+                    stack: Stack) -> tuple[Strategy, tuple[VirtualStage, ...], float]:
+    """The checked strategy (its attention resolved), its virtual stages in model order
+    (:func:`_split`), and each layer's KV cache for every microbatch of the replica (bytes; each
+    user's cache stays resident between steps: :func:`operators.kv_cache_bytes`, in the stack's
+    KV-cache format where it gives one).
+
+    Raises:
+        InputError: as :func:`build_stage_costs`.
+    """
     check_workload(model, hardware, strategy)
     attention = attention_of(model, hardware, strategy)
     if attention != strategy.attention:
         strategy = replace(strategy, attention=attention)  # type: ignore[arg-type]
-    units = _units(model, hardware, strategy, stack)
-    items, first, last = units.items, units.first, units.last
-    counts = _partition(items, first, last, strategy.pp * strategy.num_chunks, strategy.stage_layers,
-                        strategy.partition)
-    stages: list[StageCost] = []
-    start = 0
-    cache: dict[tuple[tuple[int, int], ...], StageCost] = {}
-    for index, count in enumerate(counts):
-        entries = list(items[start:start + count])
-        start += count
-        if first is not None and index == 0:
-            entries.insert(0, ("embedding", first))
-        if last is not None and index == len(counts) - 1:
-            entries.append(("logits", last))
-        key = tuple((id(unit), n) for unit, n in _groups(entries))
-        if key not in cache:
-            cache[key] = _stage_cost(entries, hardware, strategy, stack)
-        stages.append(replace(cache[key], units=tuple(name for name, _ in entries)))
-    host_s = formats.host_sampling_s(model, strategy, stack)
-    if host_s:  # the last stage's logits go to the host, the device waiting
-        stages[-1] = replace(stages[-1], forward=replace(stages[-1].forward, host_s=host_s))
-    return _with_kv_cache(tuple(stages), units.kv_cache_bytes * num_microbatches(model, strategy))
-
-
-def _with_kv_cache(stages: tuple[StageCost, ...], per_layer: float) -> tuple[StageCost, ...]:
-    """``stages`` holding the KV cache of their layers, ``per_layer`` bytes each, for every
-    microbatch of the replica (each user's cache stays resident between steps:
-    :func:`operators.kv_cache_bytes`, in the stack's KV-cache format where it gives one)."""
-    if not per_layer:
-        return stages
-    return tuple(replace(s, memory=replace(s.memory, kv_cache_bytes=per_layer * sum(
-        1 for name in s.units if name.startswith("layer")))) for s in stages)
+    kept = _units(model, hardware, strategy, stack)
+    return strategy, _split(kept, strategy), kept.units.kv_cache_bytes * num_microbatches(model, strategy)
 
 
 def model_flops_per_iteration(model: ModelSpec, global_batch_size: int, *, recompute: bool = False) -> float:

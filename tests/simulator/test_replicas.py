@@ -131,3 +131,35 @@ def test_cost_of_a_large_cluster_does_not_build_it():
     assert result.replicas_simulated == 2
     assert [r.count for r in result.resources] == [2 * 131072, 2 * 131072]
     assert result.stages[1].devices == tuple(range(65536, 131072))
+
+
+def _flow_fields(flow):
+    """What a flow is, its loads' and occupancies' order included (its levels too)."""
+    levels = None if flow.levels is None else tuple(_flow_fields(level) for level in flow.levels)
+    return (flow.name, flow.kind, flow.group_size, list(flow.loads.items()), flow.latency_s, flow.seconds_per_byte,
+            flow.num_edges, list(flow.occupancy.items()), levels)
+
+
+@pytest.mark.parametrize("fields", [dict(tp=2, pp=4, dp=8, ep=8, zero_stage=1),  # whole nodes: moved
+                                    dict(tp=2, pp=2, dp=16, zero_stage=3, shard_group_size=4),
+                                    dict(tp=8, pp=4, dp=2),
+                                    dict(tp=2, pp=8, dp=2)])  # stages of half a node: routed
+def test_stage_flows_moved_onto_a_later_stage_are_the_flows_routed_there(fields):
+    # a stage whose placement is the first's moved by whole nodes takes the first's flows moved
+    # (topology.resource_shift), and so do the sends between such stages: the same flows, names,
+    # loads and order as routing their own
+    from simulator.timing import flows
+
+    strategy = Strategy(**fields)
+    topology = topology_of(CLUSTER)
+    placements = place(topology, strategy, strategy.dp)
+    built, sends, _ = machine_flows(topology, placements, CLUSTER.calibration, 1, False)
+    for i, placement in enumerate(placements):
+        routed = flows._stage_flows(topology, CLUSTER.calibration, i, placement, False)
+        assert [_flow_fields(f) for f in flows.own_flows(built[i])] == \
+            [_flow_fields(f) for f in flows.own_flows(routed)]
+    for (i, j), flow in sends.items():
+        assert _flow_fields(flow) == _flow_fields(flows._p2p_flow(topology, CLUSTER.calibration, placements, 1, i, j))
+    origins = [p.shifted(-p.devices[0]) for p in placements]
+    moved = [flows._moved_by(topology, placements, origins, i, 0) for i in range(len(placements))]
+    assert all(m is not None for m in moved[1:]) == (strategy.dp * strategy.tp % 8 == 0)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from itertools import product
+
 import optuna
 import pytest
 
 import simulator
 import spaces
+from spaces import parallelism
 from spaces.feasible import feasible_plans, plan_of
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -23,6 +26,49 @@ def test_pruning_keeps_exactly_the_plans_that_fit(model_name, hardware_name, siz
                                     prune=prune) for prune in (True, False))
     assert pruned.options == every.options and pruned.fitting == every.fitting > 0
     assert pruned.checked < every.checked == every.plans
+
+
+@pytest.mark.parametrize(("model_name", "hardware_name", "devices"), [("Qwen3-30B-A3B", "h100-cluster", 8),
+                                                                        ("T-18B", "wafer", 320)])
+def test_the_prescreen_keeps_exactly_the_plans_a_simulation_finds_feasible(model_name, hardware_name, devices):
+    # every plan of the space simulated (its memory is checked before the engine runs, whatever
+    # the network): the pruned pre-screen must keep those that fit and no other. On 8 H100s,
+    # Qwen3-30B-A3B at TP 1 / PP 4 / DP 2 with 4 chunks fits under ZeRO-2 but not ZeRO-3, whose
+    # gathered units outweigh its shards there
+    model, hardware = simulator.load_model(model_name), simulator.load_hardware(hardware_name)
+    sizes = [1, 2]
+    degrees = spaces.candidate_degrees(model, hardware, {}, microbatch_choices=sizes, device_counts=[devices])
+    plans = feasible_plans(model, hardware, degrees, searched=MEMORY, fixed={}, microbatch_choices=sizes)
+    verdicts = {plan_of(strategy): _simulated_reason(model, hardware, strategy)
+                for strategy in _every_strategy(model, degrees, sizes)}
+    assert len(verdicts) == plans.plans
+    assert set(_plans(plans)) == {plan for plan, reason in verdicts.items() if reason == ""}
+    assert 0 < plans.fitting < plans.plans and plans.checked < plans.plans
+
+
+def _every_strategy(model, degrees, sizes):
+    """Every plan of the space, unpruned, from the space's own enumerations."""
+    for d in degrees:
+        for size in parallelism.enumerate_microbatch_sizes(model, d, choices=sizes):
+            for schedule in parallelism.enumerate_schedules(model, d, size):
+                for recompute, sequence_parallel, zero in product(
+                        parallelism.enumerate_recompute(), parallelism.enumerate_sequence_parallel(model, d),
+                        parallelism.enumerate_zero_stages(d)):
+                    yield simulator.Strategy.from_dict({
+                        **d._asdict(), "microbatch_size": size, "schedule": schedule.schedule,
+                        "num_chunks": schedule.num_chunks, "recompute": recompute,
+                        "sequence_parallel": sequence_parallel, "zero_stage": zero})
+
+
+def _simulated_reason(model, hardware, strategy) -> str | None:
+    """Why the simulation finds ``strategy`` infeasible (``""``: feasible; None: illegal), and
+    :func:`simulator.check_memory` must give the same reason."""
+    try:
+        result = simulator.simulate(model, hardware, strategy, network="estimate")
+    except simulator.InputError:
+        return None
+    assert simulator.check_memory(model, hardware, strategy) == result.reason
+    return result.reason
 
 
 def test_every_proposal_of_a_sampler_fits_memory():

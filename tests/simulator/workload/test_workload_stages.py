@@ -15,7 +15,7 @@ from simulator import load_hardware, load_model, simulate
 from simulator.costs import Collective
 from simulator.errors import InputError
 from simulator.strategy import Strategy
-from simulator.workload import memory, roofline, sram, tiled_stage
+from simulator.workload import memory, roofline, sram, stages, tiled_stage
 from simulator.workload.partition import balanced_partition, uniform_partition
 from simulator.workload.stages import build_stage_costs, model_flops_per_iteration
 
@@ -278,3 +278,43 @@ def test_costing_after_the_operators_takes_fields_not_the_strategy():
              sram.update_bytes, sram.plan_stage, tiled_stage.operator_traffic, tiled_stage.plan_stage_tiled)
     for step in steps:
         assert Strategy not in typing.get_type_hints(step).values(), step.__name__
+
+
+QWEN = load_model("Qwen3-30B-A3B")
+STAGE_ONLY_CHANGES = {"pp": 4, "dp": 8, "global_batch_size": 256, "schedule": "gpipe", "num_chunks": 2,
+                      "zero_stage": 3, "shard_group_size": 2, "optimizer": "sgd", "partition": "uniform",
+                      "stage_layers": (12, 12, 12, 12)}
+
+
+@pytest.mark.parametrize("name", sorted(stages.STAGE_ONLY_FIELDS))
+def test_no_unit_reads_a_field_kept_out_of_the_units_key(name):
+    # the units are kept by every strategy field but these: a field wrongly listed would let two
+    # plans share units they do not share (tied is the one thing the number of stages decides)
+    zero3 = name in ("zero_stage", "shard_group_size")  # not modelled with expert parallelism
+    base = Strategy(tp=2, pp=2, dp=4, ep=1 if zero3 else 2, microbatch_size=2, global_batch_size=128,
+                    zero_stage=1, recompute="selective", sequence_parallel=True, precision="fp8")
+    changed = {name: STAGE_ONLY_CHANGES[name]} | ({"zero_stage": 3} if zero3 else {})
+    changed |= {"schedule": "interleaved-1f1b"} if name == "num_chunks" else {}
+    changed |= {"partition": "explicit", "pp": 4} if name == "stage_layers" else {}
+    other = replace(base, **changed)
+    h100 = load_hardware("h100-cluster")
+    for tied in (False, True):
+        assert stages._build_units(QWEN, h100, base, tied, stages.MEGATRON_CORE) == \
+            stages._build_units(QWEN, h100, other, tied, stages.MEGATRON_CORE)
+    assert set(STAGE_ONLY_CHANGES) == set(stages.STAGE_ONLY_FIELDS)
+
+
+@pytest.mark.parametrize(("model", "hardware", "strategy"), [
+    (QWEN, "h100-cluster", Strategy(tp=2, pp=4, dp=8, ep=4, microbatch_size=2, global_batch_size=256, zero_stage=1,
+                                    sequence_parallel=True, schedule="interleaved-1f1b", num_chunks=2,
+                                    precision="fp8")),
+    (load_model("T-1.7B"), "a100-cluster", Strategy(pp=2, dp=4, global_batch_size=64, zero_stage=3)),
+    (load_model("T-18B"), "wafer", Strategy(tp=8, pp=20, dp=2, zero_stage=3, recompute="full")),
+    (load_model("Llama-3.1-8B"), "h100-cluster", Strategy(tp=2, pp=2, mode="inference", decode_context_length=1024,
+                                                         microbatch_size=4, global_batch_size=16)),
+])
+def test_the_memory_alone_is_the_memory_of_the_full_costing(model, hardware, strategy):
+    machine = load_hardware(hardware)
+    costed = [replace(cost.memory, sram_resident_bytes=0.0) for cost in build_stage_costs(model, machine, strategy)]
+    assert list(stages.build_stage_memory(model, machine, strategy)) == costed
+    assert any(m.kv_cache_bytes for m in costed) == (strategy.mode == "inference")
