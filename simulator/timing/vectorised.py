@@ -39,6 +39,8 @@ GROUPS = ("tp", "overlapped", "replica", "cp", "ep", "exposed_dp")
 _ROUTE_OF = np.array([[TP, TP, TP, TP_ALL_TO_ALL], [TP, TP, TP, TP_ALL_TO_ALL], [DP] * 4, [CP] * 4, [EP] * 4, [DP] * 4])
 """The route each group's collective of each kind runs on (:meth:`Machine.collectives_time`)."""
 _ROUTE_ONE_HOT = np.eye(ROUTES)[_ROUTE_OF]
+_GROUP_ONE_HOT = np.repeat(np.eye(len(GROUPS)), len(_ROUTE_OF[0]), axis=0)
+"""Each flattened (group, kind) column's group."""
 PASSES = ("forward", "backward", "backward_input", "backward_weight", "optimizer_step")
 FORWARD, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, OPTIMIZER_STEP = range(5)
 SCALARS = ("compute_s", "segments", "dram_bytes", "overlap_s", "cp_overlap_s", "idle_s")
@@ -222,13 +224,19 @@ def makespans_s(plans: list[PlanTable], tables: list[FlowTable], plan_of: np.nda
     pp, virtual = len(tables[0].per_edge), len(plans[0].sends)
     chunks, stage = virtual // pp, np.arange(virtual) % pp
     scalars = np.stack([p.scalars for p in plans])[plan_of]
-    counts, sizes = np.stack([p.counts for p in plans])[plan_of], np.stack([p.sizes for p in plans])[plan_of]
-    coefficients = np.stack([t.collectives for t in tables])[table_of][:, stage]
-    grouped = coefficients[:, :, _ROUTE_OF, np.arange(len(KINDS))]
+    # only the (group, kind) columns some pass uses: [K, J, passes, used]
+    counts, sizes = (np.stack([getattr(p, f) for p in plans]).reshape(len(plans), virtual, len(PASSES), -1)
+                     for f in ("counts", "sizes"))
+    used = np.flatnonzero((counts != 0).any(axis=(0, 1, 2)) | (sizes != 0).any(axis=(0, 1, 2)))
+    counts, sizes = counts[plan_of][..., used], sizes[plan_of][..., used]
+    collectives = np.stack([t.collectives for t in tables])
+    grouped = collectives[:, :, _ROUTE_OF, np.arange(len(KINDS))].reshape(len(tables), pp, -1, 3)
+    grouped = grouped[:, :, used][table_of][:, stage]
     dram = np.stack([t.dram for t in tables])[table_of][:, stage]
+    group_of, route_of = _GROUP_ONE_HOT[used], _ROUTE_ONE_HOT.reshape(-1, ROUTES)[used]
 
     def timed(p: int) -> tuple[np.ndarray, np.ndarray]:
-        return _pass(scalars[:, :, p], counts[:, :, p], sizes[:, :, p], grouped, dram)
+        return _pass(scalars[:, :, p], counts[:, :, p], sizes[:, :, p], grouped, dram, group_of, route_of)
 
     m = num_microbatches.astype(float)
     time, moved = timed(FORWARD)
@@ -253,20 +261,23 @@ def makespans_s(plans: list[PlanTable], tables: list[FlowTable], plan_of: np.nda
         pipeline = np.where(waiting.any(axis=1), m * period + filled.sum(axis=1) / chunks, pipeline)
     moved = _by_stage(moved, pp) * m[:, None, None]
     if training:
-        update, update_moved = _update(plans, plan_of, coefficients, timed(OPTIMIZER_STEP))
+        iteration = collectives[:, :, [ITERATION, EXPERT_DP]][table_of][:, stage]
+        update, update_moved = _update(plans, plan_of, iteration, timed(OPTIMIZER_STEP))
         pipeline = pipeline + _by_stage(update, pp).max(axis=1)
         moved = moved + _by_stage(update_moved, pp)
     makespans: np.ndarray = np.maximum(pipeline, _busiest_s(tables, table_of, moved.reshape(len(moved), -1)))
     return makespans
 
 
-def _pass(scalars: np.ndarray, counts: np.ndarray, sizes: np.ndarray, grouped: np.ndarray,
-          dram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _pass(scalars: np.ndarray, counts: np.ndarray, sizes: np.ndarray, grouped: np.ndarray, dram: np.ndarray,
+          group_of: np.ndarray, route_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Time alone ``[K, J]`` (s) of one pass of each virtual stage and the bytes per edge it moves
     on each route ``[K, J, ROUTES]`` (:meth:`ClosedForm._alone`: per segment its compute, what
-    compute does not hide of its DRAM stream and its collectives, then ZeRO-3's exposed ones)."""
+    compute does not hide of its DRAM stream and its collectives, then ZeRO-3's exposed ones),
+    its collectives ``[K, J, u]`` of ``u`` (group, kind) columns, each column's group and route
+    ``[u, len(GROUPS)]`` and ``[u, ROUTES]`` (one-hot)."""
     compute, segments, dram_bytes, overlap, cp_overlap, idle = np.moveaxis(scalars, -1, 0)
-    timed = (counts * grouped[..., 0] + sizes * grouped[..., 1]).sum(axis=-1)
+    timed = (counts * grouped[..., 0] + sizes * grouped[..., 1]) @ group_of
     tp, overlapped, replica, cp, ep, exposed = np.moveaxis(timed, -1, 0)
     streams = (dram[..., 0] > 0) & (dram_bytes > 0)
     stream = np.where(streams, dram[..., 1] + dram_bytes / segments * dram[..., 2], 0.0)
@@ -274,7 +285,7 @@ def _pass(scalars: np.ndarray, counts: np.ndarray, sizes: np.ndarray, grouped: n
                   + np.maximum(cp - cp_overlap, 0.0) + ep)
     stall = np.maximum(stream - compute / segments, 0.0)
     time = segments * (compute / segments + stall + collective / segments) + exposed + idle
-    moved = np.einsum("kjgq,gqr->kjr", sizes * grouped[..., 2], _ROUTE_ONE_HOT)
+    moved = (sizes * grouped[..., 2]) @ route_of
     moved[..., DRAM] += np.where(streams, dram_bytes, 0.0)
     return time, moved
 
@@ -310,13 +321,14 @@ def _update(plans: list[PlanTable], plan_of: np.ndarray, coefficients: np.ndarra
             optimizer: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Time ``[K, J]`` (s) of each virtual stage's part of its stage's gradient update and the
     bytes it moves (:meth:`ClosedForm.update_s`: its data-parallel collectives on the iteration's
-    flow, its experts' on the expert-data-parallel groups, then its optimizer step)."""
+    flow, its experts' on the expert-data-parallel groups, then its optimizer step), given the
+    coefficients ``[K, J, 2, len(KINDS), 3]`` of those two routes."""
     gradients = np.stack([p.gradients for p in plans])[plan_of]
     time, moved = optimizer
     moved = moved.copy()
     for part, route in enumerate((ITERATION, EXPERT_DP)):
         counts, sizes = gradients[:, :, part, 0], gradients[:, :, part, 1]
-        coefficient = coefficients[:, :, route]
+        coefficient = coefficients[:, :, part]
         time = time + (counts * coefficient[..., 0] + sizes * coefficient[..., 1]).sum(axis=-1)
         moved[..., route] += (sizes * coefficient[..., 2]).sum(axis=-1)
     return time, moved
