@@ -49,11 +49,9 @@ _PROBE_BYTES = 2.0 ** 40
 no more than rounding loses it; a power of two, so dividing by it is exact)."""
 
 
-def _linear(flow: Flow | None, kind: str, scale: float = 1.0) -> tuple[float, float, float]:
+def _linear(flow: Flow, kind: str, scale: float = 1.0) -> tuple[float, float, float]:
     """``(A, B, MU)`` of a collective of ``kind`` on ``flow`` of ``scale * S`` bytes: it lasts
-    ``A + B S`` s and moves ``MU S`` bytes per edge (zeros without a flow)."""
-    if flow is None:
-        return 0.0, 0.0, 0.0
+    ``A + B S`` s and moves ``MU S`` bytes per edge."""
     fixed, _ = flow.collective_time_s(kind, 0.0)
     probe, moved = flow.collective_time_s(kind, scale * _PROBE_BYTES)
     return fixed, (probe - fixed) / _PROBE_BYTES, moved / _PROBE_BYTES
@@ -91,12 +89,15 @@ class FlowTable:
         collectives = np.zeros((pp, COLLECTIVE_ROUTES, len(KINDS), 3))
         dram, sends, regroup = np.zeros((pp, 3)), np.zeros((pp, 2, 3)), np.zeros((pp, 3))
         routes: list[list[Flow | None]] = []
+        linear: dict[int, list[tuple[float, float, float]]] = {}
         for i, flows in enumerate(stage_flows):
             own = [flows.tp, flows.tp_all_to_all or flows.tp, flows.dp, flows.cp, flows.ep, flows.iteration,
                    flows.expert_dp]
             for r, flow in enumerate(own):
-                for k, kind in enumerate(KINDS):
-                    collectives[i, r, k] = _linear(flow, kind)
+                if flow is not None:
+                    if id(flow) not in linear:
+                        linear[id(flow)] = [_linear(flow, kind) for kind in KINDS]
+                    collectives[i, r] = linear[id(flow)]
             if flows.dram is not None:
                 dram[i] = (1.0, flows.dram.latency_s, flows.dram.seconds_per_byte)
             linked = [p2p.get((i, (i + 1) % pp)), p2p.get((i, (i - 1) % pp))]
@@ -190,9 +191,18 @@ class PlanTable:
 
     @classmethod
     def of(cls, costs: tuple[StageCost, ...]) -> PlanTable:
-        """The table of a plan's stage costs."""
-        scalars = np.array([[_scalars(getattr(cost, p)) for p in PASSES] for cost in costs])
-        summed = np.array([[[_sums(c) for c in _groups(getattr(cost, p))] for p in PASSES] for cost in costs])
+        """The table of a plan's stage costs (each distinct pass summed up once: a plan's middle
+        stages share theirs)."""
+        distinct: dict[int, int] = {}
+        passes: list[PassCost] = []
+        for cost in costs:
+            for p in PASSES:
+                if id(getattr(cost, p)) not in distinct:
+                    distinct[id(getattr(cost, p))] = len(passes)
+                    passes.append(getattr(cost, p))
+        which = np.array([[distinct[id(getattr(cost, p))] for p in PASSES] for cost in costs])
+        scalars = np.array([_scalars(c) for c in passes])[which]
+        summed = np.array([[_sums(c) for c in _groups(pass_cost)] for pass_cost in passes])[which]
         gradients = np.array([[_sums(cost.dp_collectives), _sums(cost.expert_dp_collectives)] for cost in costs])
         sends = np.array([[cost.activation_send_bytes, cost.gradient_send_bytes] for cost in costs], dtype=float)
         return cls(scalars, summed[..., 0, :], summed[..., 1, :], sends, gradients)
