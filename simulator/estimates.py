@@ -36,7 +36,9 @@ _PLANS: dict[int, tuple[object, PlanTable]] = {}
 """Tables of stage costs by their ``id`` (held, so the id stays theirs)."""
 _FLOWS: dict[int, tuple[object, FlowTable]] = {}
 """Tables of an engine's flows by the ``id`` of :func:`machine_flows`' answer (held)."""
-_KEPT = 4096
+_KEPT = 128
+"""Tables of each kind kept (as many as :func:`machine_flows` keeps flows: the objects they hold
+stay alive, and a large machine's flows are large)."""
 
 
 class _Plan(NamedTuple):
@@ -87,8 +89,12 @@ def estimate_many(model: ModelSpec, hardware: Hardware, strategies: Sequence[Str
 
 def _plan(model: ModelSpec, hardware: Hardware, strategy: Strategy, stack: Stack,
           tables: list[PlanTable]) -> _Plan | None:
-    """The plan of ``strategy`` (its table appended to ``tables``), None over memory."""
-    m, costs, memory_bytes, in_flight = _memory(model, hardware, strategy, stack)
+    """The plan of ``strategy`` (its table appended to ``tables``), None over memory or where its
+    stage costs break a rule (:class:`InputError`)."""
+    try:
+        m, costs, memory_bytes, in_flight = _memory(model, hardware, strategy, stack)
+    except InputError:
+        return None
     if legality.memory_shortfall(hardware, memory_bytes, in_flight, strategy.devices_per_stage):
         return None
     kept = _PLANS.get(id(costs))
