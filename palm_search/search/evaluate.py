@@ -14,12 +14,11 @@ from typing import NamedTuple
 from simulator import (
     MEGATRON_CORE,
     Hardware,
-    InputError,
     ModelSpec,
     SimulationResult,
     Stack,
     Strategy,
-    estimate_samples_per_s,
+    estimate_many,
     simulate,
 )
 from simulator import __version__ as SIMULATOR_VERSION
@@ -160,29 +159,36 @@ def evaluate_serving(model: ModelSpec, hardware: Hardware, strategy: Strategy, n
 def estimate_points(model: ModelSpec, plans: list[tuple[Hardware, Strategy]],
                     target: ServingTarget | None = None) -> list[float]:
     """Estimated samples/s of each (hardware, strategy) (0 when it does not fit or is not
-    legal): the screen's task, which a worker runs without importing the spaces or Optuna.
-    With a serving ``target``, each strategy is a decode step (its samples/s are system tokens/s)
-    and a point that misses the target (each user's tokens/s, or the estimated prefill of the
-    batch when ``max_ttft_s`` is set) is 0 too."""
-    values, pairs = [], {}
-    for hardware, strategy in plans:
-        pair = pairs.get(id(hardware)) or pairs.setdefault(id(hardware), resident(model, hardware))
-        try:
-            value = estimate_samples_per_s(*pair, strategy)
-            if target is not None and value > 0:
-                value = value if _meets(pair, strategy, value, target) else 0.0
-            values.append(value)
-        except InputError:
-            values.append(0.0)
+    legal): the screen's task, which a worker runs without importing the spaces or Optuna; the
+    strategies of each machine estimated together (:func:`simulator.estimate_many`, numpy over
+    their plans and placements). With a serving ``target``, each strategy is a decode step (its
+    samples/s are system tokens/s) and a point that misses the target (each user's tokens/s, or
+    the estimated prefill of the batch when ``max_ttft_s`` is set) is 0 too."""
+    values = [0.0] * len(plans)
+    by_machine: dict[int, list[int]] = {}
+    for k, (hardware, _) in enumerate(plans):
+        by_machine.setdefault(id(hardware), []).append(k)
+    for positions in by_machine.values():
+        pair = resident(model, plans[positions[0]][0])
+        strategies = [plans[k][1] for k in positions]
+        estimates = estimate_many(*pair, strategies)
+        if target is not None:
+            estimates = _meeting(pair, strategies, estimates, target)
+        for k, value in zip(positions, estimates, strict=True):
+            values[k] = value
     return values
 
 
-def _meets(pair: tuple[ModelSpec, Hardware], strategy: Strategy, tokens_per_s: float,
-           target: ServingTarget) -> bool:
-    """Whether the estimates of a decode ``strategy`` (``tokens_per_s`` for all its users) meet ``target``."""
-    users = strategy.global_batch_size or 1
-    ttft_s = 0.0
+def _meeting(pair: tuple[ModelSpec, Hardware], strategies: list[Strategy], tokens_per_s: list[float],
+             target: ServingTarget) -> list[float]:
+    """The estimates of decode ``strategies`` (``tokens_per_s`` for all their users), 0 where
+    one misses ``target`` (each user's tokens/s, and the estimated prefill of the batch when
+    ``max_ttft_s`` is set)."""
+    ttft_s = [0.0] * len(strategies)
     if target.max_ttft_s is not None:
-        prefill = estimate_samples_per_s(*pair, strategy.with_fields(decode_context_length=0))
-        ttft_s = users / prefill if prefill > 0 else float("inf")
-    return target.met(tokens_per_s / users, ttft_s)
+        served = [k for k, value in enumerate(tokens_per_s) if value > 0]
+        prefills = estimate_many(*pair, [strategies[k].with_fields(decode_context_length=0) for k in served])
+        for k, prefill in zip(served, prefills, strict=True):
+            ttft_s[k] = (strategies[k].global_batch_size or 1) / prefill if prefill > 0 else float("inf")
+    return [value if value > 0 and target.met(value / (s.global_batch_size or 1), ttft) else 0.0
+            for s, value, ttft in zip(strategies, tokens_per_s, ttft_s, strict=True)]

@@ -2,12 +2,12 @@
 
 With ``fidelity = "screen"`` (the default when the sampler is ``auto`` and the space has more
 points than the budget but at most :data:`SCREEN_LIMIT`), every point that fits memory is
-evaluated with the closed-form ``estimate`` (:meth:`simulator.engine.Engine.estimate`: no events,
-a few ms), the points are ranked by estimated throughput, and the best ``trials - 1`` are
-queued in that order for the study's event-driven network: the trial budget counts
-simulations. This is successive halving with two rungs (Jamieson and Talwalkar, AISTATS 2016;
-Li et al., Hyperband, JMLR 2018), the cheap rung covering the whole space, so the answer does
-not depend on the seed or on the number of workers.
+evaluated with the closed-form ``estimate`` (:meth:`simulator.engine.Engine.estimate`: no events;
+a task's points together, :func:`simulator.estimate_many`), the points are ranked by estimated
+throughput, and the best ``trials - 1`` are queued in that order for the study's event-driven
+network: the trial budget counts simulations. This is successive halving with two rungs
+(Jamieson and Talwalkar, AISTATS 2016; Li et al., Hyperband, JMLR 2018), the cheap rung covering
+the whole space, so the answer does not depend on the seed or on the number of workers.
 
 Each simulated trial keeps its estimate (user attribute ``screen_samples_per_s``), and
 :func:`rank_agreement` gives the Spearman rank correlation between the two fidelities on the
@@ -37,12 +37,15 @@ from palm_search.search.evaluate import ServingTarget, estimate_points
 from simulator import ModelSpec
 from spaces import Candidate, ParallelDegrees, placement_key
 
-SCREEN_LIMIT = 20_000
-"""Most points a screen estimates (about 2-3 ms each); a larger space is searched by TPE."""
+SCREEN_LIMIT = 60_000
+"""Most points a screen estimates; a larger space is searched by TPE. The default space (T-145B on
+the wafer, 11,268 points) is walked and estimated in about 10 s on 2 cores (0.9 ms a point, most
+of it each placement's flows built once; ``benchmarks/datacenter_scale.py``), so a screen at the
+limit takes about a minute, as one of 20,000 points did at the former 2-3 ms a point."""
 ESTIMATE_KEY = "screen_samples_per_s"
 """The user attribute holding a trial's estimated samples/s."""
 _TASK_POINTS = 400
-"""Most points per worker task (a task's overhead is about one estimate, a point's 1 ms)."""
+"""Most points per worker task (a task's overhead is a few ms, its points' estimates 0.1-1 ms each)."""
 
 
 @dataclass

@@ -24,7 +24,7 @@ from spaces import (
     plans_tree,
     suggest_candidate,
 )
-from spaces.training import degree_choices
+from spaces.training import DIMENSIONS, degree_choices
 
 Builder = Callable[[object], Candidate]
 """``trial -> Candidate``: the search point an Optuna (or scripted) trial proposes."""
@@ -109,7 +109,7 @@ class DegreeWalk:
             found = self._plans(degrees)
             if found.fitting:
                 space = replace(self.space, plans=plans_tree([found]), degree_choices=(degrees,))
-                yield from walk_space(SpaceBuilder(space=space, hardware=self.hardware, fixed=self.fixed))
+                yield from walk_layouts(SpaceBuilder(space=space, hardware=self.hardware, fixed=self.fixed))
 
     def builder(self) -> SpaceBuilder:
         """The study's builder, every set of degrees pre-screened (those the walk has not reached now).
@@ -220,6 +220,39 @@ def walk_space(build: Builder) -> Iterator[tuple[dict, Candidate]]:
         if j < 0:
             return
         script = taken[:j] + [taken[j] + 1]
+
+
+LAYOUT_DIMENSIONS = frozenset({"groups", "placement", "transfer_strategy"})
+"""Dimensions drawn after the plan's (:func:`spaces.suggest_candidate`) whose choices and names
+depend on the parallel degrees and the machine alone, and whose ``Strategy`` fields no check
+relates to the plan's (:meth:`Strategy.with_fields`): for one set of degrees the points are every
+plan under every layout."""
+
+
+def walk_layouts(build: SpaceBuilder) -> Iterator[tuple[dict, Candidate]]:
+    """:func:`walk_space` of a builder of one set of degrees, the same points in the same order,
+    as the product of its plans and its layouts (:data:`LAYOUT_DIMENSIONS`, each walked once)
+    instead of a build per point; the odometer itself when no layout is searched, or the layer
+    partition (whose choices read the whole strategy)."""
+    searched = build.space.searched
+    layout = searched & LAYOUT_DIMENSIONS
+    if not layout or "partition" in searched:
+        yield from walk_space(build)
+        return
+    layouts: list[tuple[dict, dict]] | None = None
+    fields = [f for d in layout for f in DIMENSIONS[d]]
+    for params, candidate in walk_space(replace(build, space=replace(build.space, searched=searched - layout))):
+        if layouts is None:
+            kept = {k: v for k, v in candidate.strategy.to_dict().items() if k not in fields}
+            only = replace(build.space, searched=layout | (searched & {"degrees"}), plans=None)
+            layouts = [({k: v for k, v in p.items() if k != "degrees"}, {f: getattr(c.strategy, f) for f in fields})
+                       for p, c in walk_space(replace(build, space=only, fixed={**build.fixed, **kept}))]
+        for placed, values in layouts:
+            try:
+                strategy = candidate.strategy.with_fields(**values)
+            except InputError:
+                continue
+            yield {**params, **placed}, Candidate(hardware=build.hardware, strategy=strategy)
 
 
 DEFAULT_PROMPT_LENGTH = 128

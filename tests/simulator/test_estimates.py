@@ -1,0 +1,80 @@
+"""``estimate_many`` (the closed form over arrays of plans and placements) against
+``estimate_samples_per_s`` (a Python call per strategy) on every kind of route the closed form
+times: TP rings and two-level collectives on a mesh, DRAM streams, p2p with adapters, context,
+expert and expert-data parallelism, hybrid sharding, interleaving, ZB-H1 and inference."""
+
+from __future__ import annotations
+
+from itertools import product
+
+import pytest
+
+from simulator import InputError, Strategy, estimate_many, estimate_samples_per_s, load_hardware, load_model
+
+
+def _alone(model, hardware, strategy: Strategy) -> float:
+    try:
+        return estimate_samples_per_s(model, hardware, strategy)
+    except InputError:
+        return 0.0
+
+
+CASES = {
+    "T-18B on the wafer": ("T-18B", "wafer", dict(tp=[4, 8], pp=[4, 5], dp=[2], microbatch_size=[1, 2],
+                                                   schedule=["1f1b", "zb-h1", "interleaved-1f1b"],
+                                                   recompute=["full", "selective"], zero_stage=[1, 3],
+                                                   transfer_strategy=[1, 2], placement=["line", "row-snake"],
+                                                   global_batch_size=[40])),
+    "LLaMA2-70B on H100s": ("LLaMA2-70B", "h100-cluster", dict(tp=[8], pp=[2, 4], dp=[8, 16], cp=[1, 2],
+                                                                  microbatch_size=[1], num_chunks=[1, 2],
+                                                                  schedule=["1f1b", "interleaved-1f1b", "gpipe"],
+                                                                  recompute=["full", "none"], tp_overlap=[False, True],
+                                                                  zero_stage=[1, 3], sequence_parallel=[True])),
+    "Mixtral on A100s": ("Mixtral-8x7B", "a100-cluster", dict(tp=[2, 4], pp=[2], dp=[16], ep=[1, 4, 8],
+                                                                 microbatch_size=[1, 2], recompute=["full"],
+                                                                 zero_stage=[1, 2], schedule=["1f1b", "zb-h1"])),
+    "Llama decode on an n150": ("Llama-3.2-1B", "wormhole-n150", dict(tp=[4, 8, 16], pp=[1, 2, 4], dp=[1, 2],
+                                                                        microbatch_size=[1, 4], mode=["inference"],
+                                                                        prompt_length=[128],
+                                                                        decode_context_length=[0, 129],
+                                                                        global_batch_size=[8])),
+    "Llama decode over two chips": ("Llama-3.2-1B", "wormhole-n300", dict(tp=[16, 32, 64], pp=[1, 2], dp=[1, 2],
+                                                                          microbatch_size=[1], mode=["inference"],
+                                                                          prompt_length=[128],
+                                                                          decode_context_length=[0, 129],
+                                                                          global_batch_size=[8])),
+    "ResNet-50 on the wafer": ("ResNet-50", "wafer", dict(tp=[2, 4], pp=[2, 4], dp=[4, 8], microbatch_size=[8, 16],
+                                                          recompute=["none", "full"], global_batch_size=[256])),
+    "T-18B on four wafers": ("T-18B", "wafer-4", dict(tp=[8, 16], pp=[5, 20], dp=[8], microbatch_size=[1, 2],
+                                                     recompute=["full"], zero_stage=[1, 3], schedule=["1f1b", "zb-h1"],
+                                                     placement=["line", "row-snake"], wafer_stages=["span", "within"],
+                                                     global_batch_size=[160])),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_many_strategies_at_once_are_each_estimated_alone(case):
+    name, machine, choices = CASES[case]
+    model, hardware = load_model(name), load_hardware(machine)
+    strategies = []
+    for values in product(*choices.values()):
+        fields = dict(zip(choices, values, strict=True))
+        if fields.get("schedule") == "interleaved-1f1b":
+            fields.setdefault("num_chunks", 2)
+        try:
+            strategies.append(Strategy(**fields))
+        except InputError:
+            continue
+    alone = [_alone(model, hardware, s) for s in strategies]
+    assert sum(v > 0 for v in alone) >= 8, alone
+    assert estimate_many(model, hardware, strategies) == pytest.approx(alone, rel=1e-12, abs=0)
+
+
+def test_hybrid_sharding_and_a_plan_over_memory_or_illegal_are_estimated_as_alone():
+    model, hardware = load_model("LLaMA2-70B"), load_hardware("h100-cluster")
+    strategies = [Strategy(tp=8, pp=2, dp=8, zero_stage=3, shard_group_size=shard, recompute="full")
+                  for shard in (None, 2, 4)]
+    strategies += [Strategy(tp=1, pp=1, dp=8), Strategy(tp=8, pp=2, dp=8, microbatch_size=3)]
+    alone = [_alone(model, hardware, s) for s in strategies]
+    assert alone[-2:] == [0.0, 0.0] and all(v > 0 for v in alone[:3])
+    assert estimate_many(model, hardware, strategies) == pytest.approx(alone, rel=1e-12, abs=0)
