@@ -21,7 +21,11 @@ A pass is a train of transfers back to back (:meth:`SharingNetwork.sequence`). W
 flows it uses meets another live transfer, its phases run at their alone rates and need no event
 each: the train is one timer. The first transfer that would share with it turns the train back
 into its current transfer and the phases after it (*materialises* it), exactly the state
-phase-by-phase transfers would have reached, so the result equals the phase-by-phase one.
+phase-by-phase transfers would have reached, so the result equals the phase-by-phase one. A
+train started beside another whose flows share a constraint with its own materialises it only if
+two of their phases on such flows would move bytes at the same time (both timed alone, so known
+in advance); otherwise both run alone, as phase by phase they would. A transfer's end is not
+known in advance (it may be slowed), so a transfer materialises every train beside it.
 
 Only resources that two flows use can bind more than one transfer; each group of resources used
 by exactly the same flows keeps only its undominated occupancy vectors, and instances of one flow
@@ -84,6 +88,9 @@ class Plan:
     ends: tuple[float, ...]
     neighbours: tuple[int, ...]
     """The flows that share a constraint with one of ``flows`` (them included)."""
+    fluid: tuple[tuple[int, float, float], ...]
+    """(flow, begin s, end s after the start) of each phase that moves bytes, if nothing shares
+    with it: when it can meet another transfer."""
     suffixes: dict[int, Plan] = field(default_factory=dict)
     """The plans of the phases from ``j`` on, by ``j``, as materialised trains need them."""
 
@@ -96,14 +103,18 @@ class Plan:
 
 
 def _plan(phases: tuple[tuple[int, float, float, float], ...],
-          near: Callable[[frozenset[int]], tuple[int, ...]]) -> Plan:
-    """The :class:`Plan` of indexed ``phases``, given the flows ``near`` a set of flows."""
+          near: Callable[[frozenset[int]], tuple[int, ...]], spb: Sequence[float]) -> Plan:
+    """The :class:`Plan` of indexed ``phases``, given the flows ``near`` a set of flows and each
+    flow's seconds per byte ``spb``."""
     ends = tuple(accumulate([duration if duration >= not_before else not_before
                              for _, duration, _, not_before in phases]))
     flows = frozenset([phase[0] for phase in phases])
     if -1 in flows:
         flows -= _WAIT
-    return Plan(phases, flows, ends, near(flows))
+    fluid = tuple((k, begin, begin + duration - latency)
+                  for (k, duration, latency, _), begin in zip(phases, (0.0, *ends), strict=False)
+                  if k >= 0 and spb[k] > 0.0 and duration > latency)
+    return Plan(phases, flows, ends, near(flows), fluid)
 
 
 _WAIT = frozenset((-1,))
@@ -147,6 +158,7 @@ class SharingNetwork:
         self._constraints: list[tuple[tuple[int, float], ...]] = []
         self._spb: list[float] = []
         self._neighbours: list[tuple[int, ...]] = []
+        self._near_sets: list[frozenset[int]] = []
         self._near: Callable[[frozenset[int]], tuple[int, ...]] = _nothing_near
         self._rates: Callable[[tuple[int, ...]], list[float]] = _no_rates
         self._active: list[dict[Transfer, None]] = []
@@ -165,7 +177,8 @@ class SharingNetwork:
         self._trains = [{} for _ in flows]
         if [id(f) for f in flows] != list(self._index):
             structure = _structure(tuple(flows))
-            self._index, self._constraints, self._spb, self._neighbours, self._rates, self._near = structure
+            self._index, self._constraints, self._spb, self._neighbours, self._rates, self._near = structure[:6]
+            self._near_sets = structure[6]
 
     def transfer(self, flow: Flow, duration_s: float, latency_s: float = 0.0,
                  not_before_s: float = 0.0) -> simpy.Event:
@@ -214,7 +227,7 @@ class SharingNetwork:
             raise RuntimeError("SharingNetwork.start must be called before a plan")
         index = self._index
         return _plan(tuple([(index[id(f)] if f is not None else -1, d, lat, nb) for f, d, lat, nb in phases]),
-                     self._near)
+                     self._near, self._spb)
 
     def sequence(self, plan: Plan) -> simpy.Event:
         """An event that fires when ``plan``'s phases have run one after another, each as
@@ -235,7 +248,7 @@ class SharingNetwork:
         env = self._env
         assert env is not None
         now = env.now
-        if not (self.trains and self._quiet(plan.neighbours, now)):
+        if not (self.trains and self._quiet(plan.neighbours, now, plan)):
             done = env.event()
             env.process(self._stepwise(plan, done))
             return done
@@ -266,7 +279,7 @@ class SharingNetwork:
         """The plan of ``plan``'s phases from ``j`` on (remembered in ``plan``)."""
         rest = plan.suffixes.get(j)
         if rest is None:
-            rest = plan.suffixes[j] = _plan(plan.phases[j:], self._near)
+            rest = plan.suffixes[j] = _plan(plan.phases[j:], self._near, self._spb)
         return rest
 
     def _rest(self, plan: Plan) -> Generator[simpy.Event, Any, list[PhaseTimes]]:
@@ -286,25 +299,44 @@ class SharingNetwork:
         for k in train.plan.flows:
             self._trains[k].pop(train, None)
 
-    def _quiet(self, neighbours: Sequence[int], now: float) -> bool:
+    def _quiet(self, neighbours: Sequence[int], now: float, plan: Plan | None = None) -> bool:
         """Whether no live transfer of flows ``neighbours`` is moving bytes (they share a
         constraint with the flows about to start), after materialising the trains of those flows
-        (they would share from now on)."""
-        active, trains = self._active, self._trains
-        quiet = True
+        that would share from now on: all of them for a transfer, whose end is not known; for
+        the train of ``plan``, those that would move bytes on a flow near one of its phases' while
+        that phase does (:meth:`_meets`; the others keep running alone beside it)."""
+        trains = self._trains
         for n in neighbours:
             if trains[n]:
                 for train in list(trains[n]):
-                    self._materialise(train, now)
-            if quiet and active[n] and self._live(n, now):
-                quiet = False
-        return quiet
+                    if train.live and (plan is None or self._meets(plan, now, train)):
+                        self._materialise(train, now)
+        active = self._active
+        for n in neighbours:
+            if active[n] and self._live(n, now):
+                return False
+        return True
+
+    def _meets(self, plan: Plan, now: float, train: _Train) -> bool:
+        """Whether a phase of ``plan`` started now, alone, would move bytes while a phase of
+        ``train`` on a flow sharing a constraint with it does."""
+        begun, near, theirs = train.start_s, self._near_sets, train.plan.fluid
+        for f, a, b in plan.fluid:
+            close, start, end = near[f], now + a, now + b
+            for g, c, d in theirs:
+                if g in close and start < begun + d and begun + c < end:
+                    return True
+        return False
 
     def _materialise(self, train: _Train, now: float) -> None:
         """Turn ``train`` into what phase-by-phase transfers would be at ``now``: its current
-        phase's transfer (alone so far) and a process for the phases after it."""
+        phase's transfer (alone so far) and a process for the phases after it. That transfer
+        may be slowed from now on, so the trains beside it that share a constraint with it are
+        materialised too."""
         env = self._env
         assert env is not None
+        if not train.live:
+            return
         plan, begun = train.plan, train.start_s
         j = next((j for j, end in enumerate(plan.ends) if begun + end > now), None)
         if j is None:  # ends now: its timer fires next
@@ -328,6 +360,10 @@ class SharingNetwork:
         done.callbacks.extend(timer.callbacks[1:])  # its waiters, after the train's own end
         del timer.callbacks[1:]
         env.process(self._resume(train, j, start, current, done))
+        if spb > 0.0 and fluid_end > now:  # a transfer, which may be slowed from now on
+            for n in self._neighbours[k]:
+                for other in list(self._trains[n]):
+                    self._materialise(other, now)
 
     def _resume(self, train: _Train, j: int, start: float, current: simpy.Event,
                 done: simpy.Event) -> Generator[simpy.Event, Any, None]:
@@ -424,7 +460,8 @@ RATES_CACHED = 4096
 combinations of concurrent transfers many times)."""
 
 _Structure = tuple[dict[int, int], list[tuple[tuple[int, float], ...]], list[float], list[tuple[int, ...]],
-                   Callable[[tuple[int, ...]], list[float]], Callable[[frozenset[int]], tuple[int, ...]]]
+                   Callable[[tuple[int, ...]], list[float]], Callable[[frozenset[int]], tuple[int, ...]],
+                   list[frozenset[int]]]
 
 
 @lru_cache(maxsize=128)
@@ -450,7 +487,7 @@ def _structure(flows: tuple[Flow, ...]) -> _Structure:
         return tuple(sorted(set().union(*(neighbours[k] for k in of_flows))))
 
     return ({id(f): k for k, f in enumerate(flows)}, constraints, [f.seconds_per_byte for f in flows], neighbours,
-            rates, near)
+            rates, near, [frozenset(n) for n in neighbours])
 
 
 def _no_rates(_flows: tuple[int, ...]) -> list[float]:
