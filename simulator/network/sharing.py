@@ -36,11 +36,11 @@ of transfers it touches.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from itertools import accumulate
-from typing import Any
+from typing import cast
 
 import simpy
 
@@ -250,7 +250,7 @@ class SharingNetwork:
         now = env.now
         if not (self.trains and self._quiet(plan.neighbours, now, plan)):
             done = env.event()
-            env.process(self._stepwise(plan, done))
+            self._stepwise(plan, done)
             return done
         timer = env.timeout(plan.ends[-1] if plan.ends else 0.0)
         train = _Train(plan, now, timer)
@@ -260,20 +260,30 @@ class SharingNetwork:
         timer.callbacks.append(partial(self._train_end, train))
         return timer
 
-    def _stepwise(self, plan: Plan, done: simpy.Event) -> Generator[simpy.Event, Any, None]:
-        """Run the first phase as a transfer, then the others as a sequence (a train again if
-        nothing shares with them by then)."""
+    def _stepwise(self, plan: Plan, done: simpy.Event, j: int = 0, times: list[PhaseTimes] | None = None) -> None:
+        """Run phase ``j`` (default the first) as a transfer, then the others as a sequence (a
+        train again if nothing shares with them by then; with ``trains`` off, each as a transfer
+        in turn); ``done`` succeeds with every phase's times (``times`` those of the phases
+        before ``j``). Callbacks, not a process: no events of their own."""
         env = self._env
         assert env is not None
-        times: list[PhaseTimes] = []
-        for j, (k, duration, latency, not_before) in enumerate(plan.phases):
-            if j and self.trains:
-                times += yield from self._rest(self._suffix(plan, j))
-                break
-            start = env.now
-            arrived = yield self._transfer(k, duration, latency, not_before)
-            times.append((start, arrived, env.now))
-        done.succeed(times)
+        times = [] if times is None else times
+        if j == len(plan.phases):
+            done.succeed(times)
+        elif j and self.trains:
+            self._rest(self._suffix(plan, j), times, done)
+        else:
+            k, duration, latency, not_before = plan.phases[j]
+            self._transfer(k, duration, latency, not_before).callbacks.append(
+                partial(self._stepped, plan, done, j, times, env.now))
+
+    def _stepped(self, plan: Plan, done: simpy.Event, j: int, times: list[PhaseTimes], start: float,
+                 transferred: simpy.Event) -> None:
+        """Phase ``j`` of a :meth:`_stepwise` sequence (started at ``start``) has ended: the next."""
+        env = self._env
+        assert env is not None
+        times.append((start, cast(float, transferred.value), env.now))
+        self._stepwise(plan, done, j + 1, times)
 
     def _suffix(self, plan: Plan, j: int) -> Plan:
         """The plan of ``plan``'s phases from ``j`` on (remembered in ``plan``)."""
@@ -282,13 +292,18 @@ class SharingNetwork:
             rest = plan.suffixes[j] = _plan(plan.phases[j:], self._near, self._spb)
         return rest
 
-    def _rest(self, plan: Plan) -> Generator[simpy.Event, Any, list[PhaseTimes]]:
-        """Run ``plan`` from now as a sequence; return its phases' times."""
+    def _rest(self, plan: Plan, times: list[PhaseTimes], done: simpy.Event) -> None:
+        """Run ``plan`` from now as a sequence; then ``done`` succeeds with ``times`` and its
+        phases' times."""
         env = self._env
         assert env is not None
-        start = env.now
-        times = yield self._sequence(plan)
-        return plan.times(start) if times is None else times
+        self._sequence(plan).callbacks.append(partial(self._rested, plan, env.now, times, done))
+
+    @staticmethod
+    def _rested(plan: Plan, start: float, times: list[PhaseTimes], done: simpy.Event, ended: simpy.Event) -> None:
+        """The sequence of :meth:`_rest` (started at ``start``) has ended."""
+        times += plan.times(start) if ended.value is None else ended.value
+        done.succeed(times)
 
     def _train_end(self, train: _Train, _event: simpy.Event) -> None:
         if train.live:
@@ -330,7 +345,7 @@ class SharingNetwork:
 
     def _materialise(self, train: _Train, now: float) -> None:
         """Turn ``train`` into what phase-by-phase transfers would be at ``now``: its current
-        phase's transfer (alone so far) and a process for the phases after it. That transfer
+        phase's transfer (alone so far) and callbacks for the phases after it. That transfer
         may be slowed from now on, so the trains beside it that share a constraint with it are
         materialised too."""
         env = self._env
@@ -359,23 +374,22 @@ class SharingNetwork:
         assert timer.callbacks is not None  # the train has not ended
         done.callbacks.extend(timer.callbacks[1:])  # its waiters, after the train's own end
         del timer.callbacks[1:]
-        env.process(self._resume(train, j, start, current, done))
+        current.callbacks.append(partial(self._resumed, train, j, start, done))
         if spb > 0.0 and fluid_end > now:  # a transfer, which may be slowed from now on
             for n in self._neighbours[k]:
                 for other in list(self._trains[n]):
                     self._materialise(other, now)
 
-    def _resume(self, train: _Train, j: int, start: float, current: simpy.Event,
-                done: simpy.Event) -> Generator[simpy.Event, Any, None]:
-        """A materialised train: wait for phase ``j`` (started at ``start``), run the rest."""
+    def _resumed(self, train: _Train, j: int, start: float, done: simpy.Event, current: simpy.Event) -> None:
+        """Phase ``j`` of a materialised train (started at ``start``) has ended: run the rest."""
         env = self._env
         assert env is not None
-        arrived = yield current
         plan = train.plan
-        times = [*plan.times(train.start_s, j), (start, arrived, env.now)]
+        times = [*plan.times(train.start_s, j), (start, cast(float, current.value), env.now)]
         if j + 1 < len(plan.phases):
-            times += yield from self._rest(self._suffix(plan, j + 1))
-        done.succeed(times)
+            self._rest(self._suffix(plan, j + 1), times, done)
+        else:
+            done.succeed(times)
 
     def _live(self, k: int, now: float) -> bool:
         """Whether flow ``k`` has transfers still moving bytes at ``now`` (forgetting those whose
