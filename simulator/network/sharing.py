@@ -162,12 +162,14 @@ class SharingNetwork:
         self._near: Callable[[frozenset[int]], tuple[int, ...]] = _nothing_near
         self._rates: Callable[[tuple[int, ...]], list[float]] = _no_rates
         self._active: list[dict[Transfer, None]] = []
+        self._moved: dict[simpy.Event, simpy.Event] = {}
 
     def reset(self) -> None:
         """Forget the run (a new engine run calls :meth:`start`)."""
         self._env = None
         self._active = []
         self._trains = []
+        self._moved = {}
 
     def start(self, env: simpy.Environment, flows: Sequence[Flow]) -> None:
         """Begin a run in ``env`` whose transfers use ``flows`` (each flow's constraints are
@@ -198,13 +200,11 @@ class SharingNetwork:
         """:meth:`transfer` of flow index ``k`` (-1: a plain wait)."""
         env = self._env
         assert env is not None
-        done = env.event()
         spb, now = self._spb[k] if k >= 0 else 0.0, env.now
         work = max(duration_s - latency_s, 0.0)
         if spb <= 0.0 or work <= 0.0:
-            end = now + duration_s
-            env.timeout(max(duration_s, not_before_s)).callbacks.append(partial(_fire, done, end))
-            return done
+            return env.timeout(max(duration_s, not_before_s), now + duration_s)
+        done = env.event()
         t = Transfer(flow=k, remaining=work / spb, latency_s=latency_s, not_before_s=now + not_before_s,
                      done=done, since_s=now, constraints=self._constraints[k])
         active = self._active
@@ -259,6 +259,11 @@ class SharingNetwork:
             trains[k][train] = None
         timer.callbacks.append(partial(self._train_end, train))
         return timer
+
+    def waiter(self, event: simpy.Event) -> simpy.Event:
+        """The event to wait on for the end of the sequence whose event was ``event``: a train's
+        timer no longer ends it once the train is materialised (:meth:`sequence`)."""
+        return self._moved.get(event, event)
 
     def _stepwise(self, plan: Plan, done: simpy.Event, j: int = 0, times: list[PhaseTimes] | None = None) -> None:
         """Run phase ``j`` (default the first) as a transfer, then the others as a sequence (a
@@ -374,6 +379,7 @@ class SharingNetwork:
         assert timer.callbacks is not None  # the train has not ended
         done.callbacks.extend(timer.callbacks[1:])  # its waiters, after the train's own end
         del timer.callbacks[1:]
+        self._moved[timer] = done
         current.callbacks.append(partial(self._resumed, train, j, start, done))
         if spb > 0.0 and fluid_end > now:  # a transfer, which may be slowed from now on
             for n in self._neighbours[k]:
