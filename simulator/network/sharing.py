@@ -233,7 +233,8 @@ class SharingNetwork:
         """An event that fires when ``plan``'s phases have run one after another, each as
         :meth:`transfer` runs it (a phase without a flow is a plain wait). Its value is None when
         nothing shared with any phase, so each took its time alone from the start
-        (:meth:`Plan.times`), else each phase's :data:`PhaseTimes`.
+        (:meth:`Plan.times`), else each phase's :data:`PhaseTimes`. Wait on it at once, or later
+        on :meth:`waiter` of it (a train's timer stops being its end once materialised).
 
         Raises:
             RuntimeError: :meth:`start` was not called for this run.
