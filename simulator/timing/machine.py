@@ -7,7 +7,6 @@ Time is SimPy's ``env.now`` in **seconds**; bytes are per edge of a flow unless 
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -19,7 +18,7 @@ from simulator.hardware.spec import Hardware
 from simulator.network.collectives import Flow
 from simulator.network.topology import Topology
 from simulator.placement import StagePlacement
-from simulator.timing.flows import StageFlows, all_flows, machine_flows, own_flows, uses_all_to_all
+from simulator.timing.flows import all_flows, machine_flows, own_flows, uses_all_to_all
 from simulator.timing.records import PassRecord, StageStats, TraceRecord
 
 _T = TypeVar("_T")
@@ -52,29 +51,6 @@ class _Memo:
 
 
 
-_Memos = dict[tuple[str, int, object], _Memo]
-_MEMOS: OrderedDict[tuple[int, int, int, bool], tuple[object, object, _Memos]] = OrderedDict()
-_MEMOS_KEPT = 64
-"""Machines whose remembered answers outlive their engine (a search and a repeated simulation
-build engines of one placement and plan again and again)."""
-
-
-def _memos_of(stage_flows: list[StageFlows], costs: tuple[StageCost, ...], transfer_strategy: int,
-              p2p_blocking: bool) -> _Memos:
-    """The remembered answers of the machines of ``stage_flows`` (cached per placement by
-    :func:`machine_flows`) and ``costs`` (per plan, ``simulator.api``): everything a memo reads,
-    with the send options. Keyed by identity, the objects held so their ids stay theirs."""
-    key = (id(stage_flows), id(costs), transfer_strategy, p2p_blocking)
-    kept = _MEMOS.get(key)
-    if kept is None:
-        kept = _MEMOS[key] = (stage_flows, costs, {})
-        if len(_MEMOS) > _MEMOS_KEPT:
-            _MEMOS.popitem(last=False)
-    else:
-        _MEMOS.move_to_end(key)
-    return kept[2]
-
-
 class Machine:
     """The flows of one engine and the state of its current run, which the timing models time
     passes, sends and updates on.
@@ -98,7 +74,7 @@ class Machine:
         self.stage_flows, self.p2p, self.index = machine_flows(topology, placements, hardware.calibration,
                                                                transfer_strategy, all_to_all)
         self.flows = all_flows(self.stage_flows, self.p2p)
-        self._memos = _memos_of(self.stage_flows, costs, transfer_strategy, p2p_blocking)
+        self._memos: dict[tuple[str, int, object], _Memo] = {}
         self.env = simpy.Environment()
         self.events = 0
         self.stats = [StageStats() for _ in range(self.pp)]
@@ -123,8 +99,7 @@ class Machine:
 
     def memo(self, kind: str, i: int, what: object, compute: Callable[[], _T]) -> _T:
         """``compute()`` for ``what`` (``id`` of a pass's cost, or a hashable key) of stage ``i``,
-        remembered for the machine's flows and costs (:func:`_memos_of`: engines of one placement and
-        plan share them) with the bytes it counted on the stage's own flows, which
+        remembered for the engine's life with the bytes it counted on the stage's own flows, which
         every further use counts again (:meth:`count_memo_bytes`)."""
         key = (kind, i, what)
         memo = self._memos.get(key)
