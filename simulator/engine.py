@@ -128,6 +128,15 @@ class Engine:
             event = self.messages[key] = self.machine.env.event()
         return event
 
+    def _arrival(self, key: tuple[str, int, int]) -> simpy.Event:
+        """What a stage waiting for message ``key`` waits on: the message, whose send takes its
+        waiters over, if not sent yet; else what the timing model delivers it by."""
+        event = self.messages.get(key)
+        if event is None:
+            event = self.messages[key] = self.machine.env.event()
+            return event
+        return self.timing.delivery(event)
+
     def _stage(self, i: int, num_microbatches: int) -> Generator[simpy.Event, Any, None]:
         machine = self.machine
         env, stats, run_pass = machine.env, machine.stats[i], self.timing.run_pass
@@ -139,7 +148,7 @@ class Engine:
             forward, backward = p.kind is PassKind.FORWARD, p.kind.is_backward
             if (forward and j > 0) or (backward and j < last):
                 machine.events += 1
-                yield self._message(("act", j, p.microbatch) if forward else ("grad", j, p.microbatch))
+                yield self._arrival(("act", j, p.microbatch) if forward else ("grad", j, p.microbatch))
             cost, start = self.costs[j].pass_cost(p.kind), env.now
             yield from run_pass(i, cost, p.microbatch)
             stats.compute_s += cost.busy_s

@@ -61,6 +61,7 @@ _V = TypeVar("_V")
 
 PORTS = (("nvswitch up", "link"), ("nvswitch down", "link"), ("nic up", "nic"), ("nic down", "nic"))
 """Each GPU's resources, in their order: (name, kind). GPU ``g``'s port ``p`` is resource ``4g + p``."""
+_NUM_PORTS = len(PORTS)
 
 
 class _Ports(Sequence[_V]):
@@ -103,7 +104,7 @@ class _PortValues(_Ports[_V]):
 
     def __getitem__(self, index):  # type: ignore[no-untyped-def]  # the overloads of _Ports
         if index.__class__ is int and 0 <= index < self._length:
-            return self._values[index % len(PORTS)]
+            return self._values[index % _NUM_PORTS]
         return super().__getitem__(index)
 
 
@@ -191,15 +192,16 @@ class ClusterTopology(Topology):
         has 8 GPUs per node uses the node's 8 NICs (NCCL builds as many rings as NICs; NVIDIA NCCL
         documentation, "NCCL_MIN_NCHANNELS" and topology detection).
         """
+        per_node = self.cluster.gpus_per_node  # node_of, inline: tens of thousands of calls on wide groups
         by_node = {}
         for group in groups:
             members: dict[int, list[int]] = {}
             for d in group:
-                members.setdefault(self.node_of(d), []).append(d)
+                members.setdefault(d // per_node, []).append(d)
             by_node.update({d: members for d in group})
         out: list[Edge] = []
         for a, b in edges:
-            node_a, node_b = self.node_of(a), self.node_of(b)
+            node_a, node_b = a // per_node, b // per_node
             if node_a == node_b:
                 out.append((a, b))
                 continue
@@ -212,6 +214,30 @@ class ClusterTopology(Topology):
         if self.node_of(src) == self.node_of(dst):
             return (self._port(src, 0), self._port(dst, 1)), self.cluster.intra_node_latency_s
         return (self._port(src, 2), self._port(dst, 3)), self.cluster.inter_node_latency_s
+
+    def route_loads(self, routes: Sequence[Edge]) -> tuple[dict[int, float], float, float]:
+        """:meth:`Topology.route_loads` without a call per edge: an edge within a node crosses
+        the source's NVSwitch up-port and the destination's down-port, else their NICs
+        (:meth:`_route`); a DRAM stream (``(d, -1)``) crosses nothing (HBM is timed inside
+        compute, :meth:`dram_route`). The same loads, in the same order, latency and edges."""
+        per_node, intra, inter = self.cluster.gpus_per_node, self.cluster.intra_node_latency_s, \
+            self.cluster.inter_node_latency_s
+        loads: dict[int, float] = {}
+        latency = edges = 0.0
+        for route in routes:
+            src, dst, share = route if len(route) == 3 else (*route, 1.0)
+            edges += share
+            if dst < 0:
+                continue
+            if src // per_node == dst // per_node:
+                up, down, hop = _NUM_PORTS * src, _NUM_PORTS * dst + 1, intra
+            else:
+                up, down, hop = _NUM_PORTS * src + 2, _NUM_PORTS * dst + 3, inter
+            loads[up] = loads.get(up, 0.0) + share
+            loads[down] = loads.get(down, 0.0) + share
+            if hop > latency:
+                latency = hop
+        return loads, latency, edges
 
     def all_pairs_loads(self, groups: tuple[tuple[int, ...], ...]) -> tuple[dict[int, float], float, float]:
         """:meth:`Topology.all_pairs_loads` counted without routing each pair (an all-to-all over

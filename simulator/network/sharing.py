@@ -21,7 +21,11 @@ A pass is a train of transfers back to back (:meth:`SharingNetwork.sequence`). W
 flows it uses meets another live transfer, its phases run at their alone rates and need no event
 each: the train is one timer. The first transfer that would share with it turns the train back
 into its current transfer and the phases after it (*materialises* it), exactly the state
-phase-by-phase transfers would have reached, so the result equals the phase-by-phase one.
+phase-by-phase transfers would have reached, so the result equals the phase-by-phase one. A
+train started beside another whose flows share a constraint with its own materialises it only if
+two of their phases on such flows would move bytes at the same time (both timed alone, so known
+in advance); otherwise both run alone, as phase by phase they would. A transfer's end is not
+known in advance (it may be slowed), so a transfer materialises every train beside it.
 
 Only resources that two flows use can bind more than one transfer; each group of resources used
 by exactly the same flows keeps only its undominated occupancy vectors, and instances of one flow
@@ -32,11 +36,11 @@ of transfers it touches.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from itertools import accumulate
-from typing import Any
+from typing import cast
 
 import simpy
 
@@ -84,6 +88,9 @@ class Plan:
     ends: tuple[float, ...]
     neighbours: tuple[int, ...]
     """The flows that share a constraint with one of ``flows`` (them included)."""
+    fluid: tuple[tuple[int, float, float], ...]
+    """(flow, begin s, end s after the start) of each phase that moves bytes, if nothing shares
+    with it: when it can meet another transfer."""
     suffixes: dict[int, Plan] = field(default_factory=dict)
     """The plans of the phases from ``j`` on, by ``j``, as materialised trains need them."""
 
@@ -96,14 +103,18 @@ class Plan:
 
 
 def _plan(phases: tuple[tuple[int, float, float, float], ...],
-          near: Callable[[frozenset[int]], tuple[int, ...]]) -> Plan:
-    """The :class:`Plan` of indexed ``phases``, given the flows ``near`` a set of flows."""
+          near: Callable[[frozenset[int]], tuple[int, ...]], spb: Sequence[float]) -> Plan:
+    """The :class:`Plan` of indexed ``phases``, given the flows ``near`` a set of flows and each
+    flow's seconds per byte ``spb``."""
     ends = tuple(accumulate([duration if duration >= not_before else not_before
                              for _, duration, _, not_before in phases]))
     flows = frozenset([phase[0] for phase in phases])
     if -1 in flows:
         flows -= _WAIT
-    return Plan(phases, flows, ends, near(flows))
+    fluid = tuple((k, begin, begin + duration - latency)
+                  for (k, duration, latency, _), begin in zip(phases, (0.0, *ends), strict=False)
+                  if k >= 0 and spb[k] > 0.0 and duration > latency)
+    return Plan(phases, flows, ends, near(flows), fluid)
 
 
 _WAIT = frozenset((-1,))
@@ -147,15 +158,18 @@ class SharingNetwork:
         self._constraints: list[tuple[tuple[int, float], ...]] = []
         self._spb: list[float] = []
         self._neighbours: list[tuple[int, ...]] = []
+        self._near_sets: list[frozenset[int]] = []
         self._near: Callable[[frozenset[int]], tuple[int, ...]] = _nothing_near
         self._rates: Callable[[tuple[int, ...]], list[float]] = _no_rates
         self._active: list[dict[Transfer, None]] = []
+        self._moved: dict[simpy.Event, simpy.Event] = {}
 
     def reset(self) -> None:
         """Forget the run (a new engine run calls :meth:`start`)."""
         self._env = None
         self._active = []
         self._trains = []
+        self._moved = {}
 
     def start(self, env: simpy.Environment, flows: Sequence[Flow]) -> None:
         """Begin a run in ``env`` whose transfers use ``flows`` (each flow's constraints are
@@ -165,7 +179,8 @@ class SharingNetwork:
         self._trains = [{} for _ in flows]
         if [id(f) for f in flows] != list(self._index):
             structure = _structure(tuple(flows))
-            self._index, self._constraints, self._spb, self._neighbours, self._rates, self._near = structure
+            self._index, self._constraints, self._spb, self._neighbours, self._rates, self._near = structure[:6]
+            self._near_sets = structure[6]
 
     def transfer(self, flow: Flow, duration_s: float, latency_s: float = 0.0,
                  not_before_s: float = 0.0) -> simpy.Event:
@@ -185,13 +200,11 @@ class SharingNetwork:
         """:meth:`transfer` of flow index ``k`` (-1: a plain wait)."""
         env = self._env
         assert env is not None
-        done = env.event()
         spb, now = self._spb[k] if k >= 0 else 0.0, env.now
         work = max(duration_s - latency_s, 0.0)
         if spb <= 0.0 or work <= 0.0:
-            end = now + duration_s
-            env.timeout(max(duration_s, not_before_s)).callbacks.append(partial(_fire, done, end))
-            return done
+            return env.timeout(max(duration_s, not_before_s), now + duration_s)
+        done = env.event()
         t = Transfer(flow=k, remaining=work / spb, latency_s=latency_s, not_before_s=now + not_before_s,
                      done=done, since_s=now, constraints=self._constraints[k])
         active = self._active
@@ -214,13 +227,14 @@ class SharingNetwork:
             raise RuntimeError("SharingNetwork.start must be called before a plan")
         index = self._index
         return _plan(tuple([(index[id(f)] if f is not None else -1, d, lat, nb) for f, d, lat, nb in phases]),
-                     self._near)
+                     self._near, self._spb)
 
     def sequence(self, plan: Plan) -> simpy.Event:
         """An event that fires when ``plan``'s phases have run one after another, each as
         :meth:`transfer` runs it (a phase without a flow is a plain wait). Its value is None when
         nothing shared with any phase, so each took its time alone from the start
-        (:meth:`Plan.times`), else each phase's :data:`PhaseTimes`.
+        (:meth:`Plan.times`), else each phase's :data:`PhaseTimes`. Wait on it at once, or later
+        on :meth:`waiter` of it (a train's timer stops being its end once materialised).
 
         Raises:
             RuntimeError: :meth:`start` was not called for this run.
@@ -235,9 +249,9 @@ class SharingNetwork:
         env = self._env
         assert env is not None
         now = env.now
-        if not (self.trains and self._quiet(plan.neighbours, now)):
+        if not (self.trains and self._quiet(plan.neighbours, now, plan)):
             done = env.event()
-            env.process(self._stepwise(plan, done))
+            self._stepwise(plan, done)
             return done
         timer = env.timeout(plan.ends[-1] if plan.ends else 0.0)
         train = _Train(plan, now, timer)
@@ -247,35 +261,55 @@ class SharingNetwork:
         timer.callbacks.append(partial(self._train_end, train))
         return timer
 
-    def _stepwise(self, plan: Plan, done: simpy.Event) -> Generator[simpy.Event, Any, None]:
-        """Run the first phase as a transfer, then the others as a sequence (a train again if
-        nothing shares with them by then)."""
+    def waiter(self, event: simpy.Event) -> simpy.Event:
+        """The event to wait on for the end of the sequence whose event was ``event``: a train's
+        timer no longer ends it once the train is materialised (:meth:`sequence`)."""
+        return self._moved.get(event, event)
+
+    def _stepwise(self, plan: Plan, done: simpy.Event, j: int = 0, times: list[PhaseTimes] | None = None) -> None:
+        """Run phase ``j`` (default the first) as a transfer, then the others as a sequence (a
+        train again if nothing shares with them by then; with ``trains`` off, each as a transfer
+        in turn); ``done`` succeeds with every phase's times (``times`` those of the phases
+        before ``j``). Callbacks, not a process: no events of their own."""
         env = self._env
         assert env is not None
-        times: list[PhaseTimes] = []
-        for j, (k, duration, latency, not_before) in enumerate(plan.phases):
-            if j and self.trains:
-                times += yield from self._rest(self._suffix(plan, j))
-                break
-            start = env.now
-            arrived = yield self._transfer(k, duration, latency, not_before)
-            times.append((start, arrived, env.now))
-        done.succeed(times)
+        times = [] if times is None else times
+        if j == len(plan.phases):
+            done.succeed(times)
+        elif j and self.trains:
+            self._rest(self._suffix(plan, j), times, done)
+        else:
+            k, duration, latency, not_before = plan.phases[j]
+            self._transfer(k, duration, latency, not_before).callbacks.append(
+                partial(self._stepped, plan, done, j, times, env.now))
+
+    def _stepped(self, plan: Plan, done: simpy.Event, j: int, times: list[PhaseTimes], start: float,
+                 transferred: simpy.Event) -> None:
+        """Phase ``j`` of a :meth:`_stepwise` sequence (started at ``start``) has ended: the next."""
+        env = self._env
+        assert env is not None
+        times.append((start, cast(float, transferred.value), env.now))
+        self._stepwise(plan, done, j + 1, times)
 
     def _suffix(self, plan: Plan, j: int) -> Plan:
         """The plan of ``plan``'s phases from ``j`` on (remembered in ``plan``)."""
         rest = plan.suffixes.get(j)
         if rest is None:
-            rest = plan.suffixes[j] = _plan(plan.phases[j:], self._near)
+            rest = plan.suffixes[j] = _plan(plan.phases[j:], self._near, self._spb)
         return rest
 
-    def _rest(self, plan: Plan) -> Generator[simpy.Event, Any, list[PhaseTimes]]:
-        """Run ``plan`` from now as a sequence; return its phases' times."""
+    def _rest(self, plan: Plan, times: list[PhaseTimes], done: simpy.Event) -> None:
+        """Run ``plan`` from now as a sequence; then ``done`` succeeds with ``times`` and its
+        phases' times."""
         env = self._env
         assert env is not None
-        start = env.now
-        times = yield self._sequence(plan)
-        return plan.times(start) if times is None else times
+        self._sequence(plan).callbacks.append(partial(self._rested, plan, env.now, times, done))
+
+    @staticmethod
+    def _rested(plan: Plan, start: float, times: list[PhaseTimes], done: simpy.Event, ended: simpy.Event) -> None:
+        """The sequence of :meth:`_rest` (started at ``start``) has ended."""
+        times += plan.times(start) if ended.value is None else ended.value
+        done.succeed(times)
 
     def _train_end(self, train: _Train, _event: simpy.Event) -> None:
         if train.live:
@@ -286,25 +320,44 @@ class SharingNetwork:
         for k in train.plan.flows:
             self._trains[k].pop(train, None)
 
-    def _quiet(self, neighbours: Sequence[int], now: float) -> bool:
+    def _quiet(self, neighbours: Sequence[int], now: float, plan: Plan | None = None) -> bool:
         """Whether no live transfer of flows ``neighbours`` is moving bytes (they share a
         constraint with the flows about to start), after materialising the trains of those flows
-        (they would share from now on)."""
-        active, trains = self._active, self._trains
-        quiet = True
+        that would share from now on: all of them for a transfer, whose end is not known; for
+        the train of ``plan``, those that would move bytes on a flow near one of its phases' while
+        that phase does (:meth:`_meets`; the others keep running alone beside it)."""
+        trains = self._trains
         for n in neighbours:
             if trains[n]:
                 for train in list(trains[n]):
-                    self._materialise(train, now)
-            if quiet and active[n] and self._live(n, now):
-                quiet = False
-        return quiet
+                    if train.live and (plan is None or self._meets(plan, now, train)):
+                        self._materialise(train, now)
+        active = self._active
+        for n in neighbours:
+            if active[n] and self._live(n, now):
+                return False
+        return True
+
+    def _meets(self, plan: Plan, now: float, train: _Train) -> bool:
+        """Whether a phase of ``plan`` started now, alone, would move bytes while a phase of
+        ``train`` on a flow sharing a constraint with it does."""
+        begun, near, theirs = train.start_s, self._near_sets, train.plan.fluid
+        for f, a, b in plan.fluid:
+            close, start, end = near[f], now + a, now + b
+            for g, c, d in theirs:
+                if g in close and start < begun + d and begun + c < end:
+                    return True
+        return False
 
     def _materialise(self, train: _Train, now: float) -> None:
         """Turn ``train`` into what phase-by-phase transfers would be at ``now``: its current
-        phase's transfer (alone so far) and a process for the phases after it."""
+        phase's transfer (alone so far) and callbacks for the phases after it. That transfer
+        may be slowed from now on, so the trains beside it that share a constraint with it are
+        materialised too."""
         env = self._env
         assert env is not None
+        if not train.live:
+            return
         plan, begun = train.plan, train.start_s
         j = next((j for j, end in enumerate(plan.ends) if begun + end > now), None)
         if j is None:  # ends now: its timer fires next
@@ -327,19 +380,23 @@ class SharingNetwork:
         assert timer.callbacks is not None  # the train has not ended
         done.callbacks.extend(timer.callbacks[1:])  # its waiters, after the train's own end
         del timer.callbacks[1:]
-        env.process(self._resume(train, j, start, current, done))
+        self._moved[timer] = done
+        current.callbacks.append(partial(self._resumed, train, j, start, done))
+        if spb > 0.0 and fluid_end > now:  # a transfer, which may be slowed from now on
+            for n in self._neighbours[k]:
+                for other in list(self._trains[n]):
+                    self._materialise(other, now)
 
-    def _resume(self, train: _Train, j: int, start: float, current: simpy.Event,
-                done: simpy.Event) -> Generator[simpy.Event, Any, None]:
-        """A materialised train: wait for phase ``j`` (started at ``start``), run the rest."""
+    def _resumed(self, train: _Train, j: int, start: float, done: simpy.Event, current: simpy.Event) -> None:
+        """Phase ``j`` of a materialised train (started at ``start``) has ended: run the rest."""
         env = self._env
         assert env is not None
-        arrived = yield current
         plan = train.plan
-        times = [*plan.times(train.start_s, j), (start, arrived, env.now)]
+        times = [*plan.times(train.start_s, j), (start, cast(float, current.value), env.now)]
         if j + 1 < len(plan.phases):
-            times += yield from self._rest(self._suffix(plan, j + 1))
-        done.succeed(times)
+            self._rest(self._suffix(plan, j + 1), times, done)
+        else:
+            done.succeed(times)
 
     def _live(self, k: int, now: float) -> bool:
         """Whether flow ``k`` has transfers still moving bytes at ``now`` (forgetting those whose
@@ -424,7 +481,8 @@ RATES_CACHED = 4096
 combinations of concurrent transfers many times)."""
 
 _Structure = tuple[dict[int, int], list[tuple[tuple[int, float], ...]], list[float], list[tuple[int, ...]],
-                   Callable[[tuple[int, ...]], list[float]], Callable[[frozenset[int]], tuple[int, ...]]]
+                   Callable[[tuple[int, ...]], list[float]], Callable[[frozenset[int]], tuple[int, ...]],
+                   list[frozenset[int]]]
 
 
 @lru_cache(maxsize=128)
@@ -450,7 +508,7 @@ def _structure(flows: tuple[Flow, ...]) -> _Structure:
         return tuple(sorted(set().union(*(neighbours[k] for k in of_flows))))
 
     return ({id(f): k for k, f in enumerate(flows)}, constraints, [f.seconds_per_byte for f in flows], neighbours,
-            rates, near)
+            rates, near, [frozenset(n) for n in neighbours])
 
 
 def _no_rates(_flows: tuple[int, ...]) -> list[float]:

@@ -51,6 +51,11 @@ class Timing(Protocol):
         itself ends (s, or an event), what a blocking sender waits for."""
         ...
 
+    def delivery(self, message: simpy.Event) -> simpy.Event:
+        """What the receiver of a sent ``message`` (:meth:`send` has run) waits on: ``message``,
+        or an event that ends with the send and stands for it (one event fewer)."""
+        ...
+
     def update(self, i: int, flow: Flow, duration_s: float, latency_s: float,
                steps: Sequence[PassCost]) -> Generator[simpy.Event, Any, tuple[float, float]]:
         """Run stage ``i``'s data-parallel collectives (``duration_s`` alone, ``latency_s`` of it

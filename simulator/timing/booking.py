@@ -113,6 +113,11 @@ class BookingTiming:
             machine.trace(flow, f"stage {i}", "zero-3 exposed", start, duration, moved, microbatch)
         return start + duration
 
+    @staticmethod
+    def delivery(message: simpy.Event) -> simpy.Event:
+        """What the receiver of ``message`` waits on: ``message``."""
+        return message
+
     def send(self, i: int, flow: Flow, dst: int, kind: str, microbatch: int, size_bytes: float,
              message: simpy.Event) -> float:
         """Book stage ``i``'s send of ``size_bytes`` on p2p ``flow`` to stage ``dst`` and the

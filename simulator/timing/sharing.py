@@ -71,11 +71,13 @@ class SharingTiming:
 
     def __init__(self, machine: Machine, network: SharingNetwork) -> None:
         self.machine, self.network = machine, network
+        self._deliveries: dict[simpy.Event, simpy.Event] = {}
 
     def start(self) -> None:
         """Forget every transfer and start on ``machine.env`` with the machine's flows."""
         self.network.reset()
         self.network.start(self.machine.env, self.machine.flows)
+        self._deliveries = {}
 
     def run_pass(self, i: int, cost: PassCost, microbatch: int) -> Generator[simpy.Event, Any, None]:
         """A pass under bandwidth sharing: each segment computes while its DRAM stream moves, then
@@ -142,13 +144,12 @@ class SharingTiming:
         send = machine.memo("send", dst, (i, size_bytes), lambda: self._shared_send(flow, dst, size_bytes, per_edge))
         if send.parts is None:
             done = self.network.sequence(send.both)
-            waiting = bool(message.callbacks)
-            done.callbacks.append(partial(self._delivered, send, i, kind, microbatch, message if not waiting
-                                          else None, now))
-            if waiting:  # the receiver waits already: it resumes on the delivery itself, one event fewer
-                assert message.callbacks is not None
+            done.callbacks.append(partial(self._delivered, send, i, kind, microbatch, now))
+            if message.callbacks:  # the receiver waits already: it resumes on the delivery itself
                 done.callbacks.extend(message.callbacks)
                 message.callbacks.clear()
+            else:  # it will wait on the delivery itself (:meth:`delivery`)
+                self._deliveries[message] = done
             return now
         sent = self.network.sequence(send.parts[0])
         sent.callbacks.append(partial(self._shared_regroup, send, i, kind, microbatch, message, now))
@@ -189,17 +190,21 @@ class SharingTiming:
             self._trace_shared_regroup(send, i, microbatch, _times(regrouped, send.parts[1], start_s)[0])
         message.succeed()
 
-    def _delivered(self, send: SharedSend, i: int, kind: str, microbatch: int, message: simpy.Event | None,
-                   start_s: float, done: simpy.Event) -> None:
-        """A send and its regroup have ended: deliver ``message`` (None: its receiver waited on
-        ``done`` itself)."""
+    def delivery(self, message: simpy.Event) -> simpy.Event:
+        """What the receiver of ``message`` waits on: the end of the (non-blocking) send that
+        delivers it, which never succeeds ``message`` itself (no event of its own), else
+        ``message``."""
+        done = self._deliveries.pop(message, None)
+        return message if done is None else self.network.waiter(done)
+
+    def _delivered(self, send: SharedSend, i: int, kind: str, microbatch: int, start_s: float,
+                   done: simpy.Event) -> None:
+        """A non-blocking send and its regroup have ended (its receiver waits on ``done``)."""
         if self.machine.record:
             times = _times(done, send.both, start_s)
             self._trace_shared_send(send, i, kind, microbatch, times)
             if send.regroup_flow is not None:
                 self._trace_shared_regroup(send, i, microbatch, times[1])
-        if message is not None:
-            message.succeed()
 
     def _trace_shared_send(self, send: SharedSend, i: int, kind: str, microbatch: int,
                            times: list[PhaseTimes]) -> None:

@@ -100,3 +100,28 @@ def test_a_clusters_all_to_all_loads_counted_in_closed_form_are_those_of_routing
     assert list(counted[0].items()) == list(routed[0].items()) and counted[1:] == routed[1:]
     assert counted[2] == count * size * (size - 1)
     assert sum(counted[0].values()) == 2 * count * size * (size - 1)  # each pair: an up-port and a down-port
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_clusters_route_loads_counted_in_closed_form_are_those_of_routing_every_edge(seed):
+    # the cluster counts the ports an edge crosses arithmetically instead of routing it: the same
+    # loads, in the same order, latency and edges, shares and DRAM streams included
+    import random
+
+    rng = random.Random(seed)
+    topology = topology_of(cluster_hardware(nodes=16))
+    routes = []
+    for _ in range(rng.randint(0, 60)):
+        src, dst = rng.randrange(topology.num_devices), rng.choice([-1, rng.randrange(topology.num_devices)])
+        routes.append((src, dst) if rng.random() < 0.5 else (src, dst, rng.choice([1.0, 0.5, 0.125])))
+    loads: dict[int, float] = {}
+    latency = edges = 0.0
+    for src, dst, *share in routes:
+        edges += share[0] if share else 1.0
+        if dst >= 0:
+            resources, route_latency = topology.route(src, dst)
+            for r in resources:
+                loads[r] = loads.get(r, 0.0) + (share[0] if share else 1.0)
+            latency = max(latency, route_latency)
+    counted = topology.route_loads(routes)
+    assert list(counted[0].items()) == list(loads.items()) and counted[1:] == (latency, edges)

@@ -11,7 +11,7 @@ from fixtures import mesh_hardware
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator import load_model
+from simulator import load_hardware, load_model
 from simulator.api import simulate
 from simulator.network.collectives import Flow, make_flow
 from simulator.network.sharing import SharingNetwork, max_min_rates
@@ -181,3 +181,26 @@ def test_trains_equal_transfers_run_one_by_one(strategy, monkeypatch):
             (b.compute_s, b.communication_s, b.dram_stall_s, b.bubble_s), rel=1e-9, abs=1e-12)
     busiest = max(u.max_utilisation for u in plain.resources if u.kind == "dram")
     assert busiest > 0.5  # the DRAM ports are shared, so trains were materialised
+
+
+@pytest.mark.parametrize("strategy", [
+    Strategy(tp=8, pp=4, dp=2, global_batch_size=16, recompute="full", sequence_parallel=True, zero_stage=1),
+    Strategy(tp=8, pp=4, dp=2, global_batch_size=16, zero_stage=3, p2p_blocking=True),
+    Strategy(tp=4, pp=8, dp=2, global_batch_size=32, schedule="gpipe"),
+])
+def test_trains_beside_trains_equal_transfers_run_one_by_one(strategy, monkeypatch):
+    # On a GPU cluster a send's regroup uses the receiving stage's TP groups, as that stage's
+    # passes do: their trains run side by side while their phases on those groups do not meet in
+    # time, and the outcome must still be the phase-by-phase one's.
+    model, cluster = load_model("T-18B"), load_hardware("h100-cluster")
+    met = []
+    meets = SharingNetwork._meets
+    monkeypatch.setattr(SharingNetwork, "_meets", lambda self, *a: met.append(meets(self, *a)) or met[-1])
+    trains = simulate(model, cluster, strategy, network="sharing")
+    assert False in met and True in met  # trains ran beside trains, and some were materialised
+    monkeypatch.setitem(TIMINGS, "sharing", lambda machine: SharingTiming(machine, SharingNetwork(trains=False)))
+    plain = simulate(model, cluster, strategy, network="sharing")
+    assert trains.iteration_time_s == pytest.approx(plain.iteration_time_s, rel=1e-9)
+    for a, b in zip(trains.stages, plain.stages, strict=True):
+        assert (a.compute_s, a.communication_s, a.bubble_s) == pytest.approx(
+            (b.compute_s, b.communication_s, b.bubble_s), rel=1e-9, abs=1e-12)
