@@ -19,7 +19,10 @@ stack's keys (:class:`~simulator.stacks.spec.Serving`, inference only) are ``kv_
 ``decode_data_movement_ops`` (kernels a decode layer launches beyond its arithmetic),
 ``decode_gemm_readers_per_dram_port`` (a decode step's GEMMs DRAM-sharded), ``prefill_gemm_grid_x``
 and ``_y`` (the core grid a prefill's GEMMs run on), and two sub-tables
-of operator classes, each value with its own source::
+of operator classes, each value with its own source. A training stack may give
+``selective_recompute`` (``attention_core`` or ``alternate_matmuls``) and a table of the HBM
+bytes each element-wise class moves per element (``[stack.elementwise_bytes_per_element]``,
+classes ``norm``, ``final_norm``, ``swiglu``, ``residual``, ``rope``, ``cross_entropy``)::
 
     [stack.weight_formats]
     mlp_in = "bfloat4_b"
@@ -39,11 +42,13 @@ from typing import Any
 from simulator.config import Table, parse_toml, read_toml
 from simulator.errors import InputError
 from simulator.stacks.spec import (
+    ELEMENTWISE_CLASSES,
     FIDELITY_CLASSES,
     GATHERS,
     REDUCTIONS,
     RESHARDS,
     SAMPLINGS,
+    SELECTIVE_POLICIES,
     WEIGHT_CLASSES,
     Serving,
     Stack,
@@ -52,7 +57,8 @@ from simulator.strategy import FORMAT_BYTES, MATH_FIDELITIES
 
 _PRESET_DISPLAY = "simulator/stacks/presets/{}.toml"
 _CHOICES: dict[str, tuple[str, ...]] = {"reshard_after_forward": RESHARDS, "zero3_gather": GATHERS,
-                                        "zero3_gradient_reduction": REDUCTIONS, "sampling": SAMPLINGS}
+                                        "zero3_gradient_reduction": REDUCTIONS, "sampling": SAMPLINGS,
+                                        "selective_recompute": SELECTIVE_POLICIES}
 _FLAGS = ("overlap_data_parallel",)
 _OVERHEAD_KEYS = ("collective_call_overhead_us", "collective_call_overhead_s")
 _THRESHOLD = "zero3_persistence_threshold"
@@ -63,7 +69,9 @@ _HOST_KEYS = ("host_read_bandwidth_GB_per_s", "host_step_overhead_us", "host_ste
 _COUNTS = ("decode_key_chunk", "decode_data_movement_ops", "decode_gemm_readers_per_dram_port", "prefill_gemm_grid_x",
            "prefill_gemm_grid_y")
 _SERVING_FIELDS = (_KV, _TILES, *_COUNTS, "sampling", "host_read_bandwidth_bytes_per_s", "host_step_overhead_s")
-KNOWN_KEYS = (*_FLAGS, *_CHOICES, _THRESHOLD, *_OVERHEAD_KEYS, _KV, _TILES, *_COUNTS, *_HOST_KEYS, *_CLASS_TABLES)
+_ELEMENTWISE = "elementwise_bytes_per_element"
+KNOWN_KEYS = (*_FLAGS, *_CHOICES, _THRESHOLD, *_OVERHEAD_KEYS, _KV, _TILES, *_COUNTS, *_HOST_KEYS, *_CLASS_TABLES,
+              _ELEMENTWISE)
 """The keys a ``[stack]`` table may give (each with its ``_source``, or a table of classes)."""
 
 
@@ -101,6 +109,10 @@ def _build(root: Table, name: str) -> Stack:
             serving[key], cited = _classes(table.take_table(key), *_CLASS_TABLES[key])
             sources += [(f"{key}.{c}", source) for c, source in cited]
             continue
+        if key == _ELEMENTWISE:
+            values[key], cited = _traffic(table.take_table(key))
+            sources += [(f"{key}.{c}", source) for c, source in cited]
+            continue
         field, value = _value(table, key)
         (serving if field in _SERVING_FIELDS else values)[field] = value
         sources.append((field, table.take_source(key)))
@@ -118,6 +130,15 @@ def _classes(table: Table, classes: tuple[str, ...], choices: tuple[str, ...]) -
     given = tuple((c, table.take_string(c, choices)) for c in table.keys() if c in classes)
     cited = [(c, table.take_source(c)) for c, _ in given]
     table.finish(classes)
+    return given, cited
+
+
+def _traffic(table: Table) -> tuple[tuple[tuple[str, float], ...], list[tuple[str, str]]]:
+    """``((class, bytes per element), ...)`` of ``[stack.elementwise_bytes_per_element]`` and the
+    source of each: positive numbers of :data:`~simulator.stacks.spec.ELEMENTWISE_CLASSES`."""
+    given = tuple((c, float(table.take_number(c))) for c in table.keys() if c in ELEMENTWISE_CLASSES)
+    cited = [(c, table.take_source(c)) for c, _ in given]
+    table.finish(ELEMENTWISE_CLASSES)
     return given, cited
 
 

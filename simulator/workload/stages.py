@@ -51,12 +51,14 @@ Group = tuple[UnitCost, int]
 _Built = TypeVar("_Built")
 
 
-def _recomputed(ops: tuple[Operator, ...], recompute: str) -> tuple[Operator, ...]:
-    """Operators re-run in a layer's backward under ``recompute``: all (full), the attention
-    core (selective), none."""
-    if recompute == "full":
+def _recomputed(ops: tuple[Operator, ...], model: ModelSpec, strategy: Strategy, stack: Stack) -> tuple[Operator, ...]:
+    """Operators re-run in a layer's backward under ``recompute``: all (full), under selective
+    the attention core or the stack's policy (:attr:`Stack.selective_recompute`), none."""
+    if strategy.recompute == "full":
         return ops
-    if recompute == "selective":
+    if strategy.recompute == "selective" and stack.selective_recompute == "alternate_matmuls":
+        return operators.alternate_matmuls(ops, model, strategy)
+    if strategy.recompute == "selective":
         return tuple(op for op in ops if op.name in operators.ATTENTION_CORE)
     return ()
 
@@ -83,10 +85,13 @@ def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy,
     shard = hardware.memory.sram_dataflow() == "tiled"
     kv_format = stack.serving.kv_cache_format
     send = operators.boundary_bytes(model, strategy)
-    raw_layers = {moe: operators.transformer_layer(model, strategy, shard_elementwise=shard, moe=moe)
+    traffic = stack.elementwise_bytes
+    raw_layers = {moe: operators.with_traffic(operators.transformer_layer(model, strategy, shard_elementwise=shard,
+                                                                          moe=moe), model, strategy, traffic)
                   for moe in ((False, True) if model.is_moe else (False,))}
     raw_embed = operators.embedding(model, strategy, shard_elementwise=shard)
-    raw_logits = operators.logits(model, strategy, shard_elementwise=shard)
+    raw_logits = operators.with_traffic(operators.logits(model, strategy, shard_elementwise=shard), model, strategy,
+                                        traffic)
     collectives = {moe: operators.layer_collectives(model, strategy, moe) for moe in raw_layers}
     embed_collectives = UnitCollectives(forward=operators.embedding_collectives(model, strategy))
     logits_collectives = UnitCollectives(forward=operators.logits_collectives(model, strategy))
@@ -95,11 +100,12 @@ def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy,
               for moe, ops in raw_layers.items()}
     embed_ops = formats.serve(raw_embed, model, hardware, strategy, stack)
     logits_ops = formats.serve(raw_logits, model, hardware, strategy, stack)
-    activations = {moe: memory.layer_activation_bytes(model, strategy, moe) for moe in layers}
+    activations = {moe: memory.layer_activation_bytes(model, strategy, moe, stack.selective_recompute)
+                   for moe in layers}
     embed_activation = memory.embedding_activation_bytes(model, strategy)
     logits_activation = memory.logits_activation_bytes(model, strategy)
     costing = Costing.of(hardware, strategy)
-    units = {moe: cost_unit(ops, recomputed=_recomputed(ops, strategy.recompute), collectives=collectives[moe],
+    units = {moe: cost_unit(ops, recomputed=_recomputed(ops, model, strategy, stack), collectives=collectives[moe],
                             activation_bytes=activations[moe], send_bytes=send, overlap=strategy.tp_overlap,
                             costing=costing)
              for moe, ops in layers.items()}

@@ -27,6 +27,7 @@ def _write(tmp_path, body: str):
 
 def test_presets_load_and_megatron_core_is_the_default():
     assert stack_presets() == ["deepspeed-0.3-zero3", "megatron-core", "tensorrt-llm-fp8", "torchtitan-fsdp2",
+                             "torchtitan-fsdp2-eager",
                              "tt-transformers-performance"]
     assert load_stack("megatron-core") == MEGATRON_CORE
     for name in stack_presets():
