@@ -20,7 +20,7 @@ stack's keys (:class:`~simulator.stacks.spec.Serving`, inference only) are ``kv_
 ``decode_gemm_readers_per_dram_port`` (a decode step's GEMMs DRAM-sharded), ``prefill_gemm_grid_x``
 and ``_y`` (the core grid a prefill's GEMMs run on), and two sub-tables
 of operator classes, each value with its own source. A training stack may give
-``selective_recompute`` (``attention_core`` or ``alternate_matmuls``) and a table of the HBM
+``zero3_reduction_format`` (the precision ZeRO-3 reduces gradients in), ``selective_recompute`` (``attention_core`` or ``alternate_matmuls``) and a table of the HBM
 bytes each element-wise class moves per element (``[stack.elementwise_bytes_per_element]``,
 classes ``norm``, ``final_norm``, ``swiglu``, ``residual``, ``rope``, ``cross_entropy``)::
 
@@ -64,14 +64,14 @@ _OVERHEAD_KEYS = ("collective_call_overhead_us", "collective_call_overhead_s")
 _THRESHOLD = "zero3_persistence_threshold"
 _CLASS_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "weight_formats": (WEIGHT_CLASSES, tuple(FORMAT_BYTES)), "math_fidelities": (FIDELITY_CLASSES, MATH_FIDELITIES)}
-_KV, _TILES = "kv_cache_format", "small_m_gemm_tiles"
+_KV, _TILES, _REDUCTION = "kv_cache_format", "small_m_gemm_tiles", "zero3_reduction_format"
 _HOST_KEYS = ("host_read_bandwidth_GB_per_s", "host_step_overhead_us", "host_step_overhead_s")
 _COUNTS = ("decode_key_chunk", "decode_data_movement_ops", "decode_gemm_readers_per_dram_port", "prefill_gemm_grid_x",
            "prefill_gemm_grid_y")
 _SERVING_FIELDS = (_KV, _TILES, *_COUNTS, "sampling", "host_read_bandwidth_bytes_per_s", "host_step_overhead_s")
 _ELEMENTWISE = "elementwise_bytes_per_element"
 KNOWN_KEYS = (*_FLAGS, *_CHOICES, _THRESHOLD, *_OVERHEAD_KEYS, _KV, _TILES, *_COUNTS, *_HOST_KEYS, *_CLASS_TABLES,
-              _ELEMENTWISE)
+              _ELEMENTWISE, _REDUCTION)
 """The keys a ``[stack]`` table may give (each with its ``_source``, or a table of classes)."""
 
 
@@ -158,7 +158,7 @@ def _value(table: Table, key: str) -> tuple[str, Any]:
         return key, table.take_flag(key)
     if key == _THRESHOLD:
         return key, float(table.take_number(key, inclusive=True))
-    if key == _KV:
+    if key in (_KV, _REDUCTION):
         return key, table.take_string(key, tuple(FORMAT_BYTES))
     if key == _TILES:
         return key, _tiles(table)

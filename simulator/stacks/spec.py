@@ -162,6 +162,9 @@ class Stack:
             gradient everywhere, twice the ring traffic).
         collective_call_overhead_s: host time of one ZeRO-3 collective call that the device
             waits for (s): allocation, launch and synchronisation outside NCCL's own time.
+        zero3_reduction_format: the format ZeRO-3 reduces gradients in (a precision of
+            :data:`simulator.strategy.FORMAT_BYTES`; None: the strategy's): PyTorch FSDP2's
+            ``MixedPrecisionPolicy(reduce_dtype=torch.float32)`` reduce-scatters 4-byte gradients.
         selective_recompute: what ``recompute = "selective"`` re-runs in a layer's backward:
             ``attention_core`` (Korthikanti et al., MLSys'23, §4.2.1: the unfused attention core,
             nothing under fused attention) or ``alternate_matmuls`` (torchtitan's per-op policy:
@@ -183,6 +186,7 @@ class Stack:
     zero3_persistence_threshold: float = 0.0
     zero3_gradient_reduction: Reduction = "reduce_scatter"
     collective_call_overhead_s: float = 0.0
+    zero3_reduction_format: str | None = None
     selective_recompute: SelectivePolicy = "attention_core"
     elementwise_bytes_per_element: tuple[tuple[str, float], ...] = ()
     serving: Serving = Serving()
@@ -192,6 +196,9 @@ class Stack:
         if self.selective_recompute not in SELECTIVE_POLICIES:
             raise InputError(f"stack: `selective_recompute` must be one of {list(SELECTIVE_POLICIES)}, got"
                              f" {self.selective_recompute!r}")
+        if self.zero3_reduction_format is not None and self.zero3_reduction_format not in FORMAT_BYTES:
+            raise InputError(f"stack: `zero3_reduction_format` must be one of {list(FORMAT_BYTES)}, got"
+                             f" {self.zero3_reduction_format!r}")
         for kind, value in self.elementwise_bytes_per_element:
             if kind not in ELEMENTWISE_CLASSES or not value > 0:
                 raise InputError(f"stack: `elementwise_bytes_per_element` takes classes {list(ELEMENTWISE_CLASSES)}"

@@ -818,8 +818,9 @@ def with_traffic(ops: tuple[Operator, ...], model: ModelSpec, strategy: Strategy
     of a class :data:`ELEMENTWISE_OPERATORS` names and ``bytes_per_element`` prices (bytes per
     output element of one forward; None keeps the operator) moves that many bytes per output
     element; where ``rope`` is priced the rotary embedding of the ``b s (h + h_kv) / t`` query
-    and key elements follows ``qkv`` (:func:`rope`). Every operator else is unchanged."""
-    rope_bytes = bytes_per_element("rope")
+    and key elements follows ``qkv`` in a model with rotary positions (LLaMA's; GPT and BERT
+    learn a position table) (:func:`rope`). Every operator else is unchanged."""
+    rope_bytes = bytes_per_element("rope") if model.architecture == "llama" else None
     out: list[Operator] = []
     for op in ops:
         price = bytes_per_element(ELEMENTWISE_OPERATORS.get(op.name, "")) if op.kind == "memory" else None

@@ -63,6 +63,16 @@ def _recomputed(ops: tuple[Operator, ...], model: ModelSpec, strategy: Strategy,
     return ()
 
 
+def _recompute_collectives(collectives: UnitCollectives, strategy: Strategy, stack: Stack) -> UnitCollectives:
+    """A layer's collectives with those its stack's selective recompute re-runs: under
+    ``alternate_matmuls`` the forward's all-gathers (torchtitan's ``_save_list`` saves
+    ``reduce_scatter_tensor`` outputs, not the all-gathers that feed the recomputed ``wk`` and
+    ``w3``)."""
+    if strategy.recompute != "selective" or stack.selective_recompute != "alternate_matmuls":
+        return collectives
+    return replace(collectives, recompute=tuple(c for c in collectives.forward if c.kind == "all_gather"))
+
+
 @dataclass(frozen=True, slots=True)
 class Units:
     """A model's units, each costed once: the partitionable ``items``, the unit prepended to the
@@ -92,7 +102,8 @@ def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy,
     raw_embed = operators.embedding(model, strategy, shard_elementwise=shard)
     raw_logits = operators.with_traffic(operators.logits(model, strategy, shard_elementwise=shard), model, strategy,
                                         traffic)
-    collectives = {moe: operators.layer_collectives(model, strategy, moe) for moe in raw_layers}
+    collectives = {moe: _recompute_collectives(operators.layer_collectives(model, strategy, moe), strategy, stack)
+                   for moe in raw_layers}
     embed_collectives = UnitCollectives(forward=operators.embedding_collectives(model, strategy))
     logits_collectives = UnitCollectives(forward=operators.logits_collectives(model, strategy))
     kv_cache = operators.kv_cache_bytes(model, strategy, FORMAT_BYTES[kv_format] if kv_format else None)
@@ -376,7 +387,7 @@ def zero3_collectives(tensors: tuple[tuple[float, ...], ...], strategy: Strategy
       while one computes; the first gather has nothing to hide under;
     * backward (recompute included: the gathered unit serves both): the units the forward
       freed (``stack.reshard_after_forward``) gathered again and every unit's gradients reduced
-      (``stack.zero3_gradient_reduction``) after it, both under the next unit's backward; the
+      (``stack.zero3_gradient_reduction``, in ``stack.zero3_reduction_format``) after it, both under the next unit's backward; the
       first gather (where the last unit was freed) and the last reduction are exposed.
 
     Without ``stack.overlap_data_parallel`` every call is exposed. Each call costs the stack's
@@ -390,7 +401,9 @@ def zero3_collectives(tensors: tuple[tuple[float, ...], ...], strategy: Strategy
     calls: list[tuple[CollectiveKind, tuple[float, ...], int | None]] = [
         ("all_gather", tuple(b for unit in regathered for b in unit), 0 if exposed_gather else None)]
     if backward:
-        calls.append((stack.zero3_gradient_reduction, tuple(b for unit in tensors for b in unit), -1))
+        scale = FORMAT_BYTES[stack.zero3_reduction_format] / strategy.bytes_per_element \
+            if stack.zero3_reduction_format else 1.0
+        calls.append((stack.zero3_gradient_reduction, tuple(b * scale for unit in tensors for b in unit), -1))
     hidden: list[tuple[tuple[Collective, ...], int]] = []
     exposed: list[tuple[tuple[Collective, ...], int]] = []
     for kind, sizes, first in calls:
