@@ -19,10 +19,7 @@ stack's keys (:class:`~simulator.stacks.spec.Serving`, inference only) are ``kv_
 ``decode_data_movement_ops`` (kernels a decode layer launches beyond its arithmetic),
 ``decode_gemm_readers_per_dram_port`` (a decode step's GEMMs DRAM-sharded), ``prefill_gemm_grid_x``
 and ``_y`` (the core grid a prefill's GEMMs run on), and two sub-tables
-of operator classes, each value with its own source. A training stack may give
-``zero3_reduction_format`` (the precision ZeRO-3 reduces gradients in), ``selective_recompute`` (``attention_core`` or ``alternate_matmuls``) and a table of the HBM
-bytes each element-wise class moves per element (``[stack.elementwise_bytes_per_element]``,
-classes ``norm``, ``final_norm``, ``swiglu``, ``residual``, ``rope``, ``cross_entropy``)::
+of operator classes, each value with its own source::
 
     [stack.weight_formats]
     mlp_in = "bfloat4_b"
@@ -31,6 +28,16 @@ classes ``norm``, ``final_norm``, ``swiglu``, ``residual``, ``rope``, ``cross_en
     [stack.math_fidelities]
     mlp_in = "LoFi"
     mlp_in_source = "..."
+
+A training stack may give ``zero3_reduction_format`` (the precision ZeRO-3 reduces gradients
+in), ``selective_recompute`` (``attention_core`` or ``alternate_matmuls``) and a table of the HBM
+bytes one forward of each element-wise class moves per element, each with its source::
+
+    [stack.elementwise_bytes_per_element]
+    norm = 36
+    norm_source = "torchtitan models/norms.py RMSNorm L96-101 @9dec370, eager: six kernels"
+
+(classes ``norm``, ``final_norm``, ``swiglu``, ``residual``, ``rope``, ``cross_entropy``).
 """
 
 from __future__ import annotations

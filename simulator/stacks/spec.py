@@ -1,7 +1,8 @@
 """What a training or serving framework changes on the same hardware: the software stack as data.
 
 A :class:`Stack` holds how a framework (Megatron-Core, PyTorch FSDP2, DeepSpeed...) runs the
-data-parallel and ZeRO-3 collectives of a plan, and how a serving stack (tt-metal's
+data-parallel and ZeRO-3 collectives of a plan, what its selective recompute re-runs and what
+its element-wise kernels move, and how a serving stack (tt-metal's
 tt_transformers, TensorRT-LLM...) stores and multiplies an LLM's weights and KV cache at
 inference (:class:`Serving`); the hardware file keeps what the silicon does, the strategy what
 the user chose. Its defaults are Megatron-Core's, the behaviour the simulator
@@ -140,7 +141,8 @@ class Serving:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Stack:
-    """A framework's behaviour on a plan's ZeRO-3 (fully sharded) collectives.
+    """A framework's behaviour on a plan's ZeRO-3 (fully sharded) collectives, its selective
+    recompute and its element-wise kernels' traffic.
 
     Attributes:
         name: the preset or file stem (``megatron-core``).

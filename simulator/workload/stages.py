@@ -387,8 +387,9 @@ def zero3_collectives(tensors: tuple[tuple[float, ...], ...], strategy: Strategy
       while one computes; the first gather has nothing to hide under;
     * backward (recompute included: the gathered unit serves both): the units the forward
       freed (``stack.reshard_after_forward``) gathered again and every unit's gradients reduced
-      (``stack.zero3_gradient_reduction``, in ``stack.zero3_reduction_format``) after it, both under the next unit's backward; the
-      first gather (where the last unit was freed) and the last reduction are exposed.
+      (``stack.zero3_gradient_reduction``, in ``stack.zero3_reduction_format``) after it, both
+      under the next unit's backward; the first gather (where the last unit was freed) and the
+      last reduction are exposed.
 
     Without ``stack.overlap_data_parallel`` every call is exposed. Each call costs the stack's
     ``collective_call_overhead_s`` of host time (``host_s``). Empty unless ZeRO-3 runs per
