@@ -28,6 +28,16 @@ of operator classes, each value with its own source::
     [stack.math_fidelities]
     mlp_in = "LoFi"
     mlp_in_source = "..."
+
+A training stack may give ``zero3_reduction_format`` (the precision ZeRO-3 reduces gradients
+in), ``selective_recompute`` (``attention_core`` or ``alternate_matmuls``) and a table of the HBM
+bytes one forward of each element-wise class moves per element, each with its source::
+
+    [stack.elementwise_bytes_per_element]
+    norm = 36
+    norm_source = "torchtitan models/norms.py RMSNorm L96-101 @9dec370, eager: six kernels"
+
+(classes ``norm``, ``final_norm``, ``swiglu``, ``residual``, ``rope``, ``cross_entropy``).
 """
 
 from __future__ import annotations
@@ -39,11 +49,13 @@ from typing import Any
 from simulator.config import Table, parse_toml, read_toml
 from simulator.errors import InputError
 from simulator.stacks.spec import (
+    ELEMENTWISE_CLASSES,
     FIDELITY_CLASSES,
     GATHERS,
     REDUCTIONS,
     RESHARDS,
     SAMPLINGS,
+    SELECTIVE_POLICIES,
     WEIGHT_CLASSES,
     Serving,
     Stack,
@@ -52,18 +64,21 @@ from simulator.strategy import FORMAT_BYTES, MATH_FIDELITIES
 
 _PRESET_DISPLAY = "simulator/stacks/presets/{}.toml"
 _CHOICES: dict[str, tuple[str, ...]] = {"reshard_after_forward": RESHARDS, "zero3_gather": GATHERS,
-                                        "zero3_gradient_reduction": REDUCTIONS, "sampling": SAMPLINGS}
+                                        "zero3_gradient_reduction": REDUCTIONS, "sampling": SAMPLINGS,
+                                        "selective_recompute": SELECTIVE_POLICIES}
 _FLAGS = ("overlap_data_parallel",)
 _OVERHEAD_KEYS = ("collective_call_overhead_us", "collective_call_overhead_s")
 _THRESHOLD = "zero3_persistence_threshold"
 _CLASS_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "weight_formats": (WEIGHT_CLASSES, tuple(FORMAT_BYTES)), "math_fidelities": (FIDELITY_CLASSES, MATH_FIDELITIES)}
-_KV, _TILES = "kv_cache_format", "small_m_gemm_tiles"
+_KV, _TILES, _REDUCTION = "kv_cache_format", "small_m_gemm_tiles", "zero3_reduction_format"
 _HOST_KEYS = ("host_read_bandwidth_GB_per_s", "host_step_overhead_us", "host_step_overhead_s")
 _COUNTS = ("decode_key_chunk", "decode_data_movement_ops", "decode_gemm_readers_per_dram_port", "prefill_gemm_grid_x",
            "prefill_gemm_grid_y")
 _SERVING_FIELDS = (_KV, _TILES, *_COUNTS, "sampling", "host_read_bandwidth_bytes_per_s", "host_step_overhead_s")
-KNOWN_KEYS = (*_FLAGS, *_CHOICES, _THRESHOLD, *_OVERHEAD_KEYS, _KV, _TILES, *_COUNTS, *_HOST_KEYS, *_CLASS_TABLES)
+_ELEMENTWISE = "elementwise_bytes_per_element"
+KNOWN_KEYS = (*_FLAGS, *_CHOICES, _THRESHOLD, *_OVERHEAD_KEYS, _KV, _TILES, *_COUNTS, *_HOST_KEYS, *_CLASS_TABLES,
+              _ELEMENTWISE, _REDUCTION)
 """The keys a ``[stack]`` table may give (each with its ``_source``, or a table of classes)."""
 
 
@@ -101,6 +116,10 @@ def _build(root: Table, name: str) -> Stack:
             serving[key], cited = _classes(table.take_table(key), *_CLASS_TABLES[key])
             sources += [(f"{key}.{c}", source) for c, source in cited]
             continue
+        if key == _ELEMENTWISE:
+            values[key], cited = _traffic(table.take_table(key))
+            sources += [(f"{key}.{c}", source) for c, source in cited]
+            continue
         field, value = _value(table, key)
         (serving if field in _SERVING_FIELDS else values)[field] = value
         sources.append((field, table.take_source(key)))
@@ -121,6 +140,15 @@ def _classes(table: Table, classes: tuple[str, ...], choices: tuple[str, ...]) -
     return given, cited
 
 
+def _traffic(table: Table) -> tuple[tuple[tuple[str, float], ...], list[tuple[str, str]]]:
+    """``((class, bytes per element), ...)`` of ``[stack.elementwise_bytes_per_element]`` and the
+    source of each: positive numbers of :data:`~simulator.stacks.spec.ELEMENTWISE_CLASSES`."""
+    given = tuple((c, float(table.take_number(c))) for c in table.keys() if c in ELEMENTWISE_CLASSES)
+    cited = [(c, table.take_source(c)) for c, _ in given]
+    table.finish(ELEMENTWISE_CLASSES)
+    return given, cited
+
+
 def _tiles(table: Table) -> tuple[tuple[int, int, int], ...]:
     """``small_m_gemm_tiles``: triples of positive integers, increasing in their first."""
     value = table.take_triples(_TILES)
@@ -137,7 +165,7 @@ def _value(table: Table, key: str) -> tuple[str, Any]:
         return key, table.take_flag(key)
     if key == _THRESHOLD:
         return key, float(table.take_number(key, inclusive=True))
-    if key == _KV:
+    if key in (_KV, _REDUCTION):
         return key, table.take_string(key, tuple(FORMAT_BYTES))
     if key == _TILES:
         return key, _tiles(table)

@@ -1,7 +1,8 @@
 """What a training or serving framework changes on the same hardware: the software stack as data.
 
 A :class:`Stack` holds how a framework (Megatron-Core, PyTorch FSDP2, DeepSpeed...) runs the
-data-parallel and ZeRO-3 collectives of a plan, and how a serving stack (tt-metal's
+data-parallel and ZeRO-3 collectives of a plan, what its selective recompute re-runs and what
+its element-wise kernels move, and how a serving stack (tt-metal's
 tt_transformers, TensorRT-LLM...) stores and multiplies an LLM's weights and KV cache at
 inference (:class:`Serving`); the hardware file keeps what the silicon does, the strategy what
 the user chose. Its defaults are Megatron-Core's, the behaviour the simulator
@@ -25,6 +26,15 @@ GATHERS: tuple[Gather, ...] = ("layer", "parameter")
 REDUCTIONS: tuple[Reduction, ...] = ("reduce_scatter", "all_reduce")
 Sampling = Literal["device", "host"]
 SAMPLINGS: tuple[Sampling, ...] = ("device", "host")
+SelectivePolicy = Literal["attention_core", "alternate_matmuls"]
+SELECTIVE_POLICIES: tuple[SelectivePolicy, ...] = ("attention_core", "alternate_matmuls")
+
+ELEMENTWISE_CLASSES: tuple[str, ...] = ("norm", "final_norm", "swiglu", "residual", "rope", "cross_entropy")
+"""Element-wise operator classes a training stack gives its HBM traffic: ``norm`` (a layer's two
+RMSNorms or LayerNorms), ``final_norm`` (the one before the logits), ``swiglu`` (the gated MLP's
+SiLU-and-multiply), ``residual`` (a layer's two residual adds), ``rope`` (the rotary embedding of
+the queries and keys, an operator only where a stack gives it), ``cross_entropy`` (the loss over
+the vocabulary)."""
 
 WEIGHT_CLASSES: tuple[str, ...] = ("attention", "mlp_in", "mlp_out", "logits", "expert_in", "expert_out")
 """Operator classes a serving stack gives a weight format: ``attention`` (QKV, or MLA's down/up
@@ -131,7 +141,8 @@ class Serving:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Stack:
-    """A framework's behaviour on a plan's ZeRO-3 (fully sharded) collectives.
+    """A framework's behaviour on a plan's ZeRO-3 (fully sharded) collectives, its selective
+    recompute and its element-wise kernels' traffic.
 
     Attributes:
         name: the preset or file stem (``megatron-core``).
@@ -153,6 +164,18 @@ class Stack:
             gradient everywhere, twice the ring traffic).
         collective_call_overhead_s: host time of one ZeRO-3 collective call that the device
             waits for (s): allocation, launch and synchronisation outside NCCL's own time.
+        zero3_reduction_format: the format ZeRO-3 reduces gradients in (a precision of
+            :data:`simulator.strategy.FORMAT_BYTES`; None: the strategy's): PyTorch FSDP2's
+            ``MixedPrecisionPolicy(reduce_dtype=torch.float32)`` reduce-scatters 4-byte gradients.
+        selective_recompute: what ``recompute = "selective"`` re-runs in a layer's backward:
+            ``attention_core`` (Korthikanti et al., MLSys'23, §4.2.1: the unfused attention core,
+            nothing under fused attention) or ``alternate_matmuls`` (torchtitan's per-op policy:
+            every second projection GEMM of the layer in execution order and every element-wise
+            operator but the layer's output; :func:`simulator.workload.operators.alternate_matmuls`).
+        elementwise_bytes_per_element: ``(class, bytes)`` of :data:`ELEMENTWISE_CLASSES`: the HBM
+            bytes one forward of that class moves per output element (bytes/element; its backward
+            twice as many), replacing the fused kernel's reads and writes (eager PyTorch runs each
+            ``torch`` call as its own kernel). ``rope`` adds the rotary embedding as an operator.
         serving: data formats, fidelities and GEMM tiles at inference (:class:`Serving`);
             the default changes nothing.
         sources: ``key -> citation`` of every value the stack file gave.
@@ -165,8 +188,28 @@ class Stack:
     zero3_persistence_threshold: float = 0.0
     zero3_gradient_reduction: Reduction = "reduce_scatter"
     collective_call_overhead_s: float = 0.0
+    zero3_reduction_format: str | None = None
+    selective_recompute: SelectivePolicy = "attention_core"
+    elementwise_bytes_per_element: tuple[tuple[str, float], ...] = ()
     serving: Serving = Serving()
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        if self.selective_recompute not in SELECTIVE_POLICIES:
+            raise InputError(f"stack: `selective_recompute` must be one of {list(SELECTIVE_POLICIES)}, got"
+                             f" {self.selective_recompute!r}")
+        if self.zero3_reduction_format is not None and self.zero3_reduction_format not in FORMAT_BYTES:
+            raise InputError(f"stack: `zero3_reduction_format` must be one of {list(FORMAT_BYTES)}, got"
+                             f" {self.zero3_reduction_format!r}")
+        for kind, value in self.elementwise_bytes_per_element:
+            if kind not in ELEMENTWISE_CLASSES or not value > 0:
+                raise InputError(f"stack: `elementwise_bytes_per_element` takes classes {list(ELEMENTWISE_CLASSES)}"
+                                 f" and positive bytes, got {kind!r} = {value!r}")
+
+    def elementwise_bytes(self, kind: str) -> float | None:
+        """Bytes per output element a forward of element-wise class ``kind`` moves under this
+        stack, None where the stack keeps the fused kernel's."""
+        return dict(self.elementwise_bytes_per_element).get(kind)
 
 
 MEGATRON_CORE = Stack()

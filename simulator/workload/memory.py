@@ -195,7 +195,8 @@ def _attention_split_terms(model: ModelSpec) -> float:
     return 4.0 + 4.0 * model.kv_heads / model.num_heads
 
 
-def layer_activation_bytes(model: ModelSpec, strategy: Strategy, moe: bool = False) -> float:
+def layer_activation_bytes(model: ModelSpec, strategy: Strategy, moe: bool = False,
+                           selective: str = "attention_core") -> float:
     """Activations one transformer layer stashes for one microbatch on one device (bytes).
 
     Korthikanti et al., MLSys'23, §4 (Eq. 1-2 and Table 2), with ``t`` = tp:
@@ -212,6 +213,8 @@ def layer_activation_bytes(model: ModelSpec, strategy: Strategy, moe: bool = Fal
     16-bit activations and 1-byte dropout masks; it is scaled by ``bytes_per_element / 2`` for
     other precisions. Under ``fp8`` the four linear layers' saved inputs are FP8, one byte each
     (:func:`_fp8_saved_per_sbh`).
+    Under a stack's ``selective = "alternate_matmuls"`` policy (torchtitan's per-op checkpointing,
+    :func:`alternate_matmuls_saved_per_sbh`) selective recompute keeps what that policy saves.
     Inference stashes nothing but the layer output in flight: ``s b h`` elements (a causal
     decoder's KV cache is static memory: :func:`~simulator.workload.operators.kv_cache_bytes`). Under context
     parallelism ``s`` is a rank's ``s / cp`` tokens (fused attention, whose scores term is absent).
@@ -223,11 +226,29 @@ def layer_activation_bytes(model: ModelSpec, strategy: Strategy, moe: bool = Fal
         return sbh * strategy.bytes_per_element
     if strategy.recompute == "full":
         return scale * 2.0 * sbh / (t if strategy.sequence_parallel else 1)
+    if strategy.recompute == "selective" and selective == "alternate_matmuls":
+        return scale * sbh * alternate_matmuls_saved_per_sbh(model, strategy)
     split = _attention_split_terms(model) + _mlp_split_terms(model, moe)
     per_sbh = (10.0 + split) / t if strategy.sequence_parallel else 10.0 + split / t
     if strategy.recompute == "none" and strategy.attention != "fused":
         per_sbh += 5.0 * a * s / (h * t)
     return scale * sbh * (per_sbh - _fp8_saved_per_sbh(model, strategy, moe))
+
+
+def alternate_matmuls_saved_per_sbh(model: ModelSpec, strategy: Strategy) -> float:
+    """Bytes per ``s b h`` a LLaMA layer stashes under torchtitan's per-op selective checkpointing
+    (``parallelize_llama.py`` @9dec370 L214-265: the outputs of ``aten.mm`` but every second, of
+    the flash attention and of ``reduce_scatter_tensor`` are saved, everything else recomputed),
+    16-bit: the checkpointed layer input (``h``, ``h/t`` sequence-parallel), the outputs of
+    ``wq`` (``h/t``), ``wv`` (``h_kv/t``), the attention (``h/t``; its log-sum-exp not
+    counted), ``w1`` (``f/t``) and ``w2`` (``h``: a row-parallel GEMM's partial sums, whole on
+    every device before their reduce-scatter), and with sequence parallelism the two
+    reduce-scatters' outputs (``h/t`` each), 2 bytes each."""
+    t, h = strategy.tp, model.hidden_size
+    reduced = 2.0 * h / t if strategy.sequence_parallel else 0.0
+    layer_input = h / t if strategy.sequence_parallel else h
+    elements = layer_input + (2.0 * model.attention_width + model.kv_hidden_size + model.ffn_hidden_size) / t + h
+    return 2.0 * (elements + reduced) / h
 
 
 def _fp8_saved_per_sbh(model: ModelSpec, strategy: Strategy, moe: bool = False) -> float:

@@ -20,7 +20,7 @@ the original; 3.8e9 multiply-adds per 224x224 image), convolutions split over ou
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -796,3 +796,81 @@ def convolution_collectives(ops: tuple[Operator, ...], strategy: Strategy) -> tu
         if op.name == "avgpool":
             forward.append(Collective(kind="all_reduce", size_bytes=op.output_bytes))
     return tuple(forward), tuple(backward)
+
+
+# A training stack's kernels ------------------------------------------------------------------
+
+ELEMENTWISE_OPERATORS: dict[str, str] = {
+    "input_norm": "norm", "mlp_norm": "norm", "final_norm": "final_norm", "silu_multiply": "swiglu",
+    "attention_dropout_residual": "residual", "mlp_dropout_residual": "residual", "rope": "rope",
+    "cross_entropy": "cross_entropy"}
+"""The element-wise class (:data:`simulator.stacks.spec.ELEMENTWISE_CLASSES`) of each operator
+of a LLaMA layer, its embedding and its logits, by name."""
+
+ROPE_FLOP_PER_ELEMENT = 6.0
+"""A rotary embedding's arithmetic per rotated element: one complex multiply per pair (4 products,
+2 sums) over two elements, plus the casts (Su et al., RoFormer, arXiv 2104.09864, Eq. 34)."""
+
+
+def with_traffic(ops: tuple[Operator, ...], model: ModelSpec, strategy: Strategy,
+                 bytes_per_element: Callable[[str], float | None]) -> tuple[Operator, ...]:
+    """``ops`` with the HBM traffic a training stack's kernels move: each element-wise operator
+    of a class :data:`ELEMENTWISE_OPERATORS` names and ``bytes_per_element`` prices (bytes per
+    output element of one forward; None keeps the operator) moves that many bytes per output
+    element; where ``rope`` is priced the rotary embedding of the ``b s (h + h_kv) / t`` query
+    and key elements follows ``qkv`` in a model with rotary positions (LLaMA's; GPT and BERT
+    learn a position table) (:func:`rope`). Every operator else is unchanged."""
+    rope_bytes = bytes_per_element("rope") if model.architecture == "llama" else None
+    out: list[Operator] = []
+    for op in ops:
+        price = bytes_per_element(ELEMENTWISE_OPERATORS.get(op.name, "")) if op.kind == "memory" else None
+        out.append(op if price is None else _priced(op, op.output_bytes / strategy.bytes_per_element, price))
+        if op.name == "qkv" and rope_bytes is not None:
+            out.append(rope(model, strategy, rope_bytes))
+    return tuple(out)
+
+
+def rope(model: ModelSpec, strategy: Strategy, bytes_per_element: float) -> Operator:
+    """The rotary embedding (Su et al., RoFormer, Eq. 34) of a layer's ``b s h / t`` queries and
+    ``b s h_kv / t`` keys on one device, moving ``bytes_per_element`` per rotated element."""
+    elements = strategy.microbatch_size * rank_sequence(model, strategy) * (
+        model.attention_width / strategy.tp + kv_width(model, strategy))
+    return _priced(_elementwise("rope", elements, ROPE_FLOP_PER_ELEMENT, strategy.bytes_per_element), elements,
+                   bytes_per_element)
+
+
+def _priced(op: Operator, elements: float, bytes_per_element: float) -> Operator:
+    """``op`` moving ``bytes_per_element`` per output element in all (its weights, then the rest
+    as reads beside its output)."""
+    return replace(op, input_bytes=max(0.0, elements * bytes_per_element - op.output_bytes - op.weight_bytes))
+
+
+def alternate_matmuls(ops: tuple[Operator, ...], model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
+    """What torchtitan's per-op selective checkpointing re-runs in a layer's backward
+    (pytorch/torchtitan ``parallelize_llama.py`` @9dec370 L214-265, ``_save_list`` and
+    ``_custom_policy``: every ``aten.mm`` output is saved "except every second mm", counted per
+    layer in execution order; the flash-attention output and the reduce-scatter output are
+    saved; every other operator is recomputed): the projections ``wq wk wv wo w1 w3 w2`` of a
+    LLaMA layer (``model.py`` @9dec370 L189, L253) recompute ``wk``, ``wo`` and ``w3``, the
+    key part ``h_kv / (h + 2 h_kv)`` of the fused ``qkv``; and every element-wise operator but
+    the layer's last (its output is the next layer's input, saved there). Weighted GEMMs other
+    than ``qkv`` count as one projection each."""
+    projections: list[tuple[Operator, float]] = []
+    for op in ops:
+        if op.name == "qkv":
+            queries = model.attention_width / strategy.tp
+            keys = (op.columns - queries) / 2.0
+            projections += [(op, share / op.columns) for share in (queries, keys, keys)]
+        elif op.kind == "gemm" and op.weight_bytes:
+            projections.append((op, 1.0))
+    gemms = [_part(op, share) for index, (op, share) in enumerate(projections) if index % 2 == 1]
+    elementwise = [op for op in ops[:-1] if op.kind == "memory"]
+    return (*elementwise, *gemms)
+
+
+def _part(op: Operator, share: float) -> Operator:
+    """The ``share`` of a GEMM's output columns: its flops, weights and output in proportion."""
+    if share == 1.0:
+        return op
+    return replace(op, flops=op.flops * share, weight_bytes=op.weight_bytes * share,
+                   output_bytes=op.output_bytes * share, columns=op.columns * share)

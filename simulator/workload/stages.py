@@ -51,14 +51,26 @@ Group = tuple[UnitCost, int]
 _Built = TypeVar("_Built")
 
 
-def _recomputed(ops: tuple[Operator, ...], recompute: str) -> tuple[Operator, ...]:
-    """Operators re-run in a layer's backward under ``recompute``: all (full), the attention
-    core (selective), none."""
-    if recompute == "full":
+def _recomputed(ops: tuple[Operator, ...], model: ModelSpec, strategy: Strategy, stack: Stack) -> tuple[Operator, ...]:
+    """Operators re-run in a layer's backward under ``recompute``: all (full), under selective
+    the attention core or the stack's policy (:attr:`Stack.selective_recompute`), none."""
+    if strategy.recompute == "full":
         return ops
-    if recompute == "selective":
+    if strategy.recompute == "selective" and stack.selective_recompute == "alternate_matmuls":
+        return operators.alternate_matmuls(ops, model, strategy)
+    if strategy.recompute == "selective":
         return tuple(op for op in ops if op.name in operators.ATTENTION_CORE)
     return ()
+
+
+def _recompute_collectives(collectives: UnitCollectives, strategy: Strategy, stack: Stack) -> UnitCollectives:
+    """A layer's collectives with those its stack's selective recompute re-runs: under
+    ``alternate_matmuls`` the forward's all-gathers (torchtitan's ``_save_list`` saves
+    ``reduce_scatter_tensor`` outputs, not the all-gathers that feed the recomputed ``wk`` and
+    ``w3``)."""
+    if strategy.recompute != "selective" or stack.selective_recompute != "alternate_matmuls":
+        return collectives
+    return replace(collectives, recompute=tuple(c for c in collectives.forward if c.kind == "all_gather"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,11 +95,15 @@ def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy,
     shard = hardware.memory.sram_dataflow() == "tiled"
     kv_format = stack.serving.kv_cache_format
     send = operators.boundary_bytes(model, strategy)
-    raw_layers = {moe: operators.transformer_layer(model, strategy, shard_elementwise=shard, moe=moe)
+    traffic = stack.elementwise_bytes
+    raw_layers = {moe: operators.with_traffic(operators.transformer_layer(model, strategy, shard_elementwise=shard,
+                                                                          moe=moe), model, strategy, traffic)
                   for moe in ((False, True) if model.is_moe else (False,))}
     raw_embed = operators.embedding(model, strategy, shard_elementwise=shard)
-    raw_logits = operators.logits(model, strategy, shard_elementwise=shard)
-    collectives = {moe: operators.layer_collectives(model, strategy, moe) for moe in raw_layers}
+    raw_logits = operators.with_traffic(operators.logits(model, strategy, shard_elementwise=shard), model, strategy,
+                                        traffic)
+    collectives = {moe: _recompute_collectives(operators.layer_collectives(model, strategy, moe), strategy, stack)
+                   for moe in raw_layers}
     embed_collectives = UnitCollectives(forward=operators.embedding_collectives(model, strategy))
     logits_collectives = UnitCollectives(forward=operators.logits_collectives(model, strategy))
     kv_cache = operators.kv_cache_bytes(model, strategy, FORMAT_BYTES[kv_format] if kv_format else None)
@@ -95,11 +111,12 @@ def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy,
               for moe, ops in raw_layers.items()}
     embed_ops = formats.serve(raw_embed, model, hardware, strategy, stack)
     logits_ops = formats.serve(raw_logits, model, hardware, strategy, stack)
-    activations = {moe: memory.layer_activation_bytes(model, strategy, moe) for moe in layers}
+    activations = {moe: memory.layer_activation_bytes(model, strategy, moe, stack.selective_recompute)
+                   for moe in layers}
     embed_activation = memory.embedding_activation_bytes(model, strategy)
     logits_activation = memory.logits_activation_bytes(model, strategy)
     costing = Costing.of(hardware, strategy)
-    units = {moe: cost_unit(ops, recomputed=_recomputed(ops, strategy.recompute), collectives=collectives[moe],
+    units = {moe: cost_unit(ops, recomputed=_recomputed(ops, model, strategy, stack), collectives=collectives[moe],
                             activation_bytes=activations[moe], send_bytes=send, overlap=strategy.tp_overlap,
                             costing=costing)
              for moe, ops in layers.items()}
@@ -370,8 +387,9 @@ def zero3_collectives(tensors: tuple[tuple[float, ...], ...], strategy: Strategy
       while one computes; the first gather has nothing to hide under;
     * backward (recompute included: the gathered unit serves both): the units the forward
       freed (``stack.reshard_after_forward``) gathered again and every unit's gradients reduced
-      (``stack.zero3_gradient_reduction``) after it, both under the next unit's backward; the
-      first gather (where the last unit was freed) and the last reduction are exposed.
+      (``stack.zero3_gradient_reduction``, in ``stack.zero3_reduction_format``) after it, both
+      under the next unit's backward; the first gather (where the last unit was freed) and the
+      last reduction are exposed.
 
     Without ``stack.overlap_data_parallel`` every call is exposed. Each call costs the stack's
     ``collective_call_overhead_s`` of host time (``host_s``). Empty unless ZeRO-3 runs per
@@ -384,7 +402,9 @@ def zero3_collectives(tensors: tuple[tuple[float, ...], ...], strategy: Strategy
     calls: list[tuple[CollectiveKind, tuple[float, ...], int | None]] = [
         ("all_gather", tuple(b for unit in regathered for b in unit), 0 if exposed_gather else None)]
     if backward:
-        calls.append((stack.zero3_gradient_reduction, tuple(b for unit in tensors for b in unit), -1))
+        scale = FORMAT_BYTES[stack.zero3_reduction_format] / strategy.bytes_per_element \
+            if stack.zero3_reduction_format else 1.0
+        calls.append((stack.zero3_gradient_reduction, tuple(b * scale for unit in tensors for b in unit), -1))
     hidden: list[tuple[tuple[Collective, ...], int]] = []
     exposed: list[tuple[tuple[Collective, ...], int]] = []
     for kind, sizes, first in calls:

@@ -217,16 +217,21 @@ def test_table2_zero3_rows_under_the_deepspeed_2021_stack():
         assert predicted[-1] / predicted[0] < 0.6
 
 
-# torchtitan's Llama 3.1 H100 rows under the FSDP2 stack: no target; held near what the model
-# gives (67.7% mean, 156.6% max, by model 85.7% / 44.7% / 50.5%), every feasible row over-predicted
-# (the H100 calibration is Megatron-Core's kernels), the two bf16 8B rows on 8 GPUs over memory.
-def test_torchtitan_h100_rows_under_the_fsdp2_stack():
+# torchtitan's Llama 3.1 H100 rows under the torchtitan stacks (compiled, eager) on its 500 W hosts:
+# target <= 10% mean, no row above 20%, not met; held at what the model gives (34.4% mean, 96.7% max,
+# by model 41.3% / 22.0% / 32.3%), every row over-predicted; the 70B and 405B rows at 8k tokens within
+# 15%; the eager stack sets the compile column apart; the float8 rowwise rows the worst (SOURCE.md).
+def test_torchtitan_h100_rows_under_the_torchtitan_stacks():
     rows = run_suites(["torchtitan-h100"], data_dir=REPOSITORY_DATA, jobs=1)
     stats = summary(rows)["torchtitan-h100"]
-    assert stats["rows"] == 30 and stats["mean_abs_error"] <= 0.68 and stats["max_abs_error"] <= 1.57
-    infeasible = [r.case for r in rows if r.predicted == 0]
-    assert infeasible == ["202412 T1 llama3.1-8b 8 GPUs seq 8192", "202412 T1 llama3.1-8b 8 GPUs seq 8192 compile"]
-    assert all(0.2 < r.error < 1.6 for r in rows if r.predicted > 0)
+    assert stats["rows"] == 30 and stats["mean_abs_error"] <= 0.345 and stats["max_abs_error"] <= 0.97
+    assert all(0.05 < r.error < 0.97 for r in rows)
+    short = [r for r in rows if r.group != "llama3.1-8b" and "seq 8192 " in r.case + " " and "rowwise" not in r.case]
+    assert len(short) == 8 and all(r.error < 0.15 for r in short)
+    by_case = {r.case: r for r in rows}
+    eager, compiled = (by_case["202412 T3 llama3.1-8b 128 GPUs seq 8192" + tail] for tail in ("", " compile"))
+    assert eager.note == "stack torchtitan-fsdp2-eager" and compiled.note == "stack torchtitan-fsdp2"
+    assert 1.1 < compiled.predicted / eager.predicted < 1.3  # measured 6,514 / 5,605 = 1.16
 
 
 # TensorRT-LLM's LLaMA 70B FP8 TP2 static batch under the tensorrt-llm-fp8 stack, one row per release.

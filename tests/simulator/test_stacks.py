@@ -27,6 +27,7 @@ def _write(tmp_path, body: str):
 
 def test_presets_load_and_megatron_core_is_the_default():
     assert stack_presets() == ["deepspeed-0.3-zero3", "megatron-core", "tensorrt-llm-fp8", "torchtitan-fsdp2",
+                             "torchtitan-fsdp2-eager",
                              "tt-transformers-performance"]
     assert load_stack("megatron-core") == MEGATRON_CORE
     for name in stack_presets():
@@ -34,6 +35,11 @@ def test_presets_load_and_megatron_core_is_the_default():
         assert stack.name == name and all(source.strip() for _, source in stack.sources)
     assert DEEPSPEED.collective_call_overhead_s == pytest.approx(5e-4)  # DeepSpeed issue #1069
     assert load_stack("torchtitan-fsdp2").reshard_after_forward == "except_last"
+    for name in ("torchtitan-fsdp2", "torchtitan-fsdp2-eager"):
+        titan = load_stack(name)
+        assert (titan.selective_recompute, titan.zero3_reduction_format) == ("alternate_matmuls", "fp32")
+    assert load_stack("torchtitan-fsdp2-eager").elementwise_bytes("norm") == 36  # RMSNorm's 6 eager kernels
+    assert load_stack("torchtitan-fsdp2").elementwise_bytes("norm") is None  # compiled: fused
 
 
 @pytest.mark.parametrize("body, message", [
@@ -46,6 +52,16 @@ def test_presets_load_and_megatron_core_is_the_default():
     ("[stack]\ncollective_call_overhead_us = -1\ncollective_call_overhead_us_source = \"x\"\n",
      "mine.toml [stack]: key 'collective_call_overhead_us' must be in [0, 1,000,000] us"),
     ("[stak]\n", "mine.toml: missing key 'stack'"),
+    ("[stack]\nselective_recompute = \"op\"\nselective_recompute_source = \"x\"\n",
+     "mine.toml [stack]: key 'selective_recompute' must be one of ['attention_core', 'alternate_matmuls'], got 'op'"),
+    ("[stack]\nzero3_reduction_format = \"float32\"\nzero3_reduction_format_source = \"x\"\n",
+     "mine.toml [stack]: key 'zero3_reduction_format' must be one of ['fp32',"),
+    ("[stack.elementwise_bytes_per_element]\nlayernorm = 36\nlayernorm_source = \"x\"\n",
+     "mine.toml [stack.elementwise_bytes_per_element]: unknown key 'layernorm'"),
+    ("[stack.elementwise_bytes_per_element]\nnorm = 0\nnorm_source = \"x\"\n",
+     "mine.toml [stack.elementwise_bytes_per_element]: key 'norm' must be"),
+    ("[stack.elementwise_bytes_per_element]\nnorm = 36\n",
+     "mine.toml [stack.elementwise_bytes_per_element]: missing key 'norm_source'"),
 ])
 def test_a_bad_stack_file_is_one_line_naming_file_key_and_value(tmp_path, body, message):
     with pytest.raises(InputError) as error:
@@ -148,3 +164,10 @@ def test_the_default_stack_gives_todays_table2_zero3_figures():
         for stack in (MEGATRON_CORE, load_stack("megatron-core")):
             result = simulate(model, A100, strategy, stack=stack)
             assert round(flop * result.samples_per_s / 1536 / gpus / 1e12) == published
+
+
+def test_a_stack_built_in_code_checks_its_training_keys():
+    with pytest.raises(InputError, match="`elementwise_bytes_per_element` takes classes"):
+        dataclasses.replace(MEGATRON_CORE, elementwise_bytes_per_element=(("norm", -1.0),))
+    with pytest.raises(InputError, match="`selective_recompute` must be one of"):
+        dataclasses.replace(MEGATRON_CORE, selective_recompute="op")  # type: ignore[arg-type]
