@@ -428,12 +428,19 @@ def tenstorrent_gemm_row(record: dict) -> ValidationRow:
 
 
 def _cnn_candidates(model: ModelSpec, hardware: Hardware, record: dict) -> Iterator[Strategy]:
-    """Every legal ``tp x pp x dp`` of the card whose ``dp`` replicas hold the row's batch
-    (microbatch ``batch / dp``), in the row's format and fidelity (none where the hardware
+    """The mapping tt-metal's ResNet-50 runs where a strategy expresses it: every operator over
+    the card's whole compute grid (``ttnn.conv2d`` height or block sharded over the grid, the
+    stated batch in one call: ``models/demos/ttnn_resnet/tt/ttnn_functional_resnet50.py``), i.e.
+    ``tp`` = the card's cores and the batch in one microbatch. Where no tensor-parallel group of
+    every core is legal (Grayskull's 120 cores divide none of ResNet-50's channel counts), every
+    legal ``tp x pp x dp`` whose ``dp`` replicas hold the batch (microbatch ``batch / dp``)
+    stands for it, the fastest kept. In the row's format and fidelity (none where the hardware
     states no fidelity passes: its peak is the LoFi one)."""
     batch = int(record["batch"])
     fidelity = record["math_fidelity"] if hardware.compute.math_fidelity_phases else None
-    for d in enumerate_degrees(model, hardware, global_batch_size=batch):
+    degrees = list(enumerate_degrees(model, hardware, global_batch_size=batch))
+    grid = [d for d in degrees if d.tp == hardware.num_devices]
+    for d in grid or degrees:
         b = batch // d.dp
         yield Strategy(tp=d.tp, pp=d.pp, dp=d.dp, microbatch_size=b,
                        global_batch_size=b * d.dp * STREAM_MICROBATCHES_PER_STAGE * d.pp, schedule="gpipe",
@@ -442,7 +449,8 @@ def _cnn_candidates(model: ModelSpec, hardware: Hardware, record: dict) -> Itera
 
 def tenstorrent_cnn_row(record: dict) -> ValidationRow:
     """tt-metal's CNN table: images/s of ResNet-50 on one card at the stated batch, format and
-    fidelity, fastest legal mapping (see the suite's SOURCE.md)."""
+    fidelity, under the mapping tt-metal runs or, where none expresses it, the fastest legal one
+    (:func:`_cnn_candidates`; the suite's SOURCE.md)."""
     model, hardware = load_model(record["model"]), load_hardware(record["preset"])
     samples_per_s, chosen = _best(model, hardware, _cnn_candidates(model, hardware, record))
     return _row("tenstorrent-cnn", f"{record['model']} {record['card']} batch {record['batch']} {record['dtype']} "

@@ -87,12 +87,13 @@ def test_palm_table5_resnet50_on_grayskull_within_15_percent():
 
 
 # tt-metal's published ResNet-50 (README "CNNs": n150 batch 16 4,700 fps, e150 batch 20 5,100 fps,
-# bfloat8_b LoFi) under the tt-metal convolution model: both predicted above the silicon, the n150
-# at +183% (+214% before kernel launches became gaps in which DRAM streams nothing and GEMMs paid
-# their K loop's data movement, simulator/workload/gemm_pipeline.py) and the e150
-# at +38% (fastest expressible mapping, not tt-metal's layer-by-layer sharding; see the suite's
-# SOURCE.md). Unseen by any calibration; held near what the model gives.
-CNN_GUARDS = [("n150", 1.85), ("e150", 0.40)]
+# bfloat8_b LoFi) under the tt-metal convolution model, both predicted above the silicon: the n150
+# under the mapping tt-metal runs (every convolution over the 8 x 8 grid, the batch in one call:
+# tp 64, microbatch 16) at +8.2% (+183% under the fastest expressible mapping, a pipeline of
+# data-parallel replicas that tt-metal does not run); the e150 at +38% (Grayskull's 120 cores
+# admit no whole-grid split of ResNet-50's channels, so the fastest expressible mapping stands in;
+# see the suite's SOURCE.md). Unseen by any calibration; held near what the model gives.
+CNN_GUARDS = [("n150", 0.10), ("e150", 0.40)]
 
 
 @pytest.fixture(scope="module")
