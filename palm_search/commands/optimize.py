@@ -115,7 +115,7 @@ def optimize_command(
         search.study.set_user_attr("baseline_note", note)
         with _progress_bar(search.spec.trials) as (progress, task), stop_on_sigint(search):
             if search.screened:
-                progress.update(task, description=f"baseline, then screening {len(search.screened.points):,} points")
+                progress.update(task, description=f"baseline, then screening {search.screened.points:,} points")
             run_baseline(search, baseline)
             unit = "tokens/s" if search.spec.serving else "samples/s"
             optimize(search, lambda p: progress.update(task, completed=p.done, description=_describe(p, unit)))
