@@ -113,6 +113,7 @@ def estimate_product(model: ModelSpec, hardware: Hardware, plans: Sequence[Strat
     flat = values.reshape(-1)
     for (_, _, training, defers), parts in groups.items():
         pairs = np.concatenate(parts)
+        pairs = pairs[np.argsort(pairs[:, 2], kind="stable")]  # a placement's pairs together: one busiest_s each
         for start in range(0, len(pairs), PAIRS_PER_ARRAY):
             part = pairs[start:start + PAIRS_PER_ARRAY]
             makespans = makespans_s(plan_tables, flow_tables, part[:, 1], part[:, 2], part[:, 3], training, defers)
