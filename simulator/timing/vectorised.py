@@ -175,7 +175,7 @@ def _undominated(columns: np.ndarray) -> np.ndarray:
     dominated = np.zeros(columns.shape[1], dtype=bool)
     for t in largest:
         if not dominated[t]:
-            below = (columns <= columns[:, t:t + 1]).all(axis=0)
+            below: np.ndarray = np.all(columns <= columns[:, t:t + 1], axis=0)
             below[t] = False
             dominated |= below
     return columns[:, ~dominated]
