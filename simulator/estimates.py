@@ -27,13 +27,18 @@ from simulator.timing.flows import machine_flows, uses_all_to_all
 from simulator.timing.vectorised import FlowTable, PlanTable, makespans_s
 from simulator.workload.spec import ModelSpec
 
-PAIRS_PER_ARRAY = 256
-"""Most pairs evaluated in one set of arrays (a pair of 80 virtual stages holds about 30 kB of them)."""
+STAGES_PER_ARRAY = 20_480
+"""Most (pair, virtual stage) rows evaluated in one set of arrays (a row holds about 400 bytes of
+them): 256 pairs of 80 virtual stages, 4,096 of 5."""
 _PLAN_FIELDS = attrgetter(*strategy_fields(where=False))
 """A strategy's fields its stage costs, memory and legality but the devices' read (not ``where``)."""
-_PLACED_NAMES = (*strategy_fields(placed=True), "transfer_strategy")
+_PLACED_NAMES = (*(name for name in strategy_fields(placed=True) if name != "zero_stage"), "transfer_strategy")
 _PLACED_FIELDS = attrgetter(*_PLACED_NAMES)
-"""A strategy's fields its flows read: its placement's and the transfer strategy."""
+"""A strategy's fields its flows read: its placement's and the transfer strategy. Not ``zero_stage``:
+:func:`~simulator.placement.place` and :func:`~simulator.replicas.simulated_replicas` read the
+ZeRO shards (:attr:`Strategy.zero_shards`: ``shard_group_size`` or ``dp * cp``), never the stage,
+so the plans of one placement differing in their ZeRO stage share its flows (built once, not four
+times; the tests compare every estimate with the strategy's alone)."""
 _PLANS: dict[int, tuple[object, PlanTable]] = {}
 """Tables of stage costs by their ``id`` (held, so the id stays theirs)."""
 _FLOWS: dict[int, tuple[object, FlowTable]] = {}
@@ -111,11 +116,12 @@ def estimate_product(model: ModelSpec, hardware: Hardware, plans: Sequence[Strat
         rows[:, 3], rows[:, 4] = plan.num_microbatches, plan.samples
         groups.setdefault(plan.group, []).append(rows)
     flat = values.reshape(-1)
-    for (_, _, training, defers), parts in groups.items():
+    for (_, virtual, training, defers), parts in groups.items():
         pairs = np.concatenate(parts)
         pairs = pairs[np.argsort(pairs[:, 2], kind="stable")]  # a placement's pairs together: one busiest_s each
-        for start in range(0, len(pairs), PAIRS_PER_ARRAY):
-            part = pairs[start:start + PAIRS_PER_ARRAY]
+        size = max(STAGES_PER_ARRAY // virtual, 1)
+        for start in range(0, len(pairs), size):
+            part = pairs[start:start + size]
             makespans = makespans_s(plan_tables, flow_tables, part[:, 1], part[:, 2], part[:, 3], training, defers)
             flat[part[:, 0]] = part[:, 4] / makespans
     return values
