@@ -42,6 +42,7 @@ from palm_search.search.evaluate import (
 )
 from palm_search.search.screen import (
     SCREEN_LIMIT,
+    SCREEN_PLANS,
     Screening,
     enqueue_screened,
     serving_front_first,
@@ -246,12 +247,12 @@ def _walks(spec: StudySpec, model: ModelSpec, walk: DegreeWalk | ServingWalk,
     """(the exhaustive walk, the screen of the walk): the walk when the sampler is exhaustive, or
     ``auto`` and the space fits the budget; else the screen of its blocks, started on ``jobs``
     workers (None: the points only, the study queued them already), when the fidelity allows and
-    the space has at most :data:`SCREEN_LIMIT` points; else neither (a sampler proposes). A
+    the space has at most :data:`SCREEN_LIMIT` points and :data:`SCREEN_PLANS` plans; else neither (a sampler proposes). A
     serving ``target`` is screened even when the space fits the budget (the points that miss it
     are not simulated).
 
     Raises:
-        InputError: ``fidelity`` screen on a space larger than :data:`SCREEN_LIMIT`.
+        InputError: ``fidelity`` screen on a space larger than :data:`SCREEN_LIMIT` or :data:`SCREEN_PLANS`.
     """
     if spec.sampler == "exhaustive":
         return _at_most(iter(walk), 10**6), None
@@ -265,11 +266,13 @@ def _walks(spec: StudySpec, model: ModelSpec, walk: DegreeWalk | ServingWalk,
     limit, screened = max(budget, SCREEN_LIMIT), None
     if spec.fidelity != "full" and jobs is None:
         held = head + _blocks_past(blocks, limit - sum(len(b) for b in head))
-        screened = Screening(held, [], None, 0.0) if sum(len(b) for b in held) <= limit else None
+        fits = sum(len(b) for b in held) <= limit and sum(len(b.plans) for b in held) <= SCREEN_PLANS
+        screened = Screening(held, [], None, 0.0) if fits else None
     elif spec.fidelity != "full":
         screened = start_screen(model, chain(head, blocks), limit, jobs, target=target)
     if screened is None and spec.fidelity == "screen":
-        raise InputError(f"study: the space has more than {SCREEN_LIMIT:,} points, too many to screen; fix some"
+        raise InputError(f"study: the space has more than {SCREEN_LIMIT:,} points or {SCREEN_PLANS:,} plans, too many"
+                         " to screen; fix some"
                          " dimensions or use fidelity \"full\"")
     return None, screened
 

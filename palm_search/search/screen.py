@@ -42,14 +42,22 @@ SCREEN_LIMIT = 2_000_000
 """Most points a screen estimates; a larger space is searched by TPE. The walk hands the workers
 each set of degrees as its plans and layouts (:class:`~palm_search.search.space.Block`), not a
 strategy per point, and the workers estimate their product as arrays
-(:func:`simulator.estimate_product`), so a point costs a few microseconds once its plan and
-placement are built (``benchmarks/datacenter_scale.py`` times a real space of over 10^6 points);
-the limit bounds the screen's memory (a float and an index per point) and time."""
+(:func:`simulator.estimate_product`): a point costs tens of microseconds once its plan and
+placement are built (``benchmarks/datacenter_scale.py`` screens a real space of 1.2 million
+points); the limit bounds the screen's memory (a float and an index per point)."""
+SCREEN_PLANS = 40_000
+"""Most plans (points but for their layout) a screen estimates; a space with more is searched by
+TPE. Each plan's stage costs take 1-4 ms to build (a placement's flows 5-50 ms), whatever the
+number of its points: 40,000 plans are one to two minutes on 2 cores, and a space of a point per
+plan (Qwen3-30B-A3B on 1,024 H100s: 364,000) is left to the sampler."""
 ESTIMATE_KEY = "screen_samples_per_s"
 """The user attribute holding a trial's estimated samples/s."""
 _TASK_POINTS = 20_000
-"""Most points per worker task (a task's overhead is a few ms, a point's estimate a few us once
+"""Most points per worker task (a task's overhead is a few ms, a point's estimate tens of us once
 its plan and placement are built)."""
+_TASK_PLANS = 400
+"""Most plans per worker task (a plan's stage costs take 1-4 ms): a task lasts at most a second or
+two, and a walk past the limits leaves little to finish."""
 
 
 class Piece(NamedTuple):
@@ -138,7 +146,7 @@ class Screening:
 def start_screen(model: ModelSpec, blocks: Iterable[Block], limit: int, jobs: int,
                  backend: str | None = None, target: ServingTarget | None = None) -> Screening | None:
     """Start estimating every point of the walk's ``blocks`` on ``jobs`` workers while the walk
-    goes on, or None when it has more than ``limit`` points.
+    goes on, or None when it has more than ``limit`` points or :data:`SCREEN_PLANS` plans.
 
     A thread walks and queues each task as soon as it is made; joblib sends a task whenever a
     worker is free, :data:`_AHEAD` per worker ahead, so past the limit at most that many tasks are
@@ -152,10 +160,10 @@ def start_screen(model: ModelSpec, blocks: Iterable[Block], limit: int, jobs: in
 
     def tasks() -> Iterator[tuple[Piece, Any]]:
         nonlocal over
-        points = 0
+        points = planned = 0
         for block in blocks:
-            points += len(block)
-            if points > limit:
+            points, planned = points + len(block), planned + len(block.plans)
+            if points > limit or planned > SCREEN_PLANS:
                 over = True
                 return
             walked.append(block)
@@ -239,11 +247,11 @@ class _Walker(threading.Thread):
 
 def _pieces(block: int, plans: int, layouts: int) -> Iterator[Piece]:
     """Block ``block`` (``plans`` x ``layouts`` points) in worker tasks of at most
-    :data:`_TASK_POINTS` points and even sizes: all its plans under a slice of its layouts (each
-    placement's flows are then built by one worker), slices of its plans too when its plans
-    alone exceed a task. Blocks are not merged: the small ones end the screen (they are sent
-    last, :func:`_largest_first`)."""
-    rows = _even(plans, _TASK_POINTS)
+    :data:`_TASK_POINTS` points and :data:`_TASK_PLANS` plans, of even sizes: all its plans under
+    a slice of its layouts (each placement's flows are then built by one worker), slices of its
+    plans too when its plans alone exceed a task. Blocks are not merged: the small ones end the
+    screen (they are sent last, :func:`_largest_first`)."""
+    rows = _even(plans, _TASK_PLANS)
     columns = _even(layouts, max(_TASK_POINTS // rows, 1))
     for first_layout in range(0, layouts, columns):
         for first_plan in range(0, plans, rows):

@@ -314,17 +314,18 @@ def test_every_json_output_is_strict_versioned_and_names_each_quantity_once(tmp_
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.integers(1, 50_000), st.integers(1, 300))
+@given(st.integers(1, 5_000), st.integers(1, 300))
 def test_screen_tasks_cover_a_block_once_in_even_pieces_of_all_its_plans_where_they_fit(plans, layouts):
-    from palm_search.search.screen import _TASK_POINTS, _pieces
+    from palm_search.search.screen import _TASK_PLANS, _TASK_POINTS, _pieces
 
     pieces = list(_pieces(3, plans, layouts))
     covered = [(p, q) for piece in pieces for p in range(plans)[piece.plans] for q in range(layouts)[piece.layouts]]
     assert sorted(covered) == [(p, q) for p in range(plans) for q in range(layouts)]
     assert all(piece.block == 3 and 0 < piece.size <= _TASK_POINTS for piece in pieces)
-    fewest = -(-plans * layouts // _TASK_POINTS)
+    assert all(piece.plans.stop - piece.plans.start <= _TASK_PLANS for piece in pieces)
+    fewest = max(-(-plans * layouts // _TASK_POINTS), -(-plans // _TASK_PLANS))
     assert len(pieces) == 1 if fewest == 1 else len(pieces) <= 2 * fewest
-    if plans <= _TASK_POINTS:  # each layout's placement is built by one task
+    if plans <= _TASK_PLANS:  # each layout's placement is built by one task
         assert all(piece.plans == slice(0, plans) for piece in pieces)
 
 
@@ -368,7 +369,7 @@ def test_a_space_over_the_screen_limit_goes_to_the_sampler_or_is_refused(tmp_pat
     monkeypatch.setattr(palm_search.search.driver, "SCREEN_LIMIT", 8)
     spec = _spec(trials=5, fidelity=fidelity)
     if fidelity == "screen":
-        with pytest.raises(InputError, match="more than 8 points, too many to screen"):
+        with pytest.raises(InputError, match="more than 8 points or 40,000 plans, too many to screen"):
             open_search(spec, run_dir=tmp_path / "r", jobs=2)
         return
     search = open_search(spec, run_dir=tmp_path / "r", jobs=2)
