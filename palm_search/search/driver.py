@@ -247,9 +247,9 @@ def _walks(spec: StudySpec, model: ModelSpec, walk: DegreeWalk | ServingWalk,
     """(the exhaustive walk, the screen of the walk): the walk when the sampler is exhaustive, or
     ``auto`` and the space fits the budget; else the screen of its blocks, started on ``jobs``
     workers (None: the points only, the study queued them already), when the fidelity allows and
-    the space has at most :data:`SCREEN_LIMIT` points and :data:`SCREEN_PLANS` plans; else neither (a sampler proposes). A
-    serving ``target`` is screened even when the space fits the budget (the points that miss it
-    are not simulated).
+    the space has at most :data:`SCREEN_LIMIT` points and :data:`SCREEN_PLANS` plans; else
+    neither (a sampler proposes). A serving ``target`` is screened even when the space fits the
+    budget (the points that miss it are not simulated).
 
     Raises:
         InputError: ``fidelity`` screen on a space larger than :data:`SCREEN_LIMIT` or :data:`SCREEN_PLANS`.
@@ -272,8 +272,7 @@ def _walks(spec: StudySpec, model: ModelSpec, walk: DegreeWalk | ServingWalk,
         screened = start_screen(model, chain(head, blocks), limit, jobs, target=target)
     if screened is None and spec.fidelity == "screen":
         raise InputError(f"study: the space has more than {SCREEN_LIMIT:,} points or {SCREEN_PLANS:,} plans, too many"
-                         " to screen; fix some"
-                         " dimensions or use fidelity \"full\"")
+                         " to screen; fix some dimensions or use fidelity \"full\"")
     return None, screened
 
 
