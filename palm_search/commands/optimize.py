@@ -51,7 +51,7 @@ def optimize_command(
     fidelity: Annotated[str | None, Opt(help=(
         "screen: estimate every point of the space in closed form (ms each), simulate the best --trials;"
         " full: the sampler proposes every simulated point; auto (default): screen when the sampler is auto"
-        " and the space exceeds the budget (up to 60,000 points)."))] = None,
+        " and the space exceeds the budget (up to 2,000,000 points and 40,000 plans)."))] = None,
     top: Annotated[int | None, Opt(help="Mappings shown at the end.")] = None,
     artifacts_top: Annotated[int | None, Opt(help="Top trials given a trace and pictures (0: none).")] = None,
     eval_timeout: Annotated[float | None, Opt(help=(
