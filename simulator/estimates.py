@@ -75,7 +75,7 @@ def estimate_product(model: ModelSpec, hardware: Hardware, plans: Sequence[Strat
     or the fields contradict each other), without building a strategy per pair: each plan's
     stage costs and memory are worked out once (they read no ``where`` field), each distinct
     placement's flows once (:data:`_PLACED_FIELDS`: the layout's, and the plan's degrees and
-    ZeRO), and the rules that read a layout (:func:`legality.check_plan`'s devices) once per
+    ZeRO shards), and the rules that read a layout (:func:`legality.check_plan`'s devices) once per
     placement. A layout holds ``where`` fields only (groups, placement, transfer strategy...),
     an empty one none (each plan as it is). Shape ``[len(plans), len(layouts)]``.
 
@@ -91,7 +91,8 @@ def estimate_product(model: ModelSpec, hardware: Hardware, plans: Sequence[Strat
     found: dict[tuple[object, ...], _Plan | None] = {}
     placed: dict[tuple[object, ...], list[int]] = {}
     flow_index: dict[tuple[object, ...], int] = {}
-    kept = tuple(name for name in _PLACED_NAMES if name not in changed)
+    every = set.intersection(*(set(layout) for layout in layouts)) if layouts else set()
+    kept = tuple(name for name in _PLACED_NAMES if name not in every)  # the plan's, in some layout
     of_plan: list[tuple[_Plan, list[int]] | None] = []
     for strategy in plans:
         key = _PLAN_FIELDS(strategy)

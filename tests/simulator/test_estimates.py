@@ -111,3 +111,14 @@ def test_a_layout_may_set_only_fields_the_stage_costs_do_not_read():
     model, hardware = load_model("T-18B"), load_hardware("wafer")
     with pytest.raises(ValueError, match="microbatch_size"):
         estimate_product(model, hardware, [Strategy(tp=8, pp=5, dp=8)], [dict(microbatch_size=2)])
+
+
+def test_layouts_setting_different_fields_keep_each_plans_own_where_they_set_none():
+    model, hardware = load_model("T-18B"), load_hardware("wafer")
+    plans = [Strategy(tp=8, pp=5, dp=2, placement=placement, global_batch_size=40, recompute="full")
+             for placement in ("line", "row-snake", "s-shape")]
+    layouts = [{}, dict(placement="line"), dict(transfer_strategy=2), dict(placement="row-snake", transfer_strategy=2)]
+    alone = [[_alone(model, hardware, plan.with_fields(**layout)) for layout in layouts] for plan in plans]
+    assert len({row[0] for row in alone}) > 1  # each plan's own placement counts
+    assert estimate_product(model, hardware, plans, layouts).tolist() == [pytest.approx(row, rel=1e-12, abs=0)
+                                                                          for row in alone]
