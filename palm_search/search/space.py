@@ -295,12 +295,6 @@ def walk_blocks(build: SpaceBuilder) -> Iterator[Block]:
         yield Block(plans, layouts, build.hardware)
 
 
-def walk_layouts(build: SpaceBuilder) -> Iterator[tuple[dict, Candidate]]:
-    """:func:`walk_blocks`' points one by one."""
-    for block in walk_blocks(build):
-        yield from block.points()
-
-
 DEFAULT_PROMPT_LENGTH = 128
 """A serving study's prompt when none is given (tokens; tt-metal's LLM table measures 128-token
 prompts), at most the model's context less the first generated token."""
