@@ -272,5 +272,6 @@ def main() -> None:
           f" {run['wall_s']:.0f} s wall ({verdict} the {TARGET_OPTIMIZE_S:.0f} s target)\n  {run['screen']}\n"
           f"  {run['best']}\n  {run['certified']}")
 
+
 if __name__ == "__main__":
     main()
