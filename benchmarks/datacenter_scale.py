@@ -14,16 +14,29 @@ per replica (Meta's 16M-token batch of 2,048 sequences at DP 128), under the def
   first simulations then ``--repeat`` rounds alternating the two, reported as the ratio of the
   medians (a ratio in one run, which the shared host's changing speed spares). Target: <= 1.2.
 * **Screen rate**: CPU time per point of the default search's screen (T-145B on the wafer: the
-  walk of its space, memory pre-screen included; each set of degrees walked again by the
-  odometer, a build per point, and as the product of its plans and layouts; and the closed-form
-  estimate of every point in the screen's tasks, :func:`palm_search.search.screen._chunks`, by a
-  call per point as the screen did and vectorised, :func:`simulator.estimate_many`), each task
-  then estimated again at once (its placements' flows and plans' costs all built: a lower bound
-  of a point's cost in a space whose points far outnumber its placements and plans), each kind
-  in a fresh process, as ratios; and the time a space of 10^6 points would take on 2 cores at
-  the space's own mix and at that lower bound. Target: <= 60 s.
+  walk of its space as blocks of plans and layouts, memory pre-screen included, and the
+  closed-form estimate of every point, by a call per point as the screen did before
+  :func:`simulator.estimate_many` and by the screen's tasks, :func:`simulator.estimate_product`
+  over each block's plans and layouts), each kind in a fresh process, as a ratio.
+* **A million points**: the screen of a real space of 1,220,724 points (:data:`MILLION_SPACE`),
+  as ``optimize`` runs it (the walk in a thread, 2 loky workers, the ranking), in a fresh
+  process: wall time on this shared host and the CPU time of the process and its workers, whose
+  half is the time on 2 idle cores. Target: <= 60 s.
+* **405B optimize**: ``palm-search optimize`` for Llama 3.1 405B on a 16,384-GPU
+  ``h100-cluster`` with TP, PP, DP, CP, interleaving, microbatch and recompute searched (1,196
+  points), default budget and pictures, ``--jobs 2``: wall time, the screen's line, the best
+  mapping and the certification line. Target: <= 120 s.
 
-Usage: ``python benchmarks/datacenter_scale.py [--repeat N]``.
+Measured on this shared 2-core host (load average about 4 from other sessions):
+
+* before (main at 1bee32e, a strategy per point and the estimate of a screen's task over
+  (plan, placement) pairs): default space walk 106 us a point, estimates 837 us (a call per
+  point 1,313 us); 10^6 points extrapolated to 472 s on 2 cores at the default space's mix and
+  85 s where points far outnumber plans and placements, the screen limit 60,000 points; the
+  405B optimize about 206 s (its screen 54 s).
+* after: see the README's paragraph on the screen (the figures this script prints).
+
+Usage: ``python benchmarks/datacenter_scale.py [--repeat N] [--skip-optimize]``.
 """
 
 from __future__ import annotations
@@ -31,9 +44,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -48,6 +63,7 @@ DP_CASES = (8, 2048)
 TARGET_FIRST_S = 0.020
 TARGET_DP_RATIO = 1.2
 TARGET_MILLION_S = 60.0
+TARGET_OPTIMIZE_S = 120.0
 
 
 def _case(dp: int):  # noqa: ANN202 - (model, hardware, strategy), imported lazily
@@ -94,11 +110,11 @@ def dp_ratio(repeat: int) -> dict:
                 **{f"dp{dp}_s": statistics.median(times[dp]) for dp in DP_CASES})
 
 
-def _per_point(model, task) -> list[float]:  # noqa: ANN001 - the screen's former task: a call per point
+def _per_point(model, hardware, strategies) -> list[float]:  # noqa: ANN001 - the screen before: a call per point
     from simulator import InputError, estimate_samples_per_s
 
     values = []
-    for hardware, strategy in task:
+    for strategy in strategies:
         try:
             values.append(estimate_samples_per_s(model, hardware, strategy))
         except InputError:
@@ -107,54 +123,103 @@ def _per_point(model, task) -> list[float]:  # noqa: ANN001 - the screen's forme
 
 
 def screen_child(kind: str) -> None:
-    """In a fresh process: CPU s per point of walking the default space (memory pre-screen
-    included), of walking each set of degrees again by the odometer and as the product of plans
-    and layouts, and of estimating the points in the screen's tasks (``kind`` ``per-point``: a
-    call per point, ``vectorised``: :func:`palm_search.search.evaluate.estimate_points`), each
-    task then estimated again at once (all built)."""
-    from dataclasses import replace
-
-    from palm_search.search.evaluate import estimate_points
-    from palm_search.search.screen import _chunks
-    from palm_search.search.space import DegreeWalk, SpaceBuilder, walk_layouts, walk_space
+    """In a fresh process: CPU s per point of walking the default space as blocks of plans and
+    layouts (memory pre-screen included) and of estimating its points (``kind`` ``per-point``: a
+    call per point, as the screen did before :func:`simulator.estimate_many`; ``blocks``: the
+    screen's tasks, :func:`palm_search.search.evaluate.estimate_block` on each
+    :func:`palm_search.search.screen._pieces`)."""
+    from palm_search.search.evaluate import estimate_block
+    from palm_search.search.screen import _pieces
+    from palm_search.search.space import DegreeWalk
     from palm_search.search.study import StudySpec
     from simulator import load_hardware, load_model
-    from spaces import plans_tree
 
     spec = StudySpec(model="T-145B", hardware="wafer")
     model, hardware = load_model(spec.model), load_hardware(spec.hardware)
     started = time.process_time()
-    walk = DegreeWalk(spec, model, hardware)
-    points = list(walk)
+    blocks = list(DegreeWalk(spec, model, hardware).blocks())
     walked = time.process_time() - started
-    rounds = {"odometer": 0.0, "product": 0.0}
-    for degrees, found in zip(walk.degrees, walk.found, strict=True):
-        build = SpaceBuilder(space=replace(walk.space, plans=plans_tree([found]), degree_choices=(degrees,)),
-                             hardware=hardware, fixed=walk.fixed)
-        for name, walker in (("odometer", walk_space), ("product", walk_layouts)):
-            started = time.process_time()
-            if found.fitting:
-                list(walker(build))
-            rounds[name] += time.process_time() - started
-    tasks = [[(c.hardware, c.strategy) for _, _, c in chunk]
-             for chunk in _chunks((i, params, c) for i, (params, c) in enumerate(points))]
-    estimate = _per_point if kind == "per-point" else estimate_points
-    estimates = [0.0, 0.0]
-    for task in tasks:
-        for k in range(2):
-            started = time.process_time()
-            estimate(model, task)
-            estimates[k] += time.process_time() - started
-    n = len(points)
-    print(json.dumps(dict(points=n, walk_s=walked / n, odometer_s=rounds["odometer"] / n,
-                          product_s=rounds["product"] / n, first_s=estimates[0] / n, again_s=estimates[1] / n)))
+    started = time.process_time()
+    for b, block in enumerate(blocks):
+        if kind == "per-point":
+            _per_point(model, hardware, [c.strategy for _, c in block.points()])
+            continue
+        for piece in _pieces(b, len(block.plans), len(block.layouts)):
+            estimate_block(model, hardware, [s for _, s in block.plans[piece.plans]],
+                           [values for _, values in block.layouts[piece.layouts]])
+    n = sum(len(block) for block in blocks)
+    print(json.dumps(dict(points=n, walk_s=walked / n, estimate_s=(time.process_time() - started) / n)))
+
+
+MILLION_SPACE = dict(model="T-3.6B", hardware="wafer", fixed={"global_batch_size": 2560},
+                     searched=("degrees", "microbatch_size", "schedule", "recompute", "sequence_parallel", "zero_stage",
+                               "groups", "placement", "transfer_strategy"),
+                     microbatch_sizes=(1, 2, 4, 8, 16, 32, 64), device_counts=(320, 288, 256, 240, 160))
+"""A real space of over 10^6 points: T-3.6B on the PALM wafer with every dimension but the layer
+partition searched (the default eight and the transfer strategy), a batch of 2,560 sequences,
+microbatches up to 64 and five device counts (1,220,724 points: 17,785 plans of degrees,
+microbatch, schedule, recompute, sequence parallelism and ZeRO, under 9,360 layouts)."""
+
+
+def million_child() -> None:
+    """In a fresh process: the screen of :data:`MILLION_SPACE` as ``optimize`` runs it (the walk
+    in a thread, :func:`palm_search.search.screen.start_screen` on 2 loky workers, then the
+    ranking): wall time, and the CPU time of this process and its workers (psutil)."""
+    from search_speed import tree_cpu_s  # benchmarks/ is the script's directory
+
+    from palm_search.search.screen import SCREEN_LIMIT, start_screen
+    from palm_search.search.space import DegreeWalk
+    from palm_search.search.study import StudySpec
+    from simulator import load_hardware, load_model
+
+    spec = StudySpec(**MILLION_SPACE)
+    model, hardware = load_model(spec.model), load_hardware(spec.hardware)
+    started, cpu_started = time.perf_counter(), tree_cpu_s()
+    screening = start_screen(model, DegreeWalk(spec, model, hardware).blocks(), SCREEN_LIMIT, 2)
+    assert screening is not None, "the space is over the screen's limits"
+    ranked, _ = screening.ranked()
+    wall, cpu = time.perf_counter() - started, tree_cpu_s() - cpu_started
+    print(json.dumps(dict(points=len(ranked), plans=sum(len(b.plans) for b in screening.blocks),
+                          layouts=sum(len(b.layouts) for b in screening.blocks), wall_s=wall, cpu_s=cpu,
+                          best=ranked[0][1], positive=ranked.positive())))
+
+
+def optimize_405b() -> dict:
+    """``palm-search optimize`` for Llama 3.1 405B on a 16,384-GPU ``h100-cluster`` (2,048 nodes,
+    a hardware file written for the run) with TP, PP, DP, CP, interleaving, microbatch and
+    recompute searched (``degrees``, ``microbatch_size``, ``schedule``, ``recompute``), on 2
+    jobs in a fresh process: its wall time, the screen's line and the certification line."""
+    from simulator import hardware_to_toml, load_hardware
+
+    base = load_hardware("h100-cluster")
+    hardware = dataclasses.replace(base, name="h100-cluster-16384", network=dataclasses.replace(base.network,
+                                                                                               nodes=2048))
+    with tempfile.TemporaryDirectory() as work:
+        hardware_file, study = Path(work) / "h100-cluster-16384.toml", Path(work) / "study.toml"
+        hardware_file.write_text(hardware_to_toml(hardware))
+        study.write_text(f'[study]\nmodel = "Llama-3.1-405B"\nhardware = "{hardware_file}"\n\n[search]\n'
+                         'dimensions = ["degrees", "microbatch_size", "schedule", "recompute"]\n')
+        started = time.perf_counter()
+        out = subprocess.run([sys.executable, "-m", "palm_search", "optimize", "--study", str(study), "--jobs", "2",
+                              "--run-dir", str(Path(work) / "run")],
+                             check=True, capture_output=True, text=True).stdout
+        wall = time.perf_counter() - started
+    lines = [line.strip() for line in out.splitlines()]
+    return dict(wall_s=wall, screen=next((x for x in lines if x.startswith("screen:")), ""),
+                certified=next((x for x in lines if x.startswith("certified:")), ""),
+                best=next((x for x in lines if x.startswith("best #1 against")), ""))
 
 
 def screen_rates() -> dict[str, dict]:
-    """:func:`screen_child`'s figures for both kinds, each in a fresh process, one after the other."""
+    """:func:`screen_child`'s figures for both kinds and :func:`million_child`'s, each in a fresh
+    process, one after the other; the first two with one BLAS thread, as joblib's loky workers
+    run the screen's tasks on 2 cores with 2 jobs (OpenBLAS's second thread spins on this host's
+    small products: a product of a 256 x 50 and a 50 x 300 matrix took 14 ms with two threads,
+    0.4 ms with one)."""
+    one_thread = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     return {kind: json.loads(subprocess.run([sys.executable, __file__, "--screen", kind], check=True,
-                                            capture_output=True, text=True).stdout)
-            for kind in ("per-point", "vectorised")}
+                                            capture_output=True, text=True, env=one_thread).stdout)
+            for kind in ("per-point", "blocks", "million")}
 
 
 def main() -> None:
@@ -162,7 +227,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--screen", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--skip-optimize", action="store_true", help="leave out the 405B optimize run (minutes)")
     args = parser.parse_args()
+    if args.screen == "million":
+        million_child()
+        return
     if args.screen is not None:
         screen_child(args.screen)
         return
@@ -184,20 +253,24 @@ def main() -> None:
           f"{ratio[f'dp{DP_CASES[1]}_s'] * 1e3:.1f} / {ratio[f'dp{DP_CASES[0]}_s'] * 1e3:.1f} ms), first simulations "
           f"{ratio['first_ratio']:.2f}x; {verdict} the {TARGET_DP_RATIO}x target")
     rates = screen_rates()
-    old, new = rates["per-point"], rates["vectorised"]
+    old, new, million = rates["per-point"], rates["blocks"], rates["million"]
     print(f"screen of the default space ({new['points']:,} points), CPU per point: walk {new['walk_s'] * 1e6:.0f} us"
-          f" (memory pre-screen included); a set of degrees walked again: odometer {new['odometer_s'] * 1e6:.0f} us,"
-          f" product of plans and layouts {new['product_s'] * 1e6:.0f} us"
-          f" ({new['odometer_s'] / new['product_s']:.1f}x);"
-          f" estimate, a call per point {old['first_s'] * 1e6:.0f} us, vectorised {new['first_s'] * 1e6:.0f} us"
-          f" ({old['first_s'] / new['first_s']:.1f}x), a task again at once (all built) {old['again_s'] * 1e6:.0f}"
-          f" and {new['again_s'] * 1e6:.0f} us ({old['again_s'] / new['again_s']:.1f}x)")
-    mixed_s = 1e6 * (new["walk_s"] + new["first_s"]) / 2
-    built_s = 1e6 * (new["product_s"] + new["again_s"]) / 2
-    verdicts = ["meets" if t <= TARGET_MILLION_S else "misses" for t in (mixed_s, built_s)]
-    print(f"10^6 points on 2 cores at the vectorised rates: {mixed_s:,.0f} s at the default space's mix (walk,"
-          f" pre-screen and first estimates: {verdicts[0]} the {TARGET_MILLION_S:.0f} s target), {built_s:,.0f} s"
-          f" where points far outnumber plans and placements (product walk, estimates all built: {verdicts[1]} it)")
+          f" (blocks of plans and layouts, memory pre-screen included); estimate, a call per point"
+          f" {old['estimate_s'] * 1e6:.0f} us, the screen's tasks {new['estimate_s'] * 1e6:.0f} us"
+          f" ({old['estimate_s'] / new['estimate_s']:.1f}x)")
+    verdict = "meets" if million["cpu_s"] / 2 <= TARGET_MILLION_S else "misses"
+    print(f"screen of {million['points']:,} points ({million['plans']:,} plans under {million['layouts']:,} layouts;"
+          f" T-3.6B on the wafer), measured: {million['wall_s']:.0f} s wall on 2 workers on this host,"
+          f" {million['cpu_s']:.0f} s CPU in all ({million['cpu_s'] / 2:.0f} s on 2 idle cores:"
+          f" {verdict} the {TARGET_MILLION_S:.0f} s target); {million['cpu_s'] / million['points'] * 1e6:.0f} us"
+          f" CPU a point")
+    if args.skip_optimize:
+        return
+    run = optimize_405b()
+    verdict = "meets" if run["wall_s"] <= TARGET_OPTIMIZE_S else "misses"
+    print(f"optimize Llama 3.1 405B on 16,384 H100s (TP, PP, DP, CP, interleaving, microbatch, recompute):"
+          f" {run['wall_s']:.0f} s wall ({verdict} the {TARGET_OPTIMIZE_S:.0f} s target)\n  {run['screen']}\n"
+          f"  {run['best']}\n  {run['certified']}")
 
 
 if __name__ == "__main__":

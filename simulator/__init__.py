@@ -65,14 +65,14 @@ from simulator.workload.spec import ModelSpec
 
 if TYPE_CHECKING:
     from simulator.api import check_memory, estimate_samples_per_s, simulate, simulate_timeline, simulate_with_records
-    from simulator.estimates import estimate_many
+    from simulator.estimates import estimate_many, estimate_product
     from simulator.workload.gemm_pipeline import BlockTuning
     from simulator.workload.grid_gemm import grid_gemm
 
 __version__ = "0.1.0"
 
 _API = {"check_memory": "simulator.api", "estimate_samples_per_s": "simulator.api", "simulate": "simulator.api",
-        "estimate_many": "simulator.estimates",
+        "estimate_many": "simulator.estimates", "estimate_product": "simulator.estimates",
         "simulate_timeline": "simulator.api", "simulate_with_records": "simulator.api",
         "grid_gemm": "simulator.workload.grid_gemm", "BlockTuning": "simulator.workload.gemm_pipeline"}
 """The functions loaded on first use, with their module."""
@@ -95,7 +95,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "BudgetExceeded", "Hardware", "InputError", "ModelSpec", "PalmError", "SimulationError", "ResourceUsage",
     "SimulationResult",
-    "check_memory", "estimate_many", "estimate_samples_per_s", "grid_gemm", "BlockTuning",
+    "check_memory", "estimate_many", "estimate_product", "estimate_samples_per_s", "grid_gemm", "BlockTuning",
     "StageReport", "Strategy", "hardware_from_tables", "hardware_presets", "hardware_tables",
     "hardware_to_toml", "load_hardware", "load_model", "load_strategy",
     "model_presets", "num_microbatches", "read_best", "simulate", "simulate_timeline", "simulate_with_records",

@@ -7,14 +7,15 @@ once per call however many strategies share them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from operator import attrgetter
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from simulator import legality
-from simulator.api import _memory
+from simulator.api import PLACEMENT_FIELDS, _memory
 from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
 from simulator.network.topology import topology_of
@@ -26,12 +27,18 @@ from simulator.timing.flows import machine_flows, uses_all_to_all
 from simulator.timing.vectorised import FlowTable, PlanTable, makespans_s
 from simulator.workload.spec import ModelSpec
 
-PAIRS_PER_ARRAY = 256
-"""Most pairs evaluated in one set of arrays (a pair of 80 virtual stages holds about 30 kB of them)."""
+STAGES_PER_ARRAY = 20_480
+"""Most (pair, virtual stage) rows evaluated in one set of arrays (a row holds about 400 bytes of
+them): 256 pairs of 80 virtual stages, 4,096 of 5."""
 _PLAN_FIELDS = attrgetter(*strategy_fields(where=False))
 """A strategy's fields its stage costs, memory and legality but the devices' read (not ``where``)."""
-_PLACED_FIELDS = attrgetter(*strategy_fields(placed=True), "transfer_strategy")
-"""A strategy's fields its flows read: its placement's and the transfer strategy."""
+_PLACED_NAMES = (*(name for name in strategy_fields(placed=True) if name != "zero_stage"), "transfer_strategy")
+_PLACED_FIELDS = attrgetter(*_PLACED_NAMES)
+"""A strategy's fields its flows read: its placement's and the transfer strategy. Not ``zero_stage``:
+:func:`~simulator.placement.place` and :func:`~simulator.replicas.simulated_replicas` read the
+ZeRO shards (:attr:`Strategy.zero_shards`: ``shard_group_size`` or ``dp * cp``), never the stage,
+so the plans of one placement differing in their ZeRO stage share its flows (built once, not four
+times; the tests compare every estimate with the strategy's alone)."""
 _PLANS: dict[int, tuple[object, PlanTable]] = {}
 """Tables of stage costs by their ``id`` (held, so the id stays theirs)."""
 _FLOWS: dict[int, tuple[object, FlowTable]] = {}
@@ -57,42 +64,94 @@ def estimate_many(model: ModelSpec, hardware: Hardware, strategies: Sequence[Str
     """The closed-form samples/s of each strategy (:func:`simulator.api.estimate_samples_per_s`,
     to rounding: 1e-12 relative), 0 where it exceeds memory or breaks a rule of a legal plan
     (where that function raises :class:`InputError`). Shapes: one value per strategy, in order."""
-    values = [0.0] * len(strategies)
-    plans: dict[tuple[object, ...], _Plan | None] = {}
-    plan_tables: list[PlanTable] = []
-    flow_index: dict[tuple[object, ...], int | None] = {}
-    flow_tables: list[FlowTable] = []
-    groups: dict[tuple[int, int, bool, bool], list[tuple[int, int, int, int, int]]] = {}
-    for k, strategy in enumerate(strategies):
-        try:
-            legality.check_plan(model, hardware, strategy)
-        except InputError:
-            continue
-        key = _PLAN_FIELDS(strategy)
-        plan = plans[key] if key in plans else plans.setdefault(key, _plan(model, hardware, strategy, stack,
-                                                                             plan_tables))
-        if plan is None:
-            continue
-        where = (_PLACED_FIELDS(strategy), plan.all_to_all)
-        table = flow_index[where] if where in flow_index else flow_index.setdefault(
-            where, _flow_table(hardware, strategy, plan.all_to_all, flow_tables))
-        if table is not None:
-            groups.setdefault(plan.group, []).append((k, plan.table, table, plan.num_microbatches, plan.samples))
-    for (_, _, training, defers), pairs in groups.items():
-        for start in range(0, len(pairs), PAIRS_PER_ARRAY):
-            part = np.array(pairs[start:start + PAIRS_PER_ARRAY])
-            makespans = makespans_s(plan_tables, flow_tables, part[:, 1], part[:, 2], part[:, 3], training, defers)
-            for k, value in zip(part[:, 0].tolist(), (part[:, 4] / makespans).tolist(), strict=True):
-                values[k] = value
+    values: list[float] = estimate_product(model, hardware, strategies, ({},), stack)[:, 0].tolist()
     return values
+
+
+def estimate_product(model: ModelSpec, hardware: Hardware, plans: Sequence[Strategy],
+                     layouts: Sequence[Mapping[str, Any]], stack: Stack = MEGATRON_CORE) -> np.ndarray:
+    """:func:`estimate_many` of every plan under every layout: entry ``(p, l)`` is the estimate of
+    ``plans[p].with_fields(**layouts[l])`` (0 where that strategy exceeds memory or breaks a rule,
+    or the fields contradict each other), without building a strategy per pair: each plan's
+    stage costs and memory are worked out once (they read no ``where`` field), each distinct
+    placement's flows once (:data:`_PLACED_FIELDS`: the layout's, and the plan's degrees and
+    ZeRO shards), and the rules that read a layout (:func:`legality.check_plan`'s devices) once per
+    placement. A layout holds ``where`` fields only (groups, placement, transfer strategy...),
+    an empty one none (each plan as it is). Shape ``[len(plans), len(layouts)]``.
+
+    Raises:
+        ValueError: a layout sets a field the stage costs read (not ``where``).
+    """
+    changed = {name for layout in layouts for name in layout}
+    if changed - set(PLACEMENT_FIELDS):
+        raise ValueError(f"layouts may set only `where` fields, got {sorted(changed - set(PLACEMENT_FIELDS))}")
+    values = np.zeros((len(plans), len(layouts)))
+    plan_tables: list[PlanTable] = []
+    flow_tables: list[FlowTable] = []
+    found: dict[tuple[object, ...], _Plan | None] = {}
+    placed: dict[tuple[object, ...], list[int]] = {}
+    flow_index: dict[tuple[object, ...], int] = {}
+    every = set.intersection(*(set(layout) for layout in layouts)) if layouts else set()
+    kept = tuple(name for name in _PLACED_NAMES if name not in every)  # the plan's, in some layout
+    of_plan: list[tuple[_Plan, list[int]] | None] = []
+    for strategy in plans:
+        key = _PLAN_FIELDS(strategy)
+        plan = found[key] if key in found else found.setdefault(key, _plan(model, hardware, strategy, stack,
+                                                                            plan_tables))
+        if plan is None:
+            of_plan.append(None)
+            continue
+        where = (tuple(getattr(strategy, name) for name in kept), plan.all_to_all)
+        if where not in placed:
+            placed[where] = [_placed_table(model, hardware, strategy, layout, plan.all_to_all, flow_index,
+                                           flow_tables) for layout in layouts]
+        of_plan.append((plan, placed[where]))
+    groups: dict[tuple[int, int, bool, bool], list[np.ndarray]] = {}
+    for p, planned in enumerate(of_plan):
+        if planned is None:
+            continue
+        plan, tables = planned
+        columns = np.flatnonzero(np.array(tables) >= 0)
+        rows = np.empty((len(columns), 5), dtype=np.int64)
+        rows[:, 0], rows[:, 1], rows[:, 2] = p * len(layouts) + columns, plan.table, np.array(tables)[columns]
+        rows[:, 3], rows[:, 4] = plan.num_microbatches, plan.samples
+        groups.setdefault(plan.group, []).append(rows)
+    flat = values.reshape(-1)
+    for (_, virtual, training, defers), parts in groups.items():
+        pairs = np.concatenate(parts)
+        pairs = pairs[np.argsort(pairs[:, 2], kind="stable")]  # a placement's pairs together: one busiest_s each
+        size = max(STAGES_PER_ARRAY // virtual, 1)
+        for start in range(0, len(pairs), size):
+            part = pairs[start:start + size]
+            makespans = makespans_s(plan_tables, flow_tables, part[:, 1], part[:, 2], part[:, 3], training, defers)
+            flat[part[:, 0]] = part[:, 4] / makespans
+    return values
+
+
+def _placed_table(model: ModelSpec, hardware: Hardware, plan: Strategy, layout: Mapping[str, Any], all_to_all: bool,
+                  index: dict[tuple[object, ...], int], tables: list[FlowTable]) -> int:
+    """The index in ``tables`` of the flows of ``plan`` under ``layout`` (each distinct
+    placement's built once, :func:`_flow_table`), -1 where the layout contradicts the plan's
+    fields or breaks a rule of the devices (:func:`legality.check_plan`, whose other rules
+    the plan passed), or the machine has no such placement."""
+    try:
+        strategy = plan.with_fields(**layout) if layout else plan
+        legality.check_plan(model, hardware, strategy)
+    except InputError:
+        return -1
+    where = (_PLACED_FIELDS(strategy), all_to_all)
+    if where not in index:
+        index[where] = _flow_table(hardware, strategy, all_to_all, tables)
+    return index[where]
 
 
 def _plan(model: ModelSpec, hardware: Hardware, strategy: Strategy, stack: Stack,
           tables: list[PlanTable]) -> _Plan | None:
-    """The plan of ``strategy`` (its table appended to ``tables``), None over memory or where its
-    stage costs break a rule (:class:`InputError`)."""
+    """The plan of ``strategy`` (its table appended to ``tables``), None over memory or where it
+    breaks a rule (:class:`InputError`) that reads no ``where`` field (its placement's are
+    :func:`_placed_table`'s)."""
     try:
-        m, costs, memory_bytes, in_flight = _memory(model, hardware, strategy, stack)
+        m, costs, memory_bytes, in_flight = _memory(model, hardware, replace(strategy, **PLACEMENT_FIELDS), stack)
     except InputError:
         return None
     if legality.memory_shortfall(hardware, memory_bytes, in_flight, strategy.devices_per_stage):
@@ -107,14 +166,14 @@ def _plan(model: ModelSpec, hardware: Hardware, strategy: Strategy, stack: Stack
     return _Plan(len(tables) - 1, m, strategy.microbatch_size * strategy.dp * m, group, uses_all_to_all(costs))
 
 
-def _flow_table(hardware: Hardware, strategy: Strategy, all_to_all: bool, tables: list[FlowTable]) -> int | None:
+def _flow_table(hardware: Hardware, strategy: Strategy, all_to_all: bool, tables: list[FlowTable]) -> int:
     """The index in ``tables`` of the table of ``strategy``'s flows (:func:`simulator.api._prepare`'s
-    placement and the engine's flows; appended), None where the machine has no such placement."""
+    placement and the engine's flows; appended), -1 where the machine has no such placement."""
     topology = topology_of(hardware)
     try:
         placements = place(topology, strategy, simulated_replicas(topology, strategy))
     except InputError:
-        return None
+        return -1
     made = machine_flows(topology, placements, hardware.calibration, strategy.transfer_strategy, all_to_all)
     kept = _FLOWS.get(id(made))
     if kept is None or kept[0] is not made:

@@ -51,7 +51,7 @@ def optimize_command(
     fidelity: Annotated[str | None, Opt(help=(
         "screen: estimate every point of the space in closed form (ms each), simulate the best --trials;"
         " full: the sampler proposes every simulated point; auto (default): screen when the sampler is auto"
-        " and the space exceeds the budget (up to 60,000 points)."))] = None,
+        " and the space exceeds the budget (up to 2,000,000 points and 40,000 plans)."))] = None,
     top: Annotated[int | None, Opt(help="Mappings shown at the end.")] = None,
     artifacts_top: Annotated[int | None, Opt(help="Top trials given a trace and pictures (0: none).")] = None,
     eval_timeout: Annotated[float | None, Opt(help=(
@@ -115,7 +115,7 @@ def optimize_command(
         search.study.set_user_attr("baseline_note", note)
         with _progress_bar(search.spec.trials) as (progress, task), stop_on_sigint(search):
             if search.screened:
-                progress.update(task, description=f"baseline, then screening {len(search.screened.points):,} points")
+                progress.update(task, description=f"baseline, then screening {search.screened.points:,} points")
             run_baseline(search, baseline)
             unit = "tokens/s" if search.spec.serving else "samples/s"
             optimize(search, lambda p: progress.update(task, completed=p.done, description=_describe(p, unit)))

@@ -42,12 +42,13 @@ from palm_search.search.evaluate import (
 )
 from palm_search.search.screen import (
     SCREEN_LIMIT,
+    SCREEN_PLANS,
     Screening,
     enqueue_screened,
     serving_front_first,
     start_screen,
 )
-from palm_search.search.space import DegreeWalk, ServingWalk, SpaceBuilder, UsersBuilder, point_of
+from palm_search.search.space import Block, DegreeWalk, ServingWalk, SpaceBuilder, UsersBuilder, point_of
 from palm_search.search.storage import (
     JOURNAL,
     Heartbeat,
@@ -185,7 +186,7 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
     walk = ServingWalk(spec, model, hardware) if spec.serving else DegreeWalk(spec, model, hardware)
     known = storage_for(run_dir, storage) if storage or (run_dir / JOURNAL).is_file() else None
     target = serving_target(spec)
-    points, screened = _walks(spec, model, iter(walk), None if known and _queued(known, spec.name) else jobs, target)
+    points, screened = _walks(spec, model, walk, None if known and _queued(known, spec.name) else jobs, target)
     build = walk.builder()
     if target is not None and screened is not None and screened.running is not None:
         _check_target(spec, screened)
@@ -225,7 +226,7 @@ def _check_target(spec: StudySpec, screened: Screening) -> None:
         InputError: no point's estimate meets the floor or the ceiling.
     """
     ranked, _ = screened.ranked()
-    if not any(value > 0 for _, value in ranked):
+    if not ranked.positive():
         given = (("--min-tokens-per-s-per-user", spec.min_tokens_per_s_per_user), ("--max-ttft-s", spec.max_ttft_s))
         bounds = [f"{name} {value:g}" for name, value in given if value is not None]
         raise InputError(f"study: no mapping of the {len(ranked):,} screened (users {list(spec.users)}) meets"
@@ -241,35 +242,51 @@ def _queued(storage: optuna.storages.BaseStorage, name: str) -> bool:
     return bool(storage.get_study_user_attrs(study_id).get("enqueued"))
 
 
-def _walks(spec: StudySpec, model: ModelSpec, walk: Iterator[tuple[dict, Candidate]],
+def _walks(spec: StudySpec, model: ModelSpec, walk: DegreeWalk | ServingWalk,
            jobs: int | None, target: ServingTarget | None = None) -> tuple[list[dict] | None, Screening | None]:
     """(the exhaustive walk, the screen of the walk): the walk when the sampler is exhaustive, or
-    ``auto`` and the space fits the budget; else the screen, started on ``jobs`` workers (None:
-    the points only, the study queued them already), when the fidelity allows and the space has
-    at most :data:`SCREEN_LIMIT` points; else neither (a sampler proposes). A serving ``target``
-    is screened even when the space fits the budget (the points that miss it are not simulated).
+    ``auto`` and the space fits the budget; else the screen of its blocks, started on ``jobs``
+    workers (None: the points only, the study queued them already), when the fidelity allows and
+    the space has at most :data:`SCREEN_LIMIT` points and :data:`SCREEN_PLANS` plans; else
+    neither (a sampler proposes). A serving ``target`` is screened even when the space fits the
+    budget (the points that miss it are not simulated).
 
     Raises:
-        InputError: ``fidelity`` screen on a space larger than :data:`SCREEN_LIMIT`.
+        InputError: ``fidelity`` screen on a space larger than :data:`SCREEN_LIMIT` or :data:`SCREEN_PLANS`.
     """
     if spec.sampler == "exhaustive":
-        return _at_most(walk, 10**6), None
+        return _at_most(iter(walk), 10**6), None
     if spec.sampler != "auto":
         return None, None
     budget = spec.trials or DEFAULT_TRIALS
-    head = list(islice(walk, budget + 1))
-    if len(head) <= budget and (target is None or spec.fidelity == "full"):
-        return [params for params, _ in head], None
+    blocks = walk.blocks()
+    head = _blocks_past(blocks, budget)
+    if sum(len(b) for b in head) <= budget and (target is None or spec.fidelity == "full"):
+        return [params for block in head for params, _ in block.points()], None
     limit, screened = max(budget, SCREEN_LIMIT), None
     if spec.fidelity != "full" and jobs is None:
-        points = _at_most(chain(head, walk), limit)
-        screened = Screening(points, [], None, 0.0) if points is not None else None
+        held = head + _blocks_past(blocks, limit - sum(len(b) for b in head))
+        fits = sum(len(b) for b in held) <= limit and sum(len(b.plans) for b in held) <= SCREEN_PLANS
+        screened = Screening(held, [], None, 0.0) if fits else None
     elif spec.fidelity != "full":
-        screened = start_screen(model, chain(head, walk), limit, jobs, target=target)
+        screened = start_screen(model, chain(head, blocks), limit, jobs, target=target)
     if screened is None and spec.fidelity == "screen":
-        raise InputError(f"study: the space has more than {SCREEN_LIMIT:,} points, too many to screen; fix some"
-                         " dimensions or use fidelity \"full\"")
+        raise InputError(f"study: the space has more than {SCREEN_LIMIT:,} points or {SCREEN_PLANS:,} plans, too many"
+                         " to screen; fix some dimensions or use fidelity \"full\"")
     return None, screened
+
+
+def _blocks_past(blocks: Iterator[Block], points: int) -> list[Block]:
+    """The walk's next blocks until they hold more than ``points`` points (or it ends)."""
+    taken: list[Block] = []
+    held = 0
+    while held <= points:
+        block = next(blocks, None)
+        if block is None:
+            break
+        taken.append(block)
+        held += len(block)
+    return taken
 
 
 def _at_most(walk: Iterator[tuple[dict, Candidate]], limit: int) -> list[dict] | None:

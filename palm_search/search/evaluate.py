@@ -11,6 +11,8 @@ import json
 import traceback
 from typing import NamedTuple
 
+import numpy as np
+
 from simulator import (
     MEGATRON_CORE,
     Hardware,
@@ -18,7 +20,7 @@ from simulator import (
     SimulationResult,
     Stack,
     Strategy,
-    estimate_many,
+    estimate_product,
     simulate,
 )
 from simulator import __version__ as SIMULATOR_VERSION
@@ -159,36 +161,37 @@ def evaluate_serving(model: ModelSpec, hardware: Hardware, strategy: Strategy, n
 def estimate_points(model: ModelSpec, plans: list[tuple[Hardware, Strategy]],
                     target: ServingTarget | None = None) -> list[float]:
     """Estimated samples/s of each (hardware, strategy) (0 when it does not fit or is not
-    legal): the screen's task, which a worker runs without importing the spaces or Optuna; the
-    strategies of each machine estimated together (:func:`simulator.estimate_many`, numpy over
-    their plans and placements). With a serving ``target``, each strategy is a decode step (its
-    samples/s are system tokens/s) and a point that misses the target (each user's tokens/s, or
-    the estimated prefill of the batch when ``max_ttft_s`` is set) is 0 too."""
+    legal): the strategies of each machine estimated together (:func:`estimate_block` with no
+    layout)."""
     values = [0.0] * len(plans)
     by_machine: dict[int, list[int]] = {}
     for k, (hardware, _) in enumerate(plans):
         by_machine.setdefault(id(hardware), []).append(k)
     for positions in by_machine.values():
-        pair = resident(model, plans[positions[0]][0])
-        strategies = [plans[k][1] for k in positions]
-        estimates = estimate_many(*pair, strategies)
-        if target is not None:
-            estimates = _meeting(pair, strategies, estimates, target)
-        for k, value in zip(positions, estimates, strict=True):
+        estimates = estimate_block(model, plans[positions[0]][0], [plans[k][1] for k in positions], [{}], target)
+        for k, value in zip(positions, estimates[:, 0].tolist(), strict=True):
             values[k] = value
     return values
 
 
-def _meeting(pair: tuple[ModelSpec, Hardware], strategies: list[Strategy], tokens_per_s: list[float],
-             target: ServingTarget) -> list[float]:
-    """The estimates of decode ``strategies`` (``tokens_per_s`` for all their users), 0 where
-    one misses ``target`` (each user's tokens/s, and the estimated prefill of the batch when
-    ``max_ttft_s`` is set)."""
-    ttft_s = [0.0] * len(strategies)
+def estimate_block(model: ModelSpec, hardware: Hardware, plans: list[Strategy], layouts: list[dict],
+                   target: ServingTarget | None = None) -> np.ndarray:
+    """Estimated samples/s of every plan under every layout (``[len(plans), len(layouts)]``, 0
+    where it does not fit or is not legal): the screen's task, which a worker runs without
+    importing the spaces or Optuna (:func:`simulator.estimate_product`: numpy over the plans
+    and placements). With a serving ``target``, each strategy is a decode step (its samples/s
+    are system tokens/s) and a point that misses the target (each user's tokens/s, or the
+    estimated prefill of the batch when ``max_ttft_s`` is set) is 0 too."""
+    pair = resident(model, hardware)
+    estimates = estimate_product(*pair, plans, layouts)
+    if target is None:
+        return estimates
+    users = np.array([[s.global_batch_size or 1] for s in plans], dtype=float)
+    ttft_s = np.zeros_like(estimates)
     if target.max_ttft_s is not None:
-        served = [k for k, value in enumerate(tokens_per_s) if value > 0]
-        prefills = estimate_many(*pair, [strategies[k].with_fields(decode_context_length=0) for k in served])
-        for k, prefill in zip(served, prefills, strict=True):
-            ttft_s[k] = (strategies[k].global_batch_size or 1) / prefill if prefill > 0 else float("inf")
-    return [value if value > 0 and target.met(value / (s.global_batch_size or 1), ttft) else 0.0
-            for s, value, ttft in zip(strategies, tokens_per_s, ttft_s, strict=True)]
+        prefills = estimate_product(*pair, [s.with_fields(decode_context_length=0) for s in plans], layouts)
+        ttft_s = np.divide(users, prefills, out=np.full_like(prefills, np.inf), where=prefills > 0)
+    floor = target.min_tokens_per_s_per_user or 0.0
+    ceiling = target.max_ttft_s if target.max_ttft_s is not None else np.inf
+    met = (estimates > 0) & (estimates / users >= floor) & (ttft_s <= ceiling)
+    return np.where(met, estimates, 0.0)

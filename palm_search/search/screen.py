@@ -23,63 +23,130 @@ import queue
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import count, groupby
-from typing import Any
+from itertools import count
+from typing import Any, NamedTuple, overload
 
+import numpy as np
 import optuna
 import pandas as pd
 from joblib import Parallel, delayed
 from optuna.trial import TrialState
 
-from palm_search.search.evaluate import ServingTarget, estimate_points
+from palm_search.search.evaluate import ServingTarget, estimate_block
+from palm_search.search.space import Block
 from simulator import ModelSpec
-from spaces import Candidate, ParallelDegrees, placement_key
 
-SCREEN_LIMIT = 60_000
-"""Most points a screen estimates; a larger space is searched by TPE. The default space (T-145B on
-the wafer, 11,268 points) is walked and estimated in about 10 s on 2 cores (0.9 ms a point, most
-of it each placement's flows built once; ``benchmarks/datacenter_scale.py``), so a screen at the
-limit takes about a minute, as one of 20,000 points did at the former 2-3 ms a point."""
+SCREEN_LIMIT = 2_000_000
+"""Most points a screen estimates; a larger space is searched by TPE. The walk hands the workers
+each set of degrees as its plans and layouts (:class:`~palm_search.search.space.Block`), not a
+strategy per point, and the workers estimate their product as arrays
+(:func:`simulator.estimate_product`): a point costs tens of microseconds once its plan and
+placement are built (``benchmarks/datacenter_scale.py`` screens a real space of 1.2 million
+points); the limit bounds the screen's memory (a float and an index per point)."""
+SCREEN_PLANS = 40_000
+"""Most plans (points but for their layout) a screen estimates; a space with more is searched by
+TPE. Each plan's stage costs take 1-4 ms to build (a placement's flows 5-50 ms), whatever the
+number of its points: 40,000 plans are one to two minutes on 2 cores, and a space of a point per
+plan (Qwen3-30B-A3B on 1,024 H100s: 364,000) is left to the sampler."""
 ESTIMATE_KEY = "screen_samples_per_s"
 """The user attribute holding a trial's estimated samples/s."""
-_TASK_POINTS = 400
-"""Most points per worker task (a task's overhead is a few ms, its points' estimates 0.1-1 ms each)."""
+_TASK_POINTS = 20_000
+"""Most points per worker task (a task's overhead is a few ms, a point's estimate tens of us once
+its plan and placement are built)."""
+_TASK_PLANS = 400
+"""Most plans per worker task (a plan's stage costs take 1-4 ms): a task lasts at most a second or
+two, and a walk past the limits leaves little to finish."""
+
+
+class Piece(NamedTuple):
+    """A worker task's part of a walk: block ``block``'s plans ``plans`` under its layouts
+    ``layouts`` (slices)."""
+
+    block: int
+    plans: slice
+    layouts: slice
+
+    @property
+    def size(self) -> int:
+        return (self.plans.stop - self.plans.start) * (self.layouts.stop - self.layouts.start)
+
+
+class Ranked(Sequence[tuple[dict, float]]):
+    """A screen's points with their estimates, best first (ties in the walk's order), each
+    point's parameters made when asked for (a screen may hold millions).
+
+    Attributes:
+        values: the estimates in that order (``[points]``).
+    """
+
+    def __init__(self, blocks: list[Block], order: np.ndarray, values: np.ndarray) -> None:
+        self.blocks, self.order, self.values = blocks, order, values
+        self.starts = np.cumsum([0] + [len(b) for b in blocks])
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    @overload
+    def __getitem__(self, k: int) -> tuple[dict, float]: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[tuple[dict, float]]: ...
+
+    def __getitem__(self, k: int | slice) -> tuple[dict, float] | list[tuple[dict, float]]:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        if not -len(self) <= k < len(self):
+            raise IndexError(k)
+        point = int(self.order[k])
+        b = int(np.searchsorted(self.starts, point, side="right")) - 1
+        return self.blocks[b].params(point - int(self.starts[b])), float(self.values[k])
+
+    def positive(self) -> int:
+        """How many points have a positive estimate (the first ones)."""
+        return int(np.count_nonzero(self.values > 0))
 
 
 @dataclass
 class Screening:
-    """The screen of a walk: its points in the walk's order, the walk's positions in each worker
-    task, and the tasks' estimates while the workers compute them (None when nothing is estimated:
-    a resumed study queued its points already)."""
+    """The screen of a walk: its blocks of points in the walk's order, each worker task's part of
+    them, and the tasks' estimates while the workers compute them (None when nothing is
+    estimated: a resumed study queued its points already)."""
 
-    points: list[dict]
-    chunks: list[list[int]]
-    running: Iterator[list[float]] | None
+    blocks: list[Block]
+    pieces: list[Piece]
+    running: Iterator[np.ndarray] | None
     started_s: float
-    done: tuple[list[tuple[dict, float]], float] | None = None
+    done: tuple[Ranked, float] | None = None
 
-    def ranked(self) -> tuple[list[tuple[dict, float]], float]:
+    @property
+    def points(self) -> int:
+        return sum(len(b) for b in self.blocks)
+
+    def ranked(self) -> tuple[Ranked, float]:
         """Every point with its estimate, best first (ties in the walk's order), and the wall time
         of the walk and the estimates (s); the estimates are collected once."""
         if self.done is None:
             self.done = self._ranked()
         return self.done
 
-    def _ranked(self) -> tuple[list[tuple[dict, float]], float]:
-        values = [0.0] * len(self.points)
-        for chunk, chunk_values in zip(self.chunks, self.running or (), strict=True):
-            for i, value in zip(chunk, chunk_values, strict=True):
-                values[i] = value
-        order = sorted(range(len(self.points)), key=lambda i: -values[i])
-        return [(self.points[i], values[i]) for i in order], time.perf_counter() - self.started_s
+    def _ranked(self) -> tuple[Ranked, float]:
+        starts = np.cumsum([0] + [len(b) for b in self.blocks])
+        values = np.zeros(int(starts[-1]))
+        for piece, piece_values in zip(self.pieces, self.running or (), strict=True):
+            width = len(self.blocks[piece.block].layouts)
+            rows = np.arange(piece.plans.start, piece.plans.stop)[:, None] * width
+            positions = starts[piece.block] + rows + np.arange(piece.layouts.start, piece.layouts.stop)[None, :]
+            values[positions.reshape(-1)] = piece_values.reshape(-1)
+        order = np.argsort(-values, kind="stable")
+        return Ranked(self.blocks, order, values[order]), time.perf_counter() - self.started_s
 
 
-def start_screen(model: ModelSpec, walk: Iterable[tuple[dict, Candidate]], limit: int, jobs: int,
+def start_screen(model: ModelSpec, blocks: Iterable[Block], limit: int, jobs: int,
                  backend: str | None = None, target: ServingTarget | None = None) -> Screening | None:
-    """Start estimating every point of the ``walk`` (its parameters and the candidate they build)
-    on ``jobs`` workers while the walk goes on, or None when it has more than ``limit`` points.
+    """Start estimating every point of the walk's ``blocks`` on ``jobs`` workers while the walk
+    goes on, or None when it has more than ``limit`` points or :data:`SCREEN_PLANS` plans.
 
     A thread walks and queues each task as soon as it is made; joblib sends a task whenever a
     worker is free, :data:`_AHEAD` per worker ahead, so past the limit at most that many tasks are
@@ -88,52 +155,52 @@ def start_screen(model: ModelSpec, walk: Iterable[tuple[dict, Candidate]], limit
     Raises:
         Exception: what the walk raised (InputError excepted: the walk skips such points).
     """
-    started, points, chunks = time.perf_counter(), [], []
+    started, walked, pieces = time.perf_counter(), [], []
     over = False
 
-    def numbered() -> Iterator[tuple[int, dict, Candidate]]:
+    def tasks() -> Iterator[tuple[Piece, Any]]:
         nonlocal over
-        for params, candidate in walk:
-            if len(points) == limit:
+        points = planned = 0
+        for block in blocks:
+            points, planned = points + len(block), planned + len(block.plans)
+            if points > limit or planned > SCREEN_PLANS:
                 over = True
                 return
-            points.append(params)
-            yield len(points) - 1, params, candidate
-
-    def tasks() -> Iterator[tuple[list[int], Any]]:
-        for chunk in _chunks(numbered()):
-            plans = [(c.hardware, c.strategy) for _, _, c in chunk]
-            yield [i for i, _, _ in chunk], delayed(estimate_points)(model, plans, target)
+            walked.append(block)
+            for piece in _pieces(len(walked) - 1, len(block.plans), len(block.layouts)):
+                plans = [strategy for _, strategy in block.plans[piece.plans]]
+                layouts = [values for _, values in block.layouts[piece.layouts]]
+                yield piece, delayed(estimate_block)(model, block.hardware, plans, layouts, target)
 
     if jobs == 1:
         made = list(tasks())
-        chunks.extend(positions for positions, _ in made)
+        pieces.extend(piece for piece, _ in made)
         running = Parallel(n_jobs=1, return_as="generator")(task for _, task in made)
-        return None if over else Screening(points, chunks, running, started)
+        return None if over else Screening(walked, pieces, running, started)
     queued: queue.Queue = queue.Queue()
     walker = _Walker(tasks(), queued)
     walker.start()
     running = Parallel(n_jobs=jobs, backend=backend, return_as="generator", batch_size=1,
-                       pre_dispatch=f"{_AHEAD}*n_jobs")(_largest_first(queued, chunks))
+                       pre_dispatch=f"{_AHEAD}*n_jobs")(_largest_first(queued, pieces))
     walker.join()
     if walker.error is not None or over:
         list(running)  # the few tasks sent finish; nothing is aborted
     if walker.error is not None:
         raise walker.error
-    return None if over else Screening(points, chunks, running, started)
+    return None if over else Screening(walked, pieces, running, started)
 
 
 _AHEAD = 2
 """Tasks sent ahead per worker while the walk goes on."""
 
 
-def _largest_first(queued: queue.Queue, chunks: list[list[int]]) -> Iterator[Any]:
+def _largest_first(queued: queue.Queue, pieces: list[Piece]) -> Iterator[Any]:
     """The walk's tasks, each as joblib asks for the next: of those the walk has made and not yet
     sent, the one with the most points (longest processing time first, Graham, SIAM J. Appl.
     Math. 1969; ties in the walk's order), so the screen ends on its smallest tasks and no worker
-    waits long for the other's last one. Each task's walk positions go to ``chunks`` in the
-    order sent, which is the order joblib returns the results in."""
-    pending: list[tuple[int, int, list[int], Any]] = []
+    waits long for the other's last one. Each task's piece goes to ``pieces`` in the order sent,
+    which is the order joblib returns the results in."""
+    pending: list[tuple[int, int, Piece, Any]] = []
     received, walking = count(), True
     while walking or pending:
         try:
@@ -142,12 +209,12 @@ def _largest_first(queued: queue.Queue, chunks: list[list[int]]) -> Iterator[Any
                 if item is _END:
                     walking = False
                 else:
-                    heapq.heappush(pending, (-len(item[0]), next(received), *item))
+                    heapq.heappush(pending, (-item[0].size, next(received), *item))
         except queue.Empty:
             pass
         if pending:
-            _, _, positions, task = heapq.heappop(pending)
-            chunks.append(positions)
+            _, _, piece, task = heapq.heappop(pending)
+            pieces.append(piece)
             yield task
 
 
@@ -178,30 +245,39 @@ class _Walker(threading.Thread):
             self.queued.put(_END)
 
 
-def _chunks(walk: Iterable[tuple[int, dict, Candidate]]) -> Iterator[list[tuple[int, dict, Candidate]]]:
-    """The walk's numbered points in worker tasks: each set of parallel degrees (consecutive in a
-    walk, whose first choice they are) is one task, or pieces of equal size when it has more than
-    :data:`_TASK_POINTS` points, sorted by placement (each worker builds a plan's stage costs and a
-    placement's flows once). Sets are not merged: the small ones end the screen (they are sent
-    last, :func:`_largest_first`)."""
-    for _, same in groupby(walk, key=lambda point: ParallelDegrees.of(point[2].strategy)):
-        points = sorted(same, key=lambda point: placement_key(point[1]))
-        size = math.ceil(len(points) / math.ceil(len(points) / _TASK_POINTS))
-        for start in range(0, len(points), size):
-            yield points[start:start + size]
+def _pieces(block: int, plans: int, layouts: int) -> Iterator[Piece]:
+    """Block ``block`` (``plans`` x ``layouts`` points) in worker tasks of at most
+    :data:`_TASK_POINTS` points and :data:`_TASK_PLANS` plans, of even sizes: all its plans under
+    a slice of its layouts (each placement's flows are then built by one worker), slices of its
+    plans too when its plans alone exceed a task. Blocks are not merged: the small ones end the
+    screen (they are sent last, :func:`_largest_first`)."""
+    rows = _even(plans, _TASK_PLANS)
+    columns = _even(layouts, max(_TASK_POINTS // rows, 1))
+    for first_layout in range(0, layouts, columns):
+        for first_plan in range(0, plans, rows):
+            yield Piece(block, slice(first_plan, min(first_plan + rows, plans)),
+                        slice(first_layout, min(first_layout + columns, layouts)))
 
 
-def enqueue_screened(study: optuna.Study, ranked: list[tuple[dict, float]], count: int,
+def _even(n: int, most: int) -> int:
+    """The size of the fewest equal pieces of at most ``most`` that cut ``n``."""
+    return math.ceil(n / math.ceil(n / most))
+
+
+def enqueue_screened(study: optuna.Study, ranked: Sequence[tuple[dict, float]], count: int,
                      seconds: float) -> None:
-    """Queue the ``count`` best screened points with a positive estimate, each with its
-    estimate, and note the screen in the study's ``screen`` attribute with its ``margin``
-    (:func:`certified_margin`)."""
-    positive = [(params, value) for params, value in ranked if value > 0]
-    best = positive[:count]
-    for params, value in best:
+    """Queue the first ``count`` screened points with a positive estimate (``ranked``'s order),
+    each with its estimate, and note the screen in the study's ``screen`` attribute with its
+    ``margin`` (:func:`certified_margin`); only the queued points' parameters are asked for."""
+    values = ranked.values if isinstance(ranked, Ranked) else np.array([value for _, value in ranked], dtype=float)
+    positive = np.flatnonzero(values > 0)
+    queued = positive[:count]
+    for k in queued.tolist():
+        params, value = ranked[k]
         study.enqueue_trial(params, user_attrs={ESTIMATE_KEY: value})
-    study.set_user_attr("screen", {"points": len(ranked), "queued": len(best), "seconds": seconds,
-                                   "margin": certified_margin([v for _, v in best], [v for _, v in positive[count:]])})
+    study.set_user_attr("screen", {"points": len(ranked), "queued": len(queued), "seconds": seconds,
+                                   "margin": certified_margin(values[queued].tolist(),
+                                                              values[positive[count:]].tolist())})
 
 
 def certified_margin(queued: list[float], left: list[float]) -> float:
@@ -216,7 +292,7 @@ def certified_margin(queued: list[float], left: list[float]) -> float:
     return 1.0 - max(left) / top if left else 1.0
 
 
-def serving_front_first(ranked: list[tuple[dict, float]]) -> list[tuple[dict, float]]:
+def serving_front_first(ranked: Sequence[tuple[dict, float]]) -> list[tuple[dict, float]]:
     """Serving points (parameters with ``users``, estimated system tokens/s) in non-dominated
     layers of (system tokens/s, tokens/s per user = tokens/s / users), the Pareto front of the
     estimates first (Deb et al., NSGA-II, IEEE TEC 2002: non-dominated sorting; two objectives,

@@ -105,11 +105,17 @@ class DegreeWalk:
         return found
 
     def __iter__(self) -> Iterator[tuple[dict, Candidate]]:
+        for block in self.blocks():
+            yield from block.points()
+
+    def blocks(self) -> Iterator[Block]:
+        """The walk's points as blocks (:func:`walk_blocks`), one per set of degrees with a
+        fitting plan; iterate once, as the walk itself."""
         for degrees in self.degrees[len(self.found):]:
             found = self._plans(degrees)
             if found.fitting:
                 space = replace(self.space, plans=plans_tree([found]), degree_choices=(degrees,))
-                yield from walk_layouts(SpaceBuilder(space=space, hardware=self.hardware, fixed=self.fixed))
+                yield from walk_blocks(SpaceBuilder(space=space, hardware=self.hardware, fixed=self.fixed))
 
     def builder(self) -> SpaceBuilder:
         """The study's builder, every set of degrees pre-screened (those the walk has not reached now).
@@ -229,30 +235,64 @@ relates to the plan's (:meth:`Strategy.with_fields`): for one set of degrees the
 plan under every layout."""
 
 
-def walk_layouts(build: SpaceBuilder) -> Iterator[tuple[dict, Candidate]]:
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Points of a walk as the product of plans and layouts: point ``(p, l)`` has the parameters
+    ``{**plans[p][0], **layouts[l][0]}`` and the strategy ``plans[p][1]`` with the fields
+    ``layouts[l][1]`` (:data:`LAYOUT_DIMENSIONS`' only; none: each plan is its point), plan-major
+    (the walk's order)."""
+
+    plans: list[tuple[dict, Strategy]]
+    layouts: list[tuple[dict, dict]]
+    hardware: Hardware
+
+    def __len__(self) -> int:
+        return len(self.plans) * len(self.layouts)
+
+    def params(self, k: int) -> dict:
+        """The parameters of point ``k`` (plan-major)."""
+        plan, layout = divmod(k, len(self.layouts))
+        return {**self.plans[plan][0], **self.layouts[layout][0]}
+
+    def points(self) -> Iterator[tuple[dict, Candidate]]:
+        """Every point with its candidate, in order."""
+        for params, strategy in self.plans:
+            for placed, values in self.layouts:
+                yield {**params, **placed}, Candidate(hardware=self.hardware,
+                                                      strategy=strategy.with_fields(**values) if values else strategy)
+
+
+def walk_blocks(build: SpaceBuilder) -> Iterator[Block]:
     """:func:`walk_space` of a builder of one set of degrees, the same points in the same order,
     as the product of its plans and its layouts (:data:`LAYOUT_DIMENSIONS`, each walked once)
-    instead of a build per point; the odometer itself when no layout is searched, or the layer
-    partition (whose choices read the whole strategy)."""
+    instead of a build per point: one block (or none); the odometer's points themselves (a
+    block of empty layouts) when no layout is searched, or the layer partition (whose choices
+    read the whole strategy). A layout whose fields contradict the first plan's is left out
+    (:meth:`Strategy.with_fields`: such checks read the layout and the degrees alone)."""
     searched = build.space.searched
     layout = searched & LAYOUT_DIMENSIONS
     if not layout or "partition" in searched:
-        yield from walk_space(build)
+        plans = [(params, candidate.strategy) for params, candidate in walk_space(build)]
+        if plans:
+            yield Block(plans, [({}, {})], build.hardware)
         return
-    layouts: list[tuple[dict, dict]] | None = None
+    plan_space = replace(build.space, searched=searched - layout)
+    plans = [(params, candidate.strategy) for params, candidate in walk_space(replace(build, space=plan_space))]
+    if not plans:
+        return
     fields = [f for d in layout for f in DIMENSIONS[d]]
-    for params, candidate in walk_space(replace(build, space=replace(build.space, searched=searched - layout))):
-        if layouts is None:
-            kept = {k: v for k, v in candidate.strategy.to_dict().items() if k not in fields}
-            only = replace(build.space, searched=layout | (searched & {"degrees"}), plans=None)
-            layouts = [({k: v for k, v in p.items() if k != "degrees"}, {f: getattr(c.strategy, f) for f in fields})
-                       for p, c in walk_space(replace(build, space=only, fixed={**build.fixed, **kept}))]
-        for placed, values in layouts:
-            try:
-                strategy = candidate.strategy.with_fields(**values)
-            except InputError:
-                continue
-            yield {**params, **placed}, Candidate(hardware=build.hardware, strategy=strategy)
+    kept = {k: v for k, v in plans[0][1].to_dict().items() if k not in fields}
+    only = replace(build.space, searched=layout | (searched & {"degrees"}), plans=None)
+    layouts = []
+    for p, c in walk_space(replace(build, space=only, fixed={**build.fixed, **kept})):
+        values = {f: getattr(c.strategy, f) for f in fields}
+        try:
+            plans[0][1].with_fields(**values)
+        except InputError:
+            continue
+        layouts.append(({k: v for k, v in p.items() if k != "degrees"}, values))
+    if layouts:
+        yield Block(plans, layouts, build.hardware)
 
 
 DEFAULT_PROMPT_LENGTH = 128
@@ -335,9 +375,17 @@ class ServingWalk:
         self.lengths = f"{lengths['prompt_length']}-token prompts, decode at {lengths['decode_context_length']}"
 
     def __iter__(self) -> Iterator[tuple[dict, Candidate]]:
+        for block in self.blocks():
+            yield from block.points()
+
+    def blocks(self) -> Iterator[Block]:
+        """The walk's points as blocks (:func:`walk_blocks`), each point's parameters led by
+        ``users`` and named per users."""
         for users, walk in self.walks.items():
-            for params, candidate in walk:
-                yield {"users": users, **{per_users(k, users): v for k, v in params.items()}}, candidate
+            for block in walk.blocks():
+                plans = [({"users": users, **_named(params, users)}, strategy) for params, strategy in block.plans]
+                layouts = [(_named(params, users), values) for params, values in block.layouts]
+                yield Block(plans, layouts, block.hardware)
 
     def builder(self) -> UsersBuilder:
         """The study's builder over the numbers of users some mapping fits.
@@ -356,6 +404,11 @@ class ServingWalk:
                              f" {max(self.walks)} users ({self.lengths}) fits the memory of"
                              f" {self.hardware.name!r}") from error
         return UsersBuilder(builders)
+
+
+def _named(params: dict, users: int) -> dict:
+    """``params`` with names conditioned on ``users`` (:func:`per_users`)."""
+    return {per_users(k, users): v for k, v in params.items()}
 
 
 def replace_fixed(spec: StudySpec, fixed: dict) -> StudySpec:

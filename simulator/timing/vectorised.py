@@ -122,41 +122,79 @@ def _regroup(tp: Flow, transfer_strategy: int) -> tuple[float, float, float]:
 
 def _occupancy(routes: list[list[Flow | None]], flows: list[Flow], index: FlowIndex) -> Occupancy:
     """The resources' occupancy (:class:`FlowIndex`) of the flows ``routes`` run on (positions in
-    ``flows``, the engine's flows)."""
+    ``flows``, the engine's flows), one column per resource that can be the busiest: resources
+    with the same (flow, occupancy) entries are one column, and a column no larger than another
+    in every row is left out (bytes moved are never negative, so it is never the only busiest)."""
     position = {id(flow): k for k, flow in enumerate(flows)}
     row_flow = np.array([-1 if f is None else position[id(f)] for stage in routes for f in stage])
-    rows = np.flatnonzero(row_flow >= 0)
-    rows = rows[np.argsort(row_flow[rows], kind="stable")]
-    used, flow_starts = np.unique(row_flow[rows], return_index=True)
+    used = np.unique(row_flow[row_flow >= 0])
     kept = np.isin(index.flow, used)
-    entries = np.argsort(index.slot[kept], kind="stable")
+    entries = np.argsort(index.slot[kept], kind="stable")  # by resource, then by flow (the index's order)
     slots, values = index.slot[kept][entries], index.occupancy[kept][entries]
-    return Occupancy(rows=rows, flow_starts=flow_starts, entry_flows=np.searchsorted(used, index.flow[kept][entries]),
-                     values=values, slot_starts=np.flatnonzero(np.r_[True, slots[1:] != slots[:-1]]) if len(slots)
-                     else np.zeros(0, dtype=int))
+    entry_flows = np.searchsorted(used, index.flow[kept][entries])
+    if not len(slots):
+        return Occupancy(np.zeros((len(row_flow), 0)))
+    starts = np.flatnonzero(np.r_[True, slots[1:] != slots[:-1]])
+    width = int(np.diff(np.r_[starts, len(slots)]).max())
+    column = np.arange(len(slots)) - np.repeat(starts, np.diff(np.r_[starts, len(slots)]))
+    resource = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(slots)]))
+    keys = np.full((len(starts), 2 * width), -1.0)
+    keys[resource, column], keys[resource, width + column] = entry_flows, values
+    distinct = _distinct_rows(keys)
+    chosen = keys[distinct]
+    k, j = np.nonzero(chosen[:, :width] >= 0)
+    per_flow = np.zeros((len(used), len(distinct)))
+    per_flow[chosen[k, j].astype(int), k] = chosen[k, width + j]
+    per_flow = _undominated(per_flow)
+    on_row = np.zeros((len(row_flow), per_flow.shape[1]))
+    rows = np.flatnonzero(row_flow >= 0)
+    on_row[rows] = per_flow[np.searchsorted(used, row_flow[rows])]
+    return Occupancy(on_row)
+
+
+def _distinct_rows(keys: np.ndarray) -> np.ndarray:
+    """The first of each set of equal rows of ``keys``, by a random projection of each row
+    (rows projected alike checked equal; where two are not, by sorting the rows)."""
+    projected = keys @ np.random.default_rng(0).random(keys.shape[1])
+    _, distinct, inverse = np.unique(projected, return_index=True, return_inverse=True)
+    if not (keys[distinct][inverse.reshape(-1)] == keys).all():
+        _, distinct = np.unique(keys, axis=0, return_index=True)
+    return np.asarray(distinct)
+
+
+_DOMINATING = 8
+"""Largest columns each column is compared with (:func:`_undominated`)."""
+
+
+def _undominated(columns: np.ndarray) -> np.ndarray:
+    """``columns`` ``[n, c]`` without those no larger in every row than one of the
+    :data:`_DOMINATING` largest by sum (distinct columns: none dominates itself)."""
+    if columns.shape[1] <= 1:
+        return columns
+    largest = np.argsort(-columns.sum(axis=0), kind="stable")[:_DOMINATING]
+    dominated = np.zeros(columns.shape[1], dtype=bool)
+    for t in largest:
+        if not dominated[t]:
+            below: np.ndarray = np.all(columns <= columns[:, t:t + 1], axis=0)
+            below[t] = False
+            dominated |= below
+    return columns[:, ~dominated]
 
 
 @dataclass(frozen=True, slots=True)
 class Occupancy:
-    """The busy time of a table's resources as sparse sums (:class:`FlowIndex` of the flows its
-    routes use): route rows ``rows`` (of ``[pp * ROUTES]``) grouped by flow from ``flow_starts``;
-    the ``(flow, resource)`` entries' flows (among those) and seconds per byte per edge, grouped
-    by resource from ``slot_starts``."""
+    """The busy time of a table's resources: ``per_row`` ``[pp * ROUTES, c]``, the seconds a
+    candidate resource is busy per byte per edge moved on each route row (:class:`FlowIndex`'s
+    occupancy of the row's flow; the rows of one flow alike)."""
 
-    rows: np.ndarray
-    flow_starts: np.ndarray
-    entry_flows: np.ndarray
-    values: np.ndarray
-    slot_starts: np.ndarray
+    per_row: np.ndarray
 
     def busiest_s(self, moved: np.ndarray) -> np.ndarray:
         """The busiest resource's busy time (s) for each ``[K, pp * ROUTES]`` bytes per edge moved
         (:meth:`FlowIndex.busy_s`)."""
-        if not len(self.slot_starts):
+        if not self.per_row.shape[1]:
             return np.zeros(len(moved))
-        per_flow = np.add.reduceat(moved[:, self.rows], self.flow_starts, axis=1)
-        busy = np.add.reduceat(per_flow[:, self.entry_flows] * self.values, self.slot_starts, axis=1)
-        busiest: np.ndarray = busy.max(axis=1)
+        busiest: np.ndarray = (moved @ self.per_row).max(axis=1)
         return busiest
 
 

@@ -313,27 +313,20 @@ def test_every_json_output_is_strict_versioned_and_names_each_quantity_once(tmp_
     assert best["result"]["model_flops_utilisation"] == simulated["model_flops_utilisation"]
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from([1, 2, 4]), st.sampled_from([1, 5, 10]), st.integers(0, 3)),
-                min_size=1, max_size=900))
-def test_screen_tasks_cover_the_walk_once_each_holding_one_set_of_degrees_in_even_pieces(points):
-    from types import SimpleNamespace
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 5_000), st.integers(1, 300))
+def test_screen_tasks_cover_a_block_once_in_even_pieces_of_all_its_plans_where_they_fit(plans, layouts):
+    from palm_search.search.screen import _TASK_PLANS, _TASK_POINTS, _pieces
 
-    from palm_search.search.screen import _TASK_POINTS, _chunks
-
-    points = sorted(points, key=lambda point: point[:2])  # a walk's first choice is the degrees
-    walk = [(i, {"degrees": f"{tp}x{pp}", "placement": str(k)}, SimpleNamespace(strategy=SimpleNamespace(
-        tp=tp, pp=pp, dp=1, cp=1, ep=1, etp=None, attention_split="heads"))) for i, (tp, pp, k) in enumerate(points)]
-    chunks = [[i for i, _, _ in chunk] for chunk in _chunks(iter(walk))]
-    assert sorted(i for chunk in chunks for i in chunk) == list(range(len(walk)))
-    assert all(0 < len(chunk) <= _TASK_POINTS for chunk in chunks)
-    sizes: dict[str, int] = {}
-    for _, params, _ in walk:
-        sizes[params["degrees"]] = sizes.get(params["degrees"], 0) + 1
-    holding = {d: {n for n, chunk in enumerate(chunks) for i in chunk if walk[i][1]["degrees"] == d} for d in sizes}
-    assert all(len({walk[i][1]["degrees"] for i in chunk}) == 1 for chunk in chunks)
-    assert all(len(holding[d]) == -(-size // _TASK_POINTS) for d, size in sizes.items())
-    assert all(len(holding[d]) == 1 or all(len(chunks[n]) * 2 > _TASK_POINTS for n in holding[d]) for d in sizes)
+    pieces = list(_pieces(3, plans, layouts))
+    covered = [(p, q) for piece in pieces for p in range(plans)[piece.plans] for q in range(layouts)[piece.layouts]]
+    assert sorted(covered) == [(p, q) for p in range(plans) for q in range(layouts)]
+    assert all(piece.block == 3 and 0 < piece.size <= _TASK_POINTS for piece in pieces)
+    assert all(piece.plans.stop - piece.plans.start <= _TASK_PLANS for piece in pieces)
+    fewest = max(-(-plans * layouts // _TASK_POINTS), -(-plans // _TASK_PLANS))
+    assert len(pieces) == 1 if fewest == 1 else len(pieces) <= 2 * fewest
+    if plans <= _TASK_PLANS:  # each layout's placement is built by one task
+        assert all(piece.plans == slice(0, plans) for piece in pieces)
 
 
 @settings(max_examples=60, deadline=None)
@@ -343,16 +336,16 @@ def test_screen_tasks_go_largest_first_among_those_made_and_their_positions_foll
     # the walk has made and not sent yet; here the walk makes one more each time one is sent
     import queue
 
-    from palm_search.search.screen import _END, _largest_first
+    from palm_search.search.screen import _END, Piece, _largest_first
 
-    tasks = [(list(range(1_000 * k, 1_000 * k + n)), k) for k, n in enumerate(sizes)]
+    tasks = [(Piece(k, slice(0, n), slice(0, 1)), k) for k, n in enumerate(sizes)]
     made = data.draw(st.integers(1, len(tasks)))
     queued: queue.Queue = queue.Queue()
     for task in tasks[:made]:
         queued.put(task)
     if made == len(tasks):
         queued.put(_END)
-    chunks: list[list[int]] = []
+    chunks: list = []
     sent: list[int] = []
     for k in _largest_first(queued, chunks):
         waiting = [j for j in range(made) if j not in sent]
@@ -376,7 +369,7 @@ def test_a_space_over_the_screen_limit_goes_to_the_sampler_or_is_refused(tmp_pat
     monkeypatch.setattr(palm_search.search.driver, "SCREEN_LIMIT", 8)
     spec = _spec(trials=5, fidelity=fidelity)
     if fidelity == "screen":
-        with pytest.raises(InputError, match="more than 8 points, too many to screen"):
+        with pytest.raises(InputError, match="more than 8 points or 40,000 plans, too many to screen"):
             open_search(spec, run_dir=tmp_path / "r", jobs=2)
         return
     search = open_search(spec, run_dir=tmp_path / "r", jobs=2)
@@ -401,7 +394,7 @@ def test_walking_one_set_of_degrees_at_a_time_gives_the_prescreened_walk(model):
     assert walk.builder().space == built.space and len(walked) > 10
 
 
-@pytest.mark.parametrize("task", ["palm_search.search.evaluate:evaluate", "palm_search.search.evaluate:estimate_points",
+@pytest.mark.parametrize("task", ["palm_search.search.evaluate:evaluate", "palm_search.search.evaluate:estimate_block",
                                   "palm_search.views.plots:render_mapping"])
 def test_a_worker_unpickles_its_task_without_optuna_or_pandas(task):
     """The simulations', the screen's and the pictures' worker tasks, unpickled in a fresh process
@@ -456,26 +449,24 @@ WAFER_TP32_PP5 = dict(model="T-145B", hardware="wafer", fixed={"tp": 32, "pp": 5
 
 @pytest.mark.parametrize("changes", [dict(model="T-18B"), WAFER_TP32_PP5], ids=["T-18B-mini-mesh", "T-145B-wafer"])
 def test_the_screens_estimates_are_each_points_estimate_alone(changes, monkeypatch):
-    # the screen's tasks estimate their points together (simulator.estimate_many: numpy over
-    # plans and placements); each value must be what the point's estimate gives alone, with no
-    # pass remembered, to 1e-12 (sums taken in another order)
+    # the screen's tasks estimate their blocks' points together (simulator.estimate_product:
+    # numpy over plans and placements); each value must be what the point's estimate gives
+    # alone, with no pass remembered, to 1e-12 (sums taken in another order)
     import simulator
-    from palm_search.search.evaluate import estimate_points
-    from palm_search.search.screen import _chunks
+    from palm_search.search.evaluate import estimate_block
     from palm_search.search.space import DegreeWalk
     from simulator.timing import closed_form
 
     spec = _spec().replace(**changes) if "hardware" in changes else _spec(**changes)
     model_spec, hardware = simulator.load_model(spec.model), simulator.load_hardware(spec.hardware)
-    walk = list(DegreeWalk(spec, model_spec, hardware))
-    screened = {}
-    for chunk in _chunks((i, params, c) for i, (params, c) in enumerate(walk)):
-        values = estimate_points(model_spec, [(c.hardware, c.strategy) for _, _, c in chunk])
-        screened.update((i, value) for (i, _, _), value in zip(chunk, values, strict=True))
+    blocks = list(DegreeWalk(spec, model_spec, hardware).blocks())
+    walk = [point for block in blocks for point in block.points()]
+    screened = [value for block in blocks for value in estimate_block(
+        model_spec, hardware, [s for _, s in block.plans], [v for _, v in block.layouts]).reshape(-1).tolist()]
     monkeypatch.setattr(closed_form, "PASSES", _Forgetful())
     alone = [simulator.estimate_samples_per_s(model_spec, hardware, c.strategy) for _, c in walk]
     assert sum(v > 0 for v in alone) > 10
-    assert [screened[i] for i in range(len(walk))] == pytest.approx(alone, rel=1e-12, abs=0)
+    assert screened == pytest.approx(alone, rel=1e-12, abs=0)
 
 
 def test_the_point_of_an_expert_parallel_strategy_is_found():

@@ -9,7 +9,15 @@ from itertools import product
 
 import pytest
 
-from simulator import InputError, Strategy, estimate_many, estimate_samples_per_s, load_hardware, load_model
+from simulator import (
+    InputError,
+    Strategy,
+    estimate_many,
+    estimate_product,
+    estimate_samples_per_s,
+    load_hardware,
+    load_model,
+)
 
 
 def _alone(model, hardware, strategy: Strategy) -> float:
@@ -78,3 +86,39 @@ def test_hybrid_sharding_and_a_plan_over_memory_or_illegal_are_estimated_as_alon
     alone = [_alone(model, hardware, s) for s in strategies]
     assert alone[-2:] == [0.0, 0.0] and all(v > 0 for v in alone[:3])
     assert estimate_many(model, hardware, strategies) == pytest.approx(alone, rel=1e-12, abs=0)
+
+
+PLAN_CHOICES = dict(tp=[8, 16], pp=[5, 20], dp=[8], microbatch_size=[1, 2], recompute=["full"], zero_stage=[1, 3],
+                    schedule=["1f1b", "zb-h1"], global_batch_size=[160])
+LAYOUTS = [dict(placement=placement, wafer_stages=stages, group_layout=layout, transfer_strategy=transfer)
+           for placement in ("line", "row-snake") for stages in ("span", "within")
+           for layout in ("compact", "strided") for transfer in (1, 2)]
+
+
+def test_plans_under_layouts_are_each_estimated_alone_illegal_pairs_zero():
+    # estimate_product: every plan under every layout, each pair what the strategy gives alone;
+    # on four wafers a layout keeping stages within wafers breaks the device rules of some plans
+    model, hardware = load_model("T-18B"), load_hardware("wafer-4")
+    plans = [Strategy(**dict(zip(PLAN_CHOICES, values, strict=True))) for values in product(*PLAN_CHOICES.values())]
+    grid = estimate_product(model, hardware, plans, LAYOUTS)
+    alone = [[_alone(model, hardware, plan.with_fields(**layout)) for layout in LAYOUTS] for plan in plans]
+    assert grid.shape == (len(plans), len(LAYOUTS))
+    assert any(0.0 in row and max(row) > 0 for row in alone)  # a plan legal under some layouts only
+    assert grid.tolist() == [pytest.approx(row, rel=1e-12, abs=0) for row in alone]
+
+
+def test_a_layout_may_set_only_fields_the_stage_costs_do_not_read():
+    model, hardware = load_model("T-18B"), load_hardware("wafer")
+    with pytest.raises(ValueError, match="microbatch_size"):
+        estimate_product(model, hardware, [Strategy(tp=8, pp=5, dp=8)], [dict(microbatch_size=2)])
+
+
+def test_layouts_setting_different_fields_keep_each_plans_own_where_they_set_none():
+    model, hardware = load_model("T-18B"), load_hardware("wafer")
+    plans = [Strategy(tp=8, pp=5, dp=2, placement=placement, global_batch_size=40, recompute="full")
+             for placement in ("line", "row-snake", "s-shape")]
+    layouts = [{}, dict(placement="line"), dict(transfer_strategy=2), dict(placement="row-snake", transfer_strategy=2)]
+    alone = [[_alone(model, hardware, plan.with_fields(**layout)) for layout in layouts] for plan in plans]
+    assert len({row[0] for row in alone}) > 1  # each plan's own placement counts
+    assert estimate_product(model, hardware, plans, layouts).tolist() == [pytest.approx(row, rel=1e-12, abs=0)
+                                                                          for row in alone]
