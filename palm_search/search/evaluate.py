@@ -12,6 +12,7 @@ import traceback
 from typing import NamedTuple
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from simulator import (
     MEGATRON_CORE,
@@ -181,7 +182,17 @@ def estimate_block(model: ModelSpec, hardware: Hardware, plans: list[Strategy], 
     importing the spaces or Optuna (:func:`simulator.estimate_product`: numpy over the plans
     and placements). With a serving ``target``, each strategy is a decode step (its samples/s
     are system tokens/s) and a point that misses the target (each user's tokens/s, or the
-    estimated prefill of the batch when ``max_ttft_s`` is set) is 0 too."""
+    estimated prefill of the batch when ``max_ttft_s`` is set) is 0 too. BLAS runs one thread:
+    the products are small, and OpenBLAS's threads contending for the cores of a busy host slow
+    them several-fold (a ``--jobs 1`` screen runs here in the driver's process, which loky's
+    one-thread workers do not cover)."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _estimate_block(model, hardware, plans, layouts, target)
+
+
+def _estimate_block(model: ModelSpec, hardware: Hardware, plans: list[Strategy], layouts: list[dict],
+                    target: ServingTarget | None) -> np.ndarray:
+    """:func:`estimate_block`'s estimates, at the caller's BLAS threads."""
     pair = resident(model, hardware)
     estimates = estimate_product(*pair, plans, layouts)
     if target is None:
