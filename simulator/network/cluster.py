@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from functools import cache
 from typing import ClassVar, TypeVar, overload
 
-import numpy as np
-
 from simulator.hardware.spec import Dram, Network, network_kind
 from simulator.network.topology import Drawing, Edge, Mark, Topology, topology_for
 
@@ -140,9 +138,8 @@ class ClusterTopology(Topology):
 
     def bandwidths_and_kinds(self, resources: Sequence[int]) -> tuple[list[float], list[str]]:
         """:meth:`Topology.bandwidths_and_kinds`, each resource's read from its port."""
-        ports = np.asarray(resources, dtype=int) % len(PORTS)
-        return (np.asarray(self._port_bandwidths, dtype=float)[ports].tolist(),
-                np.asarray([kind for _, kind in PORTS])[ports].tolist())
+        ports = [resource % len(PORTS) for resource in resources]
+        return [self._port_bandwidths[p] for p in ports], [PORTS[p][1] for p in ports]
 
     def _port(self, gpu: int, port: int) -> int:
         return len(PORTS) * gpu + port

@@ -40,7 +40,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from itertools import accumulate
-from operator import itemgetter
 from typing import cast
 
 import simpy
@@ -599,10 +598,9 @@ def constraints_of(flows: Sequence[Flow]) -> list[tuple[tuple[int, float], ...]]
         for r in flow.occupancy:
             users.setdefault(r, []).append(k)
     groups: dict[tuple[int, ...], list[tuple[float, ...]]] = {}
-    occupancies = [flow.occupancy for flow in flows]
     for r, ks in users.items():
         if len(ks) > 1:
-            groups.setdefault(tuple(ks), []).append(tuple(map(itemgetter(r), map(occupancies.__getitem__, ks))))
+            groups.setdefault(tuple(ks), []).append(tuple(flows[k].occupancy[r] for k in ks))
     pairs: list[list[tuple[int, float]]] = [[(-1 - k, f.seconds_per_byte)] for k, f in enumerate(flows)]
     c = 0
     for group, vectors in groups.items():

@@ -8,8 +8,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import chain, repeat
-from operator import add
+from itertools import chain
 
 import numpy as np
 
@@ -159,17 +158,11 @@ def _moved(flow: Flow, offset: int, prefix: str, renamed: str) -> Flow:
     (the same loads and occupancies, in the same order)."""
     assert flow.name.startswith(prefix)
     return Flow(name=renamed + flow.name[len(prefix):], kind=flow.kind, group_size=flow.group_size,
-                loads=_shifted(flow.loads, offset), latency_s=flow.latency_s,
+                loads={r + offset: load for r, load in flow.loads.items()}, latency_s=flow.latency_s,
                 seconds_per_byte=flow.seconds_per_byte, num_edges=flow.num_edges,
-                occupancy=_shifted(flow.occupancy, offset),
+                occupancy={r + offset: busy for r, busy in flow.occupancy.items()},
                 levels=None if flow.levels is None else (_moved(flow.levels[0], offset, prefix, renamed),
                                                          _moved(flow.levels[1], offset, prefix, renamed)))
-
-
-def _shifted(by_resource: dict[int, float], offset: int) -> dict[int, float]:
-    """``by_resource`` with every resource ``offset`` further along, in the same order (no
-    Python-level loop: a moved flow of a wide window has hundreds of resources)."""
-    return dict(zip(map(add, by_resource, repeat(offset)), by_resource.values(), strict=True))
 
 
 def _stage_flows(topo: Topology, cal: Calibration, i: int, placement: StagePlacement, all_to_all: bool) -> StageFlows:
