@@ -29,6 +29,13 @@ speed work of branch ``moespeed`` (the figures printed unchanged):
   after; callgrind counts 390 -> 212 million instructions for it. Its 16 stages are one
   placement moved by whole nodes: stage 0's flows are routed and the others' moved
   (``Topology.resource_shift``), and so are the sends between stages. Again: 17 ms, as before.
+  Then, before and after branch ``first`` (each stage's passes planned once per run, trains
+  forgotten without an event of their own, the phases two plans can meet paired once per run):
+  callgrind with numpy's BLAS on one thread (as ``simulator_instructions.py`` counts) 206.5 ->
+  203.8 M instructions for the first simulation, 67.3 -> 64.4 M again; CPU, two interleaved
+  rounds of 4 processes each (load average 1.4-2.5), median first 48.3 / 46.1 ms before and
+  53.4 / 37.7 ms after, again 18.0 / 15.4 and 16.2 / 15.6 ms: the host's speed decides whether
+  the median meets 50 ms.
 * The Qwen3-30B-A3B search: its memory pre-screen (1,825 sets of degrees, 109,285 checks)
   211 s -> about 35 s CPU, the same 364,064 of 398,046 plans fitting: a check builds each
   stage's memory (``build_stage_memory``) from its units, kept across plans by the strategy

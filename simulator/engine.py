@@ -34,11 +34,11 @@ from typing import Any
 
 import simpy
 
-from simulator.costs import StageCost
+from simulator.costs import PassCost, StageCost
 from simulator.errors import BudgetExceeded
 from simulator.hardware.spec import Hardware
 from simulator.network.topology import Topology
-from simulator.passes import PassKind
+from simulator.passes import Pass, PassKind
 from simulator.placement import StagePlacement
 from simulator.schedules import PipelineSchedule
 from simulator.timing import timing_model
@@ -46,6 +46,9 @@ from simulator.timing.closed_form import ClosedForm
 from simulator.timing.flows import FlowIndex, StageFlows, traffic_by_kind
 from simulator.timing.machine import Machine, Segments
 from simulator.timing.records import EngineRun, PassRecord, StageStats, TraceRecord
+
+_Step = tuple[Pass, PassCost, tuple[str, int, int] | None, tuple[int, str, float] | None]
+"""A pass of a stage's order, its cost, the message it waits for and its send (:meth:`Engine._steps`)."""
 
 __all__ = ["Engine", "EngineRun", "FlowIndex", "PassRecord", "Segments", "StageFlows", "StageStats", "TraceRecord",
            "traffic_by_kind"]
@@ -137,19 +140,35 @@ class Engine:
             return event
         return self.timing.delivery(event)
 
-    def _stage(self, i: int, num_microbatches: int) -> Generator[simpy.Event, Any, None]:
-        machine = self.machine
-        env, stats, run_pass = machine.env, machine.stats[i], self.timing.run_pass
+    def _steps(self, i: int, num_microbatches: int) -> list[_Step]:
+        """Stage ``i``'s passes in the schedule's order, each with its cost, the message it waits
+        for (None: none) and its send (virtual stage, kind, bytes; None: none)."""
         order = self.schedule.order(i, num_microbatches) if self.training else \
             self.schedule.forward_order(i, num_microbatches)
         last = len(self.costs) - 1
+        steps: list[_Step] = []
         for p in order:
             j = p.chunk * self.pp + i
-            forward, backward = p.kind is PassKind.FORWARD, p.kind.is_backward
-            if (forward and j > 0) or (backward and j < last):
+            stage = self.costs[j]
+            awaited: tuple[str, int, int] | None = None
+            send: tuple[int, str, float] | None = None
+            if p.kind is PassKind.FORWARD:
+                awaited = ("act", j, p.microbatch) if j > 0 else None
+                send = (j + 1, "act", stage.activation_send_bytes) if j < last else None
+            elif p.kind.is_backward:
+                awaited = ("grad", j, p.microbatch) if j < last else None
+                send = (j - 1, "grad", stage.gradient_send_bytes) if j > 0 else None
+            steps.append((p, stage.pass_cost(p.kind), awaited, send))
+        return steps
+
+    def _stage(self, i: int, num_microbatches: int) -> Generator[simpy.Event, Any, None]:
+        machine = self.machine
+        env, stats, run_pass = machine.env, machine.stats[i], self.timing.run_pass
+        for p, cost, awaited, send in self._steps(i, num_microbatches):
+            if awaited is not None:
                 machine.events += 1
-                yield self._arrival(("act", j, p.microbatch) if forward else ("grad", j, p.microbatch))
-            cost, start = self.costs[j].pass_cost(p.kind), env.now
+                yield self._arrival(awaited)
+            start = env.now
             yield from run_pass(i, cost, p.microbatch)
             stats.compute_s += cost.busy_s
             stats.host_s += cost.host_s
@@ -158,11 +177,8 @@ class Engine:
                                                   cost.compute_s))
             if machine.events > self.event_limit or time.perf_counter() > self.deadline_s:
                 self._stop()
-            sent: float | simpy.Event = env.now
-            if forward and j < last:
-                sent = self._send(i, j + 1, "act", p.microbatch, self.costs[j].activation_send_bytes)
-            elif backward and j > 0:
-                sent = self._send(i, j - 1, "grad", p.microbatch, self.costs[j].gradient_send_bytes)
+            sent: float | simpy.Event = env.now if send is None else \
+                self._send(i, send[0], send[1], p.microbatch, send[2])
             if self.p2p_blocking:
                 t = env.now
                 if isinstance(sent, simpy.Event):

@@ -123,12 +123,13 @@ _WAIT = frozenset((-1,))
 
 @dataclass(slots=True, eq=False)
 class _Train:
-    """A sequence running alone: ``plan`` from ``start_s``, ending when ``timer`` fires (whose
-    first callback ends the train, the others are the sequence's waiters); ``live`` until it
-    ends or is materialised."""
+    """A sequence running alone: ``plan`` from ``start_s``, ending at ``end_s`` when ``timer``
+    fires (its callbacks are the sequence's waiters); ``live`` until materialised. A train past
+    its end needs no event to be forgotten: whoever meets it after ``end_s`` drops it."""
 
     plan: Plan
     start_s: float
+    end_s: float
     timer: simpy.Event
     live: bool = True
 
@@ -163,6 +164,7 @@ class SharingNetwork:
         self._rates: Callable[[tuple[int, ...]], list[float]] = _no_rates
         self._active: list[dict[Transfer, None]] = []
         self._moved: dict[simpy.Event, simpy.Event] = {}
+        self._pairs: dict[tuple[Plan, Plan], list[tuple[float, float, float, float]]] = {}
 
     def reset(self) -> None:
         """Forget the run (a new engine run calls :meth:`start`)."""
@@ -170,6 +172,7 @@ class SharingNetwork:
         self._active = []
         self._trains = []
         self._moved = {}
+        self._pairs = {}
 
     def start(self, env: simpy.Environment, flows: Sequence[Flow]) -> None:
         """Begin a run in ``env`` whose transfers use ``flows`` (each flow's constraints are
@@ -253,12 +256,12 @@ class SharingNetwork:
             done = env.event()
             self._stepwise(plan, done)
             return done
-        timer = env.timeout(plan.ends[-1] if plan.ends else 0.0)
-        train = _Train(plan, now, timer)
+        duration = plan.ends[-1] if plan.ends else 0.0
+        timer = env.timeout(duration)
+        train = _Train(plan, now, now + duration, timer)  # the timer's own time (SimPy adds the delay to now)
         trains = self._trains
         for k in plan.flows:
             trains[k][train] = None
-        timer.callbacks.append(partial(self._train_end, train))
         return timer
 
     def waiter(self, event: simpy.Event) -> simpy.Event:
@@ -311,10 +314,6 @@ class SharingNetwork:
         times += plan.times(start) if ended.value is None else ended.value
         done.succeed(times)
 
-    def _train_end(self, train: _Train, _event: simpy.Event) -> None:
-        if train.live:
-            self._drop(train)
-
     def _drop(self, train: _Train) -> None:
         train.live = False
         for k in train.plan.flows:
@@ -330,7 +329,9 @@ class SharingNetwork:
         for n in neighbours:
             if trains[n]:
                 for train in list(trains[n]):
-                    if train.live and (plan is None or self._meets(plan, now, train)):
+                    if train.end_s <= now:  # ended (its timer fires now or has fired): forgotten
+                        self._drop(train)
+                    elif train.live and (plan is None or self._meets(plan, now, train)):
                         self._materialise(train, now)
         active = self._active
         for n in neighbours:
@@ -340,14 +341,23 @@ class SharingNetwork:
 
     def _meets(self, plan: Plan, now: float, train: _Train) -> bool:
         """Whether a phase of ``plan`` started now, alone, would move bytes while a phase of
-        ``train`` on a flow sharing a constraint with it does."""
-        begun, near, theirs = train.start_s, self._near_sets, train.plan.fluid
-        for f, a, b in plan.fluid:
-            close, start, end = near[f], now + a, now + b
-            for g, c, d in theirs:
-                if g in close and start < begun + d and begun + c < end:
-                    return True
+        ``train`` on a flow sharing a constraint with it does (:meth:`_close` pairs them)."""
+        begun = train.start_s
+        for a, b, c, d in self._close(plan, train.plan):
+            if now + a < begun + d and begun + c < now + b:
+                return True
         return False
+
+    def _close(self, plan: Plan, other: Plan) -> list[tuple[float, float, float, float]]:
+        """(begin, end of a phase of ``plan``, begin, end of one of ``other``) after their
+        starts (s), of every pair of their phases that move bytes on flows sharing a
+        constraint (remembered for the run)."""
+        pairs = self._pairs.get((plan, other))
+        if pairs is None:
+            near = self._near_sets
+            pairs = self._pairs[(plan, other)] = [(a, b, c, d) for f, a, b in plan.fluid for g, c, d in other.fluid
+                                                  if g in near[f]]
+        return pairs
 
     def _materialise(self, train: _Train, now: float) -> None:
         """Turn ``train`` into what phase-by-phase transfers would be at ``now``: its current
@@ -378,8 +388,8 @@ class SharingNetwork:
             current = env.timeout(begun + plan.ends[j] - now, start + duration)
         done, timer = env.event(), train.timer
         assert timer.callbacks is not None  # the train has not ended
-        done.callbacks.extend(timer.callbacks[1:])  # its waiters, after the train's own end
-        del timer.callbacks[1:]
+        done.callbacks.extend(timer.callbacks)  # its waiters
+        timer.callbacks.clear()
         self._moved[timer] = done
         current.callbacks.append(partial(self._resumed, train, j, start, done))
         if spb > 0.0 and fluid_end > now:  # a transfer, which may be slowed from now on

@@ -144,7 +144,8 @@ class SharingTiming:
         send = machine.memo("send", dst, (i, size_bytes), lambda: self._shared_send(flow, dst, size_bytes, per_edge))
         if send.parts is None:
             done = self.network.sequence(send.both)
-            done.callbacks.append(partial(self._delivered, send, i, kind, microbatch, now))
+            if machine.record:
+                done.callbacks.append(partial(self._delivered, send, i, kind, microbatch, now))
             if message.callbacks:  # the receiver waits already: it resumes on the delivery itself
                 done.callbacks.extend(message.callbacks)
                 message.callbacks.clear()
@@ -199,12 +200,12 @@ class SharingTiming:
 
     def _delivered(self, send: SharedSend, i: int, kind: str, microbatch: int, start_s: float,
                    done: simpy.Event) -> None:
-        """A non-blocking send and its regroup have ended (its receiver waits on ``done``)."""
-        if self.machine.record:
-            times = _times(done, send.both, start_s)
-            self._trace_shared_send(send, i, kind, microbatch, times)
-            if send.regroup_flow is not None:
-                self._trace_shared_regroup(send, i, microbatch, times[1])
+        """A non-blocking send and its regroup have ended (its receiver waits on ``done``): trace
+        them (called only when recording)."""
+        times = _times(done, send.both, start_s)
+        self._trace_shared_send(send, i, kind, microbatch, times)
+        if send.regroup_flow is not None:
+            self._trace_shared_regroup(send, i, microbatch, times[1])
 
     def _trace_shared_send(self, send: SharedSend, i: int, kind: str, microbatch: int,
                            times: list[PhaseTimes]) -> None:

@@ -73,6 +73,29 @@ def test_a_late_flow_slows_the_early_one_only_while_both_run():
     assert _run(flows, [(0.0, 0, 1.0), (0.5, 1, 1.0)]) == pytest.approx([1.5, 2.0], rel=1e-12)
 
 
+def test_a_train_ending_as_a_transfer_starts_on_its_flow_leaves_it_alone_and_is_forgotten():
+    # The train's timer fires at t = 1 after the transfer has started there: the train has ended
+    # (its bytes all moved), so the transfer runs alone (1 s), and the train is dropped from its
+    # flow by the transfer that met it, without an event of its own.
+    flow = make_flow(TOPO, "f", "p2p", [(0, 1)], 1.0)
+    env = simpy.Environment()
+    net = SharingNetwork()
+    net.start(env, [flow])
+    wake = env.timeout(1.0)  # scheduled before the train's timer: fires first at t = 1
+    train = net.sequence(net.plan([(flow, 1.0, 0.0, 0.0)]))
+    ends = []
+
+    def later():
+        yield wake
+        yield net.transfer(flow, 1.0)
+        ends.append(env.now)
+
+    env.process(later())
+    env.run()
+    assert train.processed and ends == [pytest.approx(2.0, rel=1e-12)]
+    assert not any(net._trains)
+
+
 def test_max_min_rates_is_bertsekas_and_gallagers_example():
     # Three flows on two unit links: A on link 0, B on links 0 and 1, C on link 1 (twice the
     # occupancy): link 1 saturates first at 1/3 for B and C, then A takes what B leaves on link 0.
