@@ -118,6 +118,12 @@ def _choice(name: str, value: object, allowed: tuple[object, ...]) -> None:
         raise InputError(f"strategy: `{name}` must be one of {list(allowed)}, got {value!r}")
 
 
+MAX_GLOBAL_BATCH_SIZE = 2**24
+"""Largest global batch a strategy or a model file may give, in samples: about 100x the largest
+published batches, so a typo or a wrong unit is refused instead of enumerated for hours (the
+search lists the divisors of a replica's batch)."""
+
+
 def _positive(name: str, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InputError(f"strategy: `{name}` must be an integer >= 1, got {value!r}")
@@ -408,6 +414,9 @@ def _check(strategy: Strategy) -> None:
     _check_expert_degrees(strategy)
     if strategy.global_batch_size is not None:
         _positive("global_batch_size", strategy.global_batch_size)
+        if strategy.global_batch_size > MAX_GLOBAL_BATCH_SIZE:
+            raise InputError(f"strategy: `global_batch_size` must be at most {MAX_GLOBAL_BATCH_SIZE:,} samples (about"
+                             f" 100x the largest published batches), got {strategy.global_batch_size}")
     if strategy.shard_group_size is not None:
         _positive("shard_group_size", strategy.shard_group_size)
         if not strategy.shards_weights or strategy.weight_replicas % strategy.shard_group_size:

@@ -37,6 +37,7 @@ from typing import cast, get_args
 
 from simulator.config import Table, parse_toml, read_toml
 from simulator.errors import InputError
+from simulator.strategy import MAX_GLOBAL_BATCH_SIZE
 from simulator.workload.hf_config import read_hf_config
 from simulator.workload.spec import Architecture, ModelSpec
 
@@ -52,7 +53,7 @@ MAX_COUNTS = {
     "ffn_hidden_size": 2**23,      # ~100x the widest (Megatron 1T: 102,400)
     "sequence_length": 2**27,      # ~13x the longest context announced (Llama 4 Scout: 10M tokens)
     "vocab_size": 2**25,           # ~130x the largest (Gemma: 256k)
-    "global_batch_size": 2**24,    # ~100x the largest published batches (in samples)
+    "global_batch_size": MAX_GLOBAL_BATCH_SIZE,  # ~100x the largest published batches (in samples)
     "image_size": 2**16,           # a 65,536-pixel side, ~300x ImageNet's 224
     "num_kv_heads": 2**16,         # as num_heads
     "num_classes": 2**25,          # as vocab_size

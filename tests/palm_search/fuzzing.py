@@ -66,6 +66,8 @@ BASES["stack"] = tomllib.loads((ROOT / "simulator/stacks/presets/deepspeed-0.3-z
 """A software stack file, given to ``simulate --stack``."""
 BASES["serving stack"] = tomllib.loads((ROOT / "simulator/stacks/presets/tt-transformers-performance.toml").read_text())
 """A serving stack file: its tables of operator classes (weight formats, math fidelities) and KV-cache format."""
+BASES["training stack"] = tomllib.loads((ROOT / "simulator/stacks/presets/torchtitan-fsdp2-eager.toml").read_text())
+"""A training stack file with its recompute policy, reduction format and table of element-wise bytes."""
 BAD_VALUES = ["text", "", -1, 0, -0.5, math.nan, math.inf, -math.inf, 1e308, 1e300, 1e-300, 10**18, 2**63 - 1,
               True, 2.5, [], [1, "x"], {"nested": 1}]
 PRESET_FILES = [ROOT / "simulator/hardware/presets/wafer.toml", ROOT / "simulator/hardware/presets/h100-cluster.toml",
@@ -177,7 +179,7 @@ def optimize_case(study: bytes | str, source: str) -> Case:
 def schema_cases(draw) -> Case:
     kind = draw(st.sampled_from(["model", "moe model", "classifier model", "hf config", "hardware",
                                  "multi-chip hardware", "multi-wafer hardware", "strategy", "decode strategy", "stack",
-                                 "serving stack",
+                                 "serving stack", "training stack",
                                  "study", "serving study"]), label="kind")
     if kind == "hf config":
         case = simulate_case({"config": json.dumps(draw(mutated(kind))).encode()}, f"schema {kind}")
