@@ -493,13 +493,12 @@ num_classes = 10
     raises_one_line(lambda: load_model(path), str(path), "num_classes")
 
 
-def test_a_global_batch_beyond_the_bound_is_refused_in_a_strategy_as_in_a_model_file():
-    """A strategy's global batch is bounded as a model file's is (``MAX_GLOBAL_BATCH_SIZE``): the
-    search lists the divisors of a replica's batch, which for 10^18 samples took hours."""
+def test_a_global_batch_beyond_the_bound_is_refused_in_a_strategy():
+    """A strategy's global batch is bounded as a model file's is (``MAX_GLOBAL_BATCH_SIZE``, the
+    one constant both read): the search lists the divisors of a replica's batch, which for 10^18
+    samples took hours."""
     from simulator.strategy import MAX_GLOBAL_BATCH_SIZE
-    from simulator.workload.loader import MAX_COUNTS
 
-    assert MAX_COUNTS["global_batch_size"] == MAX_GLOBAL_BATCH_SIZE
     assert Strategy(global_batch_size=MAX_GLOBAL_BATCH_SIZE).global_batch_size == MAX_GLOBAL_BATCH_SIZE
     with pytest.raises(InputError, match=r"`global_batch_size` must be at most 16,777,216 samples .* got 10+$"):
         Strategy(global_batch_size=10**18)
