@@ -18,9 +18,11 @@ then PP).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from simulator.network.mesh import MeshTopology
 from simulator.network.topology import Topology
 from simulator.strategy import Strategy, projection
 
@@ -106,10 +108,35 @@ def _stage_devices(topology: Topology, strategy: Strategy) -> tuple[tuple[int, .
         return strategy.stage_devices
     order = topology.device_order(strategy.placement, within_wafers=strategy.wafer_stages == "within")
     size = strategy.devices_per_stage
+    order = _even_over_dies(topology, order, size * strategy.pp)
     stages = [tuple(order[i * size:(i + 1) * size]) for i in range(strategy.pp)]
     if strategy.placement in WALK_ORDERED:
         return tuple(stages)
     return tuple(tuple(sorted(stage)) for stage in stages)
+
+
+def _even_over_dies(topology: Topology, order: Sequence[int], used: int) -> Sequence[int]:
+    """``order`` with the same number of devices kept on every die, where a mapping of ``used``
+    devices needs every die of a mesh whose collectives run within each die, then across the dies
+    (:attr:`~simulator.network.mesh.Mesh.die_collectives` ``hierarchical``: Tenstorrent's
+    multi-chip boxes) but not all of their cores: which cores idle is then free, and an equal
+    share per chip is what keeps a collective over the chips two-level
+    (:meth:`~simulator.network.mesh.MeshTopology.collective_levels` needs as many cores on each
+    die; 512 of four Blackhole chips' 4 x 130 cores run 128 on each, as tt-metal runs its ops on a
+    sub-grid of a chip). ``order`` unchanged elsewhere."""
+    if not isinstance(topology, MeshTopology) or topology.mesh.die_collectives != "hierarchical":
+        return order
+    dies = topology.num_devices // topology.mesh.devices_per_node
+    if used >= topology.num_devices or used % dies or used <= topology.num_devices - topology.mesh.devices_per_node:
+        return order
+    kept: dict[int, int] = {}
+    even = []
+    for device in order:
+        die = topology.node_of(device)
+        if kept.get(die, 0) < used // dies:
+            kept[die] = kept.get(die, 0) + 1
+            even.append(device)
+    return even
 
 
 def place(topology: Topology, strategy: Strategy, replicas: int | None = None) -> tuple[StagePlacement, ...]:

@@ -57,3 +57,52 @@ def test_wafer_family_and_its_geometry():
         steps = [abs(topology.coord(a).x - topology.coord(b).x) + abs(topology.coord(a).y - topology.coord(b).y)
                  for a, b in zip(orders[name], orders[name][1:], strict=False)]
         assert max(steps) == 1, name  # even-sided mesh: every step is one hop
+
+
+P150X4 = simulator.load_hardware("blackhole-p150x4")
+LLAMA_70B = simulator.load_model("Llama-3.1-70B")
+
+
+def _decode(tp: int, pp: int = 1) -> simulator.Strategy:
+    return simulator.Strategy(tp=tp, pp=pp, microbatch_size=32, global_batch_size=32, mode="inference",
+                              precision="bfloat8_b", prompt_length=128, decode_context_length=129,
+                              attention_split="users")
+
+
+def test_the_four_chip_blackhole_box_is_a_ring_of_four_p150s():
+    # docs.tenstorrent.com: four p150 cards as a ring of four (2 x 2 mesh), two QSFP-DD cables per pair,
+    # each cable 2 x 400 GbE: 200 GB/s per direction over the 10 core pairs facing across a boundary
+    network = P150X4.network
+    assert (network.dies_x, network.dies_y, network.cores_x, network.cores_y) == (2, 2, 13, 10)
+    assert P150X4.num_devices == 4 * 130 and network.die_collectives == "hierarchical"
+    assert network.inter_die_link_bandwidth_bytes_per_s * network.cores_y == pytest.approx(200e9)
+    single = simulator.load_hardware("blackhole-p150")
+    assert P150X4.memory.dram.capacity_bytes == single.memory.dram.capacity_bytes  # per chip, as each p150
+
+
+def test_a_mapping_short_of_the_whole_box_idles_the_same_cores_on_every_chip():
+    # 512 of 4 x 130 cores: 128 on each chip, so its collectives stay two-level (within, then across chips)
+    from simulator.placement import stage_devices
+    topology = topology_of(P150X4)
+    (devices,) = stage_devices(topology, _decode(512))
+    per_chip = {chip: sum(topology.node_of(d) == chip for d in devices) for chip in range(4)}
+    assert per_chip == dict.fromkeys(range(4), 128)
+    assert topology.collective_levels((tuple(devices),)) is not None
+
+
+def test_even_chips_keep_a_decode_step_off_the_flat_ring():
+    # the same 512 cores one chip short (130, 130, 130, 122) would run one flat ring of 512 steps over
+    # the chips' Ethernet hops; the even split's step is the faster, and within 1.3x of the 8-chip
+    # Wormhole box's at the same mapping (4 x 512 GB/s of DRAM against 8 x 288)
+    stack = simulator.load_stack("tt-transformers-performance")
+    result = simulator.simulate(LLAMA_70B, P150X4, _decode(512), stack=stack)
+    quietbox = simulator.simulate(LLAMA_70B, simulator.load_hardware("wormhole-quietbox"), _decode(512), stack=stack)
+    assert result.iteration_time_s < 1.3 * quietbox.iteration_time_s
+
+
+def test_a_flat_mesh_cuts_a_partial_mapping_from_the_front_of_its_order():
+    from simulator.placement import stage_devices
+    topology = topology_of(WAFER)
+    strategy = simulator.Strategy(tp=4, pp=2, dp=1)
+    stages = stage_devices(topology, strategy)
+    assert [d for stage in stages for d in stage] == list(topology.device_orders()["s-shape"][:8])
