@@ -185,8 +185,8 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
     model, hardware = load_model(spec.model), load_hardware(spec.hardware)
     walk = ServingWalk(spec, model, hardware) if spec.serving else DegreeWalk(spec, model, hardware)
     known = storage_for(run_dir, storage) if storage or (run_dir / JOURNAL).is_file() else None
-    target = serving_target(spec)
-    points, screened = _walks(spec, model, walk, None if known and _queued(known, spec.name) else jobs, target)
+    target, stack = serving_target(spec), load_stack(spec.stack)
+    points, screened = _walks(spec, model, walk, None if known and _queued(known, spec.name) else jobs, target, stack)
     build = walk.builder()
     if target is not None and screened is not None and screened.running is not None:
         _check_target(spec, screened)
@@ -198,7 +198,6 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
     study = optuna.create_study(study_name=spec.name, storage=opened,
                                 sampler=make_sampler(spec, points is not None or screened is not None),
                                 directions=spec.directions, load_if_exists=True)
-    stack = load_stack(spec.stack)
     evaluator = evaluate_serving if spec.serving else evaluate
     search = Search(spec=spec, model=model, hardware=hardware, study=study, storage=opened, build=build, jobs=jobs,
                     deterministic=deterministic, stack=stack,
@@ -242,8 +241,12 @@ def _queued(storage: optuna.storages.BaseStorage, name: str) -> bool:
     return bool(storage.get_study_user_attrs(study_id).get("enqueued"))
 
 
-def _walks(spec: StudySpec, model: ModelSpec, walk: DegreeWalk | ServingWalk,
-           jobs: int | None, target: ServingTarget | None = None) -> tuple[list[dict] | None, Screening | None]:
+Walked = tuple[list[dict] | None, Screening | None]
+"""What :func:`_walks` returns: the exhaustive walk's points, or the screen of the walk."""
+
+
+def _walks(spec: StudySpec, model: ModelSpec, walk: DegreeWalk | ServingWalk, jobs: int | None,
+           target: ServingTarget | None = None, stack: Stack = MEGATRON_CORE) -> Walked:
     """(the exhaustive walk, the screen of the walk): the walk when the sampler is exhaustive, or
     ``auto`` and the space fits the budget; else the screen of its blocks, started on ``jobs``
     workers (None: the points only, the study queued them already), when the fidelity allows and
@@ -269,7 +272,7 @@ def _walks(spec: StudySpec, model: ModelSpec, walk: DegreeWalk | ServingWalk,
         fits = sum(len(b) for b in held) <= limit and sum(len(b.plans) for b in held) <= SCREEN_PLANS
         screened = Screening(held, [], None, 0.0) if fits else None
     elif spec.fidelity != "full":
-        screened = start_screen(model, chain(head, blocks), limit, jobs, target=target)
+        screened = start_screen(model, chain(head, blocks), limit, jobs, target=target, stack=stack)
     if screened is None and spec.fidelity == "screen":
         raise InputError(f"study: the space has more than {SCREEN_LIMIT:,} points or {SCREEN_PLANS:,} plans, too many"
                          " to screen; fix some dimensions or use fidelity \"full\"")

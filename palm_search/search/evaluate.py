@@ -160,25 +160,27 @@ def evaluate_serving(model: ModelSpec, hardware: Hardware, strategy: Strategy, n
 
 
 def estimate_points(model: ModelSpec, plans: list[tuple[Hardware, Strategy]],
-                    target: ServingTarget | None = None) -> list[float]:
-    """Estimated samples/s of each (hardware, strategy) (0 when it does not fit or is not
-    legal): the strategies of each machine estimated together (:func:`estimate_block` with no
-    layout)."""
+                    target: ServingTarget | None = None, stack: Stack = MEGATRON_CORE) -> list[float]:
+    """Estimated samples/s of each (hardware, strategy) under ``stack`` (0 when it does not fit
+    or is not legal): the strategies of each machine estimated together (:func:`estimate_block`
+    with no layout)."""
     values = [0.0] * len(plans)
     by_machine: dict[int, list[int]] = {}
     for k, (hardware, _) in enumerate(plans):
         by_machine.setdefault(id(hardware), []).append(k)
     for positions in by_machine.values():
-        estimates = estimate_block(model, plans[positions[0]][0], [plans[k][1] for k in positions], [{}], target)
+        estimates = estimate_block(model, plans[positions[0]][0], [plans[k][1] for k in positions], [{}], target,
+                                   stack)
         for k, value in zip(positions, estimates[:, 0].tolist(), strict=True):
             values[k] = value
     return values
 
 
 def estimate_block(model: ModelSpec, hardware: Hardware, plans: list[Strategy], layouts: list[dict],
-                   target: ServingTarget | None = None) -> np.ndarray:
+                   target: ServingTarget | None = None, stack: Stack = MEGATRON_CORE) -> np.ndarray:
     """Estimated samples/s of every plan under every layout (``[len(plans), len(layouts)]``, 0
-    where it does not fit or is not legal): the screen's task, which a worker runs without
+    where it does not fit or is not legal) under the study's ``stack``, as its trials are
+    simulated: the screen's task, which a worker runs without
     importing the spaces or Optuna (:func:`simulator.estimate_product`: numpy over the plans
     and placements). With a serving ``target``, each strategy is a decode step (its samples/s
     are system tokens/s) and a point that misses the target (each user's tokens/s, or the
@@ -187,20 +189,20 @@ def estimate_block(model: ModelSpec, hardware: Hardware, plans: list[Strategy], 
     them several-fold (a ``--jobs 1`` screen runs here in the driver's process, which loky's
     one-thread workers do not cover)."""
     with threadpool_limits(limits=1, user_api="blas"):
-        return _estimate_block(model, hardware, plans, layouts, target)
+        return _estimate_block(model, hardware, plans, layouts, target, stack)
 
 
 def _estimate_block(model: ModelSpec, hardware: Hardware, plans: list[Strategy], layouts: list[dict],
-                    target: ServingTarget | None) -> np.ndarray:
+                    target: ServingTarget | None, stack: Stack) -> np.ndarray:
     """:func:`estimate_block`'s estimates, at the caller's BLAS threads."""
     pair = resident(model, hardware)
-    estimates = estimate_product(*pair, plans, layouts)
+    estimates = estimate_product(*pair, plans, layouts, stack)
     if target is None:
         return estimates
     users = np.array([[s.global_batch_size or 1] for s in plans], dtype=float)
     ttft_s = np.zeros_like(estimates)
     if target.max_ttft_s is not None:
-        prefills = estimate_product(*pair, [s.with_fields(decode_context_length=0) for s in plans], layouts)
+        prefills = estimate_product(*pair, [s.with_fields(decode_context_length=0) for s in plans], layouts, stack)
         ttft_s = np.divide(users, prefills, out=np.full_like(prefills, np.inf), where=prefills > 0)
     floor = target.min_tokens_per_s_per_user or 0.0
     ceiling = target.max_ttft_s if target.max_ttft_s is not None else np.inf

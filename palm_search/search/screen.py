@@ -36,7 +36,7 @@ from optuna.trial import TrialState
 
 from palm_search.search.evaluate import ServingTarget, estimate_block
 from palm_search.search.space import Block
-from simulator import ModelSpec
+from simulator import MEGATRON_CORE, ModelSpec, Stack
 
 SCREEN_LIMIT = 2_000_000
 """Most points a screen estimates; a larger space is searched by TPE. The walk hands the workers
@@ -144,9 +144,11 @@ class Screening:
 
 
 def start_screen(model: ModelSpec, blocks: Iterable[Block], limit: int, jobs: int,
-                 backend: str | None = None, target: ServingTarget | None = None) -> Screening | None:
-    """Start estimating every point of the walk's ``blocks`` on ``jobs`` workers while the walk
-    goes on, or None when it has more than ``limit`` points or :data:`SCREEN_PLANS` plans.
+                 backend: str | None = None, target: ServingTarget | None = None,
+                 stack: Stack = MEGATRON_CORE) -> Screening | None:
+    """Start estimating every point of the walk's ``blocks`` under the study's ``stack`` on
+    ``jobs`` workers while the walk goes on, or None when it has more than ``limit`` points or
+    :data:`SCREEN_PLANS` plans.
 
     A thread walks and queues each task as soon as it is made; joblib sends a task whenever a
     worker is free, :data:`_AHEAD` per worker ahead, so past the limit at most that many tasks are
@@ -170,7 +172,7 @@ def start_screen(model: ModelSpec, blocks: Iterable[Block], limit: int, jobs: in
             for piece in _pieces(len(walked) - 1, len(block.plans), len(block.layouts)):
                 plans = [strategy for _, strategy in block.plans[piece.plans]]
                 layouts = [values for _, values in block.layouts[piece.layouts]]
-                yield piece, delayed(estimate_block)(model, block.hardware, plans, layouts, target)
+                yield piece, delayed(estimate_block)(model, block.hardware, plans, layouts, target, stack)
 
     if jobs == 1:
         made = list(tasks())

@@ -37,3 +37,26 @@ def test_evaluations_under_another_stack_have_their_own_key_and_result():
     default = evaluate(model, hardware, strategy, "analytical")
     slower = evaluate(model, hardware, strategy, "analytical", stack=deepspeed)
     assert slower["samples_per_s"] < default["samples_per_s"]
+
+
+def test_the_screen_estimates_each_point_under_the_studys_stack(tmp_path):
+    # the screen ranks the points its trials then simulate: under the study's stack (it once
+    # estimated every study under Megatron-Core's, 2.5x off for tt-transformers' serving rows)
+    import optuna
+
+    from palm_search.search.driver import open_search
+    from simulator import estimate_samples_per_s
+
+    path = tmp_path / "s.toml"
+    path.write_text(STUDY + 'stack = "deepspeed-0.3-zero3"\ntrials = 2\n')
+    search = open_search(load_study(path), run_dir=tmp_path / "run", jobs=1)
+    assert search.screened is not None
+    ranked, _ = search.screened.ranked()
+    deepspeed, differ = load_stack("deepspeed-0.3-zero3"), 0
+    zero3 = [(params, value) for params, value in ranked[:] if params.get("zero_stage") == 3]
+    for params, value in ranked[:4] + zero3[:4]:
+        strategy = search.build(optuna.trial.FixedTrial(params)).strategy
+        assert value == pytest.approx(estimate_samples_per_s(search.model, search.hardware, strategy,
+                                                             stack=deepspeed), rel=1e-9)
+        differ += value != pytest.approx(estimate_samples_per_s(search.model, search.hardware, strategy), rel=1e-6)
+    assert differ
