@@ -30,7 +30,17 @@ from dataclasses import dataclass
 from itertools import product
 from typing import cast
 
-from simulator import RECOMPUTES, ZERO_STAGES, Hardware, InputError, ModelSpec, Strategy, check_memory
+from simulator import (
+    MEGATRON_CORE,
+    RECOMPUTES,
+    ZERO_STAGES,
+    Hardware,
+    InputError,
+    ModelSpec,
+    Stack,
+    Strategy,
+    check_memory,
+)
 from spaces import parallelism
 from spaces.parallelism import ParallelDegrees, ScheduleChoice
 
@@ -110,9 +120,10 @@ class DegreePlans:
 
 def feasible_plans(model: ModelSpec, hardware: Hardware, degrees: Sequence[ParallelDegrees], *,
                    searched: frozenset[str], fixed: Mapping[str, object],
-                   microbatch_choices: Sequence[int] | None = None, prune: bool = True) -> FeasiblePlans:
+                   microbatch_choices: Sequence[int] | None = None, prune: bool = True,
+                   stack: Stack = MEGATRON_CORE) -> FeasiblePlans:
     """The plans over ``degrees`` (and the searched plan fields; fixed ones from ``fixed``) that
-    fit the devices' memory; see the module docstring.
+    fit the devices' memory under the software ``stack``; see the module docstring.
 
     Args:
         model, hardware: what is mapped, and onto what.
@@ -121,17 +132,20 @@ def feasible_plans(model: ModelSpec, hardware: Hardware, degrees: Sequence[Paral
         fixed: ``Strategy`` fields not searched.
         microbatch_choices: allowed microbatch sizes (default: every divisor of ``B / dp``).
         prune: skip what the monotonicity of memory decides (False: check every plan).
+        stack: the software stack the plans run under (its weight formats, ZeRO-3 and
+            recompute behaviour change what a device holds).
 
     Raises:
         InputError: ``fixed`` does not make a valid ``Strategy``.
     """
     return plans_tree([degree_plans(model, hardware, d, searched=searched, fixed=fixed,
-                                    microbatch_choices=microbatch_choices, prune=prune) for d in degrees])
+                                    microbatch_choices=microbatch_choices, prune=prune, stack=stack)
+                       for d in degrees])
 
 
 def degree_plans(model: ModelSpec, hardware: Hardware, degrees: ParallelDegrees, *, searched: frozenset[str],
                  fixed: Mapping[str, object], microbatch_choices: Sequence[int] | None = None,
-                 prune: bool = True) -> DegreePlans:
+                 prune: bool = True, stack: Stack = MEGATRON_CORE) -> DegreePlans:
     """:func:`feasible_plans` of one set of ``degrees``, as a list (:func:`plans_tree` joins them).
 
     Raises:
@@ -149,7 +163,7 @@ def degree_plans(model: ModelSpec, hardware: Hardware, degrees: ParallelDegrees,
                       "num_chunks": schedule.num_chunks}
             least_fits = False
             for chain in _zero_chains(memory):
-                fits, tried, chain_fits = _fitting_memory_choices(model, hardware, fields, chain, prune)
+                fits, tried, chain_fits = _fitting_memory_choices(model, hardware, fields, chain, prune, stack)
                 # each choice is (recompute, sequence parallel, ZeRO stage): :meth:`_Choices.memory_choices`
                 fitting += [cast(Plan, (degrees.label, size, schedule.label, *choice)) for choice in fits]
                 checked += tried
@@ -178,7 +192,7 @@ def _zero_chains(memory: tuple[tuple[object, ...], ...]) -> list[tuple[tuple[obj
 
 def _fitting_memory_choices(model: ModelSpec, hardware: Hardware, fields: dict[str, object],
                             memory: tuple[tuple[object, ...], ...],
-                            prune: bool) -> tuple[list[tuple[object, ...]], int, bool]:
+                            prune: bool, stack: Stack) -> tuple[list[tuple[object, ...]], int, bool]:
     """The (recompute, sequence parallel, ZeRO) choices that fit with ``fields``, the checks made,
     and whether the most saving choice fits. With ``prune``: nothing fits when the most saving
     choice does not, all fit when the least saving one does, and otherwise a choice saving no
@@ -187,7 +201,7 @@ def _fitting_memory_choices(model: ModelSpec, hardware: Hardware, fields: dict[s
 
     def fits(index: tuple[int, ...]) -> bool:
         choice = tuple(values[i] for values, i in zip(memory, index, strict=True))
-        return _fits(model, hardware, {**fields, **dict(zip(_SAVING, choice, strict=True))})
+        return _fits(model, hardware, {**fields, **dict(zip(_SAVING, choice, strict=True))}, stack)
 
     def chosen(indices: list[tuple[int, ...]]) -> list[tuple[object, ...]]:
         return [tuple(values[i] for values, i in zip(memory, index, strict=True)) for index in indices]
@@ -207,9 +221,9 @@ def _fitting_memory_choices(model: ModelSpec, hardware: Hardware, fields: dict[s
     return chosen(found), len(found) + len(failed), True
 
 
-def _fits(model: ModelSpec, hardware: Hardware, fields: dict[str, object]) -> bool:
+def _fits(model: ModelSpec, hardware: Hardware, fields: dict[str, object], stack: Stack) -> bool:
     try:
-        return not check_memory(model, hardware, Strategy.from_dict(fields))
+        return not check_memory(model, hardware, Strategy.from_dict(fields), stack)
     except InputError:
         return False
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from itertools import islice
 
 from palm_search.search.study import DEFAULT_MICROBATCH_SIZES, DEFAULT_USERS, StudySpec
-from simulator import Hardware, InputError, ModelSpec, Strategy
+from simulator import Hardware, InputError, ModelSpec, Strategy, load_stack
 from spaces import (
     Candidate,
     DegreePlans,
@@ -85,7 +85,7 @@ class DegreeWalk:
         custom = custom_placements(spec.placements, hardware, _fixed_degrees(spec)) if spec.placements else None
         self.space = SearchedSpace(model=model, searched=frozenset(spec.searched), custom_placements=custom,
                                    microbatch_choices=spec.microbatch_sizes, device_counts=spec.device_counts)
-        self.hardware, self.fixed = hardware, dict(spec.fixed)
+        self.hardware, self.fixed, self.stack = hardware, dict(spec.fixed), load_stack(spec.stack)
         if "degrees" in self.space.searched:
             self.degrees = degree_choices(self.space, hardware, spec.fixed)
             if not self.degrees:
@@ -100,7 +100,7 @@ class DegreeWalk:
 
     def _plans(self, degrees: ParallelDegrees) -> DegreePlans:
         found = degree_plans(self.space.model, self.hardware, degrees, searched=self.space.searched,
-                             fixed=self.fixed, microbatch_choices=self.space.microbatch_choices)
+                             fixed=self.fixed, microbatch_choices=self.space.microbatch_choices, stack=self.stack)
         self.found.append(found)
         return found
 

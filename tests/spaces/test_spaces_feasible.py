@@ -101,3 +101,16 @@ def test_fixed_fields_are_part_of_every_plan():
 def _plans(plans):
     """The whole plans (six fields) of the tree."""
     return [(*prefix, value) for prefix, values in plans.options.items() if len(prefix) == 5 for value in values]
+
+
+def test_the_prescreen_checks_memory_under_the_stack_the_plans_run_under():
+    # 16 users of Llama 3.1 8B decoding at a context of 4096 on an n150: 12.2 GiB with every weight
+    # in bfloat8_b, 11.2 GiB fit with tt-transformers' bfloat4_b MLP weights (the stack's formats)
+    model, hardware = simulator.load_model("Llama-3.1-8B"), simulator.load_hardware("wormhole-n150")
+    fixed = dict(mode="inference", precision="bfloat8_b", prompt_length=128, decode_context_length=4096,
+                 global_batch_size=16, microbatch_size=16)
+    degrees = [parallelism.ParallelDegrees(tp=64, pp=1, dp=1, attention_split="users")]
+    default, served = (feasible_plans(model, hardware, degrees, searched=frozenset({"degrees"}), fixed=fixed,
+                                      microbatch_choices=[16], stack=stack)
+                       for stack in (simulator.MEGATRON_CORE, simulator.load_stack("tt-transformers-performance")))
+    assert default.fitting == 0 < served.fitting
