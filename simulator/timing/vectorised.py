@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import NamedTuple, TypeVar
 
 import numpy as np
@@ -54,7 +53,12 @@ FORWARD, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, OPTIMIZER_STEP = range(5)
 _STEPS = {(False, False): (FORWARD,), (False, True): (FORWARD,), (True, False): (FORWARD, BACKWARD, OPTIMIZER_STEP),
           (True, True): (FORWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, OPTIMIZER_STEP)}
 """The passes timed by (training, deferring weight gradients): each microbatch's, then the update's."""
-SCALARS = ("compute_s", "segments", "dram_bytes", "overlap_s", "cp_overlap_s", "idle_s")
+SCALARS = ("compute_s", "segments", "dram_bytes", "idle_s")
+HIDDEN = 5
+"""The groups of :data:`GROUPS` timed within the segments (ZeRO-3's exposed collectives after them)."""
+_FLOOR = np.array([-np.inf, 0.0, 0.0, 0.0, -np.inf])
+"""What each of those groups adds to a pass at least, less what hides it (:attr:`TimedPasses.hides`):
+the TP and expert-parallel collectives all of their time, the others what is not hidden."""
 _PROBE_BYTES = 2.0 ** 40
 """Size at which a flow's time is read to find its slope (large, so its latency is lost in it
 no more than rounding loses it; a power of two, so dividing by it is exact)."""
@@ -104,10 +108,17 @@ class FlowTable:
         ``c pp + i`` runs on stage ``i``), kept."""
         kept = self._stages.get(virtual)
         if kept is None:
-            stage = np.arange(virtual) % len(self.per_edge)
-            kept = self._stages[virtual] = _Stages(self.grouped[stage, None], self.update[stage],
-                                                   self.dram[stage, None], self.sends[stage], self.receiving[stage],
-                                                   self.per_edge[stage, None])
+            pp = len(self.per_edge)
+            stage = np.arange(virtual) % pp
+            linked = self.sends[stage, :, 0] > 0
+            linked[-1, 0] = linked[0, 1] = False  # the last virtual stage sends no activation, the first no gradient
+            # the regroup's bytes are the receiver's: virtual stage c pp + i sends to stage i +- 1,
+            # counted in chunk c (they are summed over chunks)
+            sender = (np.arange(virtual) // pp * pp)[:, None] + (stage[:, None] - _WAYS) % pp
+            kept = self._stages[virtual] = _Stages(
+                _components(self.grouped[stage, None].reshape(virtual, 1, -1, 3)), _components(self.update[stage]),
+                _components(self.dram[stage, None]), _components(self.sends[stage]),
+                _components(self.receiving[stage]), self.per_edge[stage, None], linked, sender)
         return kept
 
     @classmethod
@@ -150,10 +161,19 @@ class FlowTable:
         return np.bincount(self.row_flow[rows], weights=moved[rows], minlength=flows).tolist()  # type: ignore[no-any-return]
 
 
+def _components(values: np.ndarray) -> np.ndarray:
+    """``values`` ``[..., n]`` as ``[n, ...]``, each component contiguous (numpy's small
+    operations are quickest on few contiguous axes)."""
+    return np.ascontiguousarray(np.moveaxis(values, -1, 0))
+
+
 class _Stages(NamedTuple):
-    """A :class:`FlowTable`'s arrays of each virtual stage (``J``): ``grouped`` ``[J, 1, ...]``,
-    ``update`` ``[J, ...]``, ``dram`` ``[J, 1, 3]``, ``sends`` and ``receiving`` ``[J, 2, 3]``,
-    ``per_edge`` ``[J, 1]``."""
+    """A :class:`FlowTable`'s arrays of each virtual stage (``J``), the three components of its
+    coefficients first (:func:`_components`): ``grouped`` ``[3, J, 1, len(GROUPS) * len(KINDS)]``,
+    ``update`` ``[3, J, 2, len(KINDS)]``, ``dram`` ``[3, J, 1]``, ``sends`` and ``receiving``
+    ``[3, J, 2]``; ``per_edge`` ``[J, 1]``; ``linked`` ``[J, 2]``: whether the virtual stage sends
+    to the next and the previous one; ``sender`` ``[J, 2]``: whose send to it each virtual stage's
+    stage regroups."""
 
     grouped: np.ndarray
     update: np.ndarray
@@ -161,6 +181,8 @@ class _Stages(NamedTuple):
     sends: np.ndarray
     receiving: np.ndarray
     per_edge: np.ndarray
+    linked: np.ndarray
+    sender: np.ndarray
 
 
 def _regroup(tp: Flow, transfer_strategy: int) -> tuple[float, float, float]:
@@ -268,7 +290,7 @@ class PlanTable:
         passes: each set of passes an iteration times (:data:`_STEPS`' values) as
             :class:`TimedPasses`.
         sends: ``[J, 2]``: activation and gradient bytes sent per microbatch.
-        gradients: ``[J, 2, 2, len(KINDS)]``: counts and byte sums of the data-parallel and the
+        gradients: ``[2, J, 2, len(KINDS)]``: counts and byte sums of the data-parallel and the
             expert-data-parallel collectives of the iteration.
     """
 
@@ -289,12 +311,16 @@ class PlanTable:
                     passes.append(getattr(cost, p))
         which = np.array([[distinct[id(getattr(cost, p))] for p in PASSES] for cost in costs])
         scalars = np.array([_scalars(c) for c in passes])[which]
+        hides = np.array([_hides(c) for c in passes])[which]
         summed = np.array([[_sums(c) for c in _groups(pass_cost)] for pass_cost in passes])[which]
-        gradients = np.array([[_sums(cost.dp_collectives), _sums(cost.expert_dp_collectives)] for cost in costs])
+        gradients = _components(np.array([[_sums(cost.dp_collectives), _sums(cost.expert_dp_collectives)]
+                                          for cost in costs]).swapaxes(-1, -2))
         sends = np.array([[cost.activation_send_bytes, cost.gradient_send_bytes] for cost in costs], dtype=float)
         busy = np.array([[c.busy_s, c.host_s] for c in passes])[which]
-        timed = {steps: TimedPasses(scalars[:, steps], summed[:, steps][:, :, :, 0], summed[:, steps][:, :, :, 1],
-                                    busy[:, steps]) for steps in _STEPS.values()}
+        summed = summed.swapaxes(-1, -2).reshape(len(costs), len(PASSES), -1, 2)  # [J, passes, columns, 2]
+        timed = {steps: TimedPasses(_components(scalars[:, steps]), hides[:, steps], _components(summed[:, steps])[0],
+                                    _components(summed[:, steps])[1], _components(busy[:, steps]))
+                 for steps in _STEPS.values()}
         return cls(timed, sends, gradients)
 
 
@@ -302,21 +328,30 @@ class TimedPasses(NamedTuple):
     """Some passes of each virtual stage (``P`` of :data:`PASSES`).
 
     Attributes:
-        scalars: ``[J, P, len(SCALARS)]``.
-        counts: ``[J, P, len(GROUPS), len(KINDS)]``: collectives of each group and kind.
+        scalars: ``[len(SCALARS), J, P]``.
+        hides: ``[J, P, HIDDEN]``: what hides each group's collectives (s): nothing the TP and
+            expert-parallel ones, the overlap the overlapped ones (TP multicasts and overlap), the
+            compute the replicas' weight multicast and ZeRO-3's prefetched gathers, the attention's
+            compute (``cp_overlap_s``) context parallelism's ring.
+        counts: ``[J, P, len(GROUPS) * len(KINDS)]``: collectives of each group and kind.
         sizes: the same, their bytes (``count * size_bytes``) summed.
-        busy: ``[J, P, 2]``: each pass's busy time (compute and launch gaps) and host time (s),
+        busy: ``[2, J, P]``: each pass's busy time (compute and launch gaps) and host time (s),
             which the stages' times (:data:`STATS`) count.
     """
 
     scalars: np.ndarray
+    hides: np.ndarray
     counts: np.ndarray
     sizes: np.ndarray
     busy: np.ndarray
 
 
 def _scalars(cost: PassCost) -> tuple[float, ...]:
-    return cost.compute_s, cost.segments, cost.dram_bytes, cost.overlap_s, cost.cp_overlap_s, cost.idle_s
+    return cost.compute_s, cost.segments, cost.dram_bytes, cost.idle_s
+
+
+def _hides(cost: PassCost) -> tuple[float, ...]:
+    return 0.0, cost.overlap_s, cost.compute_s, cost.cp_overlap_s, 0.0
 
 
 def _groups(cost: PassCost) -> tuple[tuple[Collective, ...], ...]:
@@ -410,23 +445,24 @@ def iterations(plans: list[PlanTable], tables: list[FlowTable], plan_of: np.ndar
     steps = _STEPS[training, defers_weight_gradients]
     timed = [p.passes[steps] for p in plans]
     stages = [t.stages(virtual) for t in tables]
-    scalars, counts, sizes = (_gather(timed, plan_of, f) for f in ("scalars", "counts", "sizes"))
-    alone = _passes(scalars, counts, sizes, _gather(stages, table_of, "grouped"), _gather(stages, table_of, "dram"))
+    scalars, hides, counts, sizes = (_gather(timed, plan_of, f) for f in ("scalars", "hides", "counts", "sizes"))
+    alone = _passes(scalars, hides, counts, sizes, _gather(stages, table_of, "grouped"),
+                    _gather(stages, table_of, "dram"))
     directions = 2 if training and not defers_weight_gradients else 1
     sent, sent_moved = _sends(_gather(plans, plan_of, "sends"), stages, table_of, pp, directions)
     m = num_microbatches.astype(float)
     time, moved = alone.time[:, :, 0] + sent[..., 0], alone.moved[:, :, 0] + sent_moved[:, :, 0]
-    deferred = np.zeros_like(time)
+    waiting = None
     if training and defers_weight_gradients:
-        deferred = alone.time[:, :, 2]
         time, moved = time + alone.time[:, :, 1], moved + alone.moved[:, :, 1] + alone.moved[:, :, 2]
+        time, waiting = time + alone.time[:, :, 2], _by_stage(alone.time[:, :, 2], pp)
     elif training:
         time, moved = time + alone.time[:, :, 1] + sent[..., 1], moved + alone.moved[:, :, 1] + sent_moved[:, :, 1]
-    per_stage, waiting = _by_stage(time + deferred, pp), _by_stage(deferred, pp)
+    per_stage = _by_stage(time, pp)
     period = per_stage.max(axis=1)
     pipeline = m * period + (per_stage.sum(axis=1) - period) / (virtual // pp)
-    if waiting.any():  # deferred weight gradients fill 2 W of each other stage's fill and drain
-        slowest = per_stage.argmax(axis=1)
+    if waiting is not None and waiting.any():  # deferred weight gradients fill 2 W of each other stage's
+        slowest = per_stage.argmax(axis=1)  # fill and drain
         filled = np.maximum(per_stage - 2 * waiting, 0.0)
         filled[np.arange(len(filled)), slowest] = 0.0
         pipeline = np.where(waiting.any(axis=1), m * period + filled.sum(axis=1) / (virtual // pp), pipeline)
@@ -473,27 +509,26 @@ class _Alone(NamedTuple):
     moved: np.ndarray
 
 
-def _passes(scalars: np.ndarray, counts: np.ndarray, sizes: np.ndarray, grouped: np.ndarray,
+def _passes(scalars: np.ndarray, hides: np.ndarray, counts: np.ndarray, sizes: np.ndarray, grouped: np.ndarray,
             dram: np.ndarray) -> _Alone:
-    """Time alone of passes of each virtual stage (:data:`SCALARS` ``[K, J, passes, S]``), PALM
+    """Time alone of passes of each virtual stage (:data:`SCALARS` ``[K, S, J, passes]``), PALM
     Eq. 2 without contention: per segment its compute, what compute does not hide of its DRAM
-    stream and its collectives (the TP ones, what the overlap, compute or attention does not hide
+    stream and its collectives (the TP ones, what ``hides`` ``[K, J, passes, HIDDEN]`` does not
     of the overlapped, replicas' and context-parallel ones, and expert parallelism's), then
     ZeRO-3's exposed ones and the pass's launch gaps and host time. Its collectives' counts and
-    byte sums ``[K, J, passes, len(GROUPS), len(KINDS)]``, their coefficients on the stage's routes
-    ``[K, J, 1, len(GROUPS), len(KINDS), 3]`` and its DRAM stream's ``[K, J, 1, 3]``
+    byte sums ``[K, J, passes, len(GROUPS) * len(KINDS)]``, their coefficients on the stage's
+    routes ``[K, 3, J, 1, len(GROUPS) * len(KINDS)]`` and its DRAM stream's ``[K, 3, J, 1]``
     (:class:`FlowTable`)."""
-    compute, segments, dram_bytes, overlap, cp_overlap, idle = (scalars[..., k] for k in range(len(SCALARS)))
-    timed = (counts * grouped[..., 0] + sizes * grouped[..., 1]).sum(axis=-1)
-    tp, overlapped, replica, cp, ep, exposed = (timed[..., g] for g in range(len(GROUPS)))
-    streams = (dram[..., 0] > 0) & (dram_bytes > 0)
+    compute, segments, dram_bytes, idle = (scalars[:, k] for k in range(len(SCALARS)))
+    timed = (counts * grouped[:, 0] + sizes * grouped[:, 1]).reshape(*counts.shape[:3], len(GROUPS), -1).sum(axis=-1)
+    exposed = timed[..., HIDDEN]
+    streams = (dram[:, 0] > 0) & (dram_bytes > 0)
     per_segment = compute / segments
-    stream = np.where(streams, dram[..., 1] + dram_bytes / segments * dram[..., 2], 0.0)
-    collective = (tp + np.maximum(overlapped - overlap, 0.0) + np.maximum(replica - compute, 0.0)
-                  + np.maximum(cp - cp_overlap, 0.0) + ep)
+    stream = np.where(streams, dram[:, 1] + dram_bytes / segments * dram[:, 2], 0.0)
+    collective = np.maximum(timed[..., :HIDDEN] - hides, _FLOOR).sum(axis=-1)
     stall = np.maximum(stream - per_segment, 0.0)
     time = segments * (per_segment + stall + collective / segments) + exposed + idle
-    moved = (sizes * grouped[..., 2]).reshape(*sizes.shape[:3], -1) @ _ROUTE_ONE_HOT
+    moved = (sizes * grouped[:, 2]) @ _ROUTE_ONE_HOT
     moved[..., DRAM] += np.where(streams, dram_bytes, 0.0)
     return _Alone(time, segments * stall, collective + exposed, moved)
 
@@ -506,31 +541,18 @@ def _sends(size: np.ndarray, stages: list[_Stages], table_of: np.ndarray, pp: in
     receiver's regroup, and the bytes per edge they move ``[K, J, directions, ROUTES]``: bytes per
     edge over bandwidth plus latency (PALM Eq. 2), then the regroup
     (:meth:`~simulator.timing.machine.Machine.regroup_cost`)."""
-    sending, sender = _send_layout(size.shape[1], pp, directions)
-    link = _gather(stages, table_of, "sends")[:, :, :directions]
-    regroup = _gather(stages, table_of, "receiving")[:, :, :directions]
-    size = np.where(sending & (link[..., 0] > 0) & (size[:, :, :directions] > 0), size[:, :, :directions], 0.0)
+    link = _gather(stages, table_of, "sends")[..., :directions]
+    regroup = _gather(stages, table_of, "receiving")[..., :directions]
+    size = size[:, :, :directions]
+    sends = _gather(stages, table_of, "linked")[:, :, :directions] & (size > 0)
+    size = np.where(sends, size, 0.0)
     per_edge = size * _gather(stages, table_of, "per_edge")
-    time = np.where(size > 0, link[..., 1] + per_edge * link[..., 2] + regroup[..., 0] + regroup[..., 1] * size, 0.0)
+    time = np.where(sends, link[:, 1] + per_edge * link[:, 2] + regroup[:, 0] + regroup[:, 1] * size, 0.0)
     moved = np.zeros((*size.shape, ROUTES))
     ways = np.arange(directions)
     moved[:, :, ways, NEXT + ways] = per_edge
-    moved[..., TP] = (regroup[..., 2] * size)[:, sender, ways]
+    moved[..., TP] = (regroup[:, 2] * size)[:, stages[0].sender[:, :directions], ways]
     return time, moved
-
-
-@lru_cache(maxsize=64)
-def _send_layout(virtual: int, pp: int, directions: int) -> tuple[np.ndarray, np.ndarray]:
-    """Which virtual stages send in each direction ``[J, directions]`` (not the last one
-    forward, not the first one back), and the virtual stage whose send each virtual stage
-    regroups ``[J, directions]``: the regroup's bytes are the receiver's; virtual stage ``c pp + i``
-    sends to stage ``i +- 1``, counted in chunk ``c`` (they are summed over chunks)."""
-    stage = np.arange(virtual) % pp
-    sending = np.ones((virtual, directions), dtype=bool)
-    sending[-1, 0] = False
-    sending[0, 1:] = False
-    sender = (np.arange(virtual) // pp * pp)[:, None] + (stage[:, None] - _WAYS[:directions]) % pp
-    return sending, sender
 
 
 def _update(gradients: np.ndarray, coefficients: np.ndarray, optimizer_s: np.ndarray,
@@ -539,34 +561,41 @@ def _update(gradients: np.ndarray, coefficients: np.ndarray, optimizer_s: np.nda
     it moves ``[K, J, ROUTES]`` and the time of its collectives ``[K, J]`` (s): its data-parallel
     collectives on the iteration's flow, its experts' on the expert-data-parallel groups
     (:meth:`~simulator.timing.machine.Machine.gradient_collectives_time`), then its optimizer step
-    (``optimizer_s``, ``optimizer_moved``), given their counts and byte sums ``[K, J, 2, 2,
-    len(KINDS)]`` and the coefficients ``[K, J, 2, len(KINDS), 3]`` of those two routes."""
-    counts, sizes = gradients[:, :, :, 0], gradients[:, :, :, 1]
-    parts = (counts * coefficients[..., 0] + sizes * coefficients[..., 1]).sum(axis=-1)
-    moved = optimizer_moved.copy()
-    moved[..., [ITERATION, EXPERT_DP]] += (sizes * coefficients[..., 2]).sum(axis=-1)
+    (``optimizer_s``, ``optimizer_moved``), given their counts and byte sums ``[K, 2, J, 2,
+    len(KINDS)]`` and the coefficients ``[K, 3, J, 2, len(KINDS)]`` of those two routes."""
+    counts, sizes = gradients[:, 0], gradients[:, 1]
+    parts = (counts * coefficients[:, 0] + sizes * coefficients[:, 1]).sum(axis=-1)
+    moved, routed = optimizer_moved.copy(), (sizes * coefficients[:, 2]).sum(axis=-1)
+    moved[..., ITERATION] += routed[..., 0]
+    moved[..., EXPERT_DP] += routed[..., 1]
     return optimizer_s + parts[..., 0] + parts[..., 1], moved, parts[..., 0] + parts[..., 1]
 
 
 def _stage_times(busy: np.ndarray, training: bool, alone: _Alone, gradient_s: np.ndarray, scalars: np.ndarray,
                  m: np.ndarray, pp: int) -> np.ndarray:
     """Each stage's times ``[K, pp, len(STATS)]`` (s): ``m`` times its microbatch's passes' busy,
-    communication, DRAM stall and host times (``busy`` ``[K, J, passes, 2]``), then its update's
+    communication, DRAM stall and host times (``busy`` ``[K, 2, J, passes]``), then its update's
     (collectives as communication, the optimizer steps' compute as optimizer time), what the
     engine's stages add up running the same passes alone
     (:class:`~simulator.timing.records.StageStats`)."""
-    zeros = np.zeros_like(gradient_s)
-    each = np.stack([busy[..., 0], alone.communication, alone.stall, np.zeros_like(alone.time), busy[..., 1]], axis=-1)
-    times: np.ndarray = _by_stage(each[:, :, :each.shape[2] - training].sum(axis=2), pp) * m[:, None, None]
+    each = slice(0, alone.time.shape[2] - training)  # the microbatch's passes, not the optimizer step
+    microbatch = np.zeros((*gradient_s.shape, len(STATS)))
+    microbatch[..., 0], microbatch[..., 4] = busy[:, 0, :, each].sum(axis=-1), busy[:, 1, :, each].sum(axis=-1)
+    microbatch[..., 1] = alone.communication[..., each].sum(axis=-1)
+    microbatch[..., 2] = alone.stall[..., each].sum(axis=-1)
+    times: np.ndarray = _by_stage(microbatch, pp) * m[:, None, None]
     if training:
-        update = np.stack([zeros, alone.communication[:, :, -1] + gradient_s, alone.stall[:, :, -1],
-                           scalars[:, :, -1, 0], zeros], axis=-1)
+        update = np.zeros_like(microbatch)
+        update[..., 1], update[..., 2] = alone.communication[:, :, -1] + gradient_s, alone.stall[:, :, -1]
+        update[..., 3] = scalars[:, 0, :, -1]
         times = times + _by_stage(update, pp)
     return times
 
 
 def _by_stage(values: np.ndarray, pp: int) -> np.ndarray:
     """``[K, J, ...]`` summed over each stage's chunks: ``[K, pp, ...]`` (virtual stage ``c pp + i``)."""
+    if values.shape[1] == pp:
+        return values
     summed: np.ndarray = values.reshape(len(values), -1, pp, *values.shape[2:]).sum(axis=1)
     return summed
 
