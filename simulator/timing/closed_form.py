@@ -43,5 +43,5 @@ class ClosedForm:
         assert closed.stats is not None
         machine.stats = [StageStats(compute, communication, stall, optimizer, host, makespan)
                          for compute, communication, stall, optimizer, host in closed.stats[0].tolist()]
-        return (EngineRun(makespan, machine.stats, machine.flows, table.flow_bytes(closed.moved[0], len(machine.flows)),
-                          0, index=machine.index), float(closed.period_s[0]))
+        return (EngineRun(makespan, machine.stats, machine.flows, table.flow_bytes(closed.moved[0]).tolist(), 0,
+                          index=machine.index), float(closed.period_s[0]))

@@ -87,10 +87,10 @@ class FlowTable:
         per_edge: ``[pp]``: bytes per edge of a send per byte (the TP degree with adapters, else 1).
         receiving: ``[pp, 2, 3]``: ``(A, B, MU)`` of rebuilding an activation of ``S`` bytes the
             stage sends to the next and the previous stage in the receiver's TP groups (zeros for TP 1).
-        occupancy: s each resource is busy per byte per edge of each route
-            (:class:`~simulator.timing.flows.FlowIndex`), the resources that can be the busiest.
+        index: the flows' (flow, resource) pairs and their occupancy (s per byte per edge).
         row_flow: ``[pp * ROUTES]``: the position of each route's flow in the engine's flows
             (:func:`~simulator.timing.flows.all_flows`), -1 where the stage has none.
+        flows: how many flows the engine has.
     """
 
     grouped: np.ndarray
@@ -99,9 +99,24 @@ class FlowTable:
     sends: np.ndarray
     per_edge: np.ndarray
     receiving: np.ndarray
-    occupancy: Occupancy
+    index: FlowIndex
     row_flow: np.ndarray
+    flows: int
     _stages: dict[int, _Stages] = field(default_factory=dict, repr=False, compare=False)
+    _occupancy: list[Occupancy] = field(default_factory=list, repr=False, compare=False)
+
+    def busiest_s(self, moved: np.ndarray) -> np.ndarray:
+        """The busiest resource's busy time (s) of each of ``K`` pairs, given the bytes per edge
+        ``[K, pp * ROUTES]`` each route moved: bytes per edge of each flow times its occupancy,
+        summed per resource (:meth:`~simulator.timing.flows.FlowIndex.busy_s`, one pair); over
+        many pairs, the same over the resources that can be the busiest (:class:`Occupancy`, built
+        the first time: it costs more than one pair's sums)."""
+        if len(moved) == 1:
+            busy = self.index.busy_s(self.flow_bytes(moved[0]).tolist())
+            return np.array([busy.max() if len(busy) else 0.0])
+        if not self._occupancy:
+            self._occupancy.append(_occupancy(self.row_flow, self.index))
+        return self._occupancy[0].busiest_s(moved)
 
     def stages(self, virtual: int) -> _Stages:
         """The table's arrays of each of ``virtual`` virtual stages (chunk-major: virtual stage
@@ -152,13 +167,14 @@ class FlowTable:
         row_flow = np.array([-1 if f is None else position[id(f)] for stage in routes for f in stage])
         receiving = regroup[(np.arange(pp)[:, None] + _WAYS) % pp]
         return cls(collectives[:, _ROUTE_OF, np.arange(len(KINDS))], collectives[:, [ITERATION, EXPERT_DP]], dram,
-                   sends, per_edge, receiving, _occupancy(row_flow, index), row_flow)
+                   sends, per_edge, receiving, index, row_flow, len(position))
 
-    def flow_bytes(self, moved: np.ndarray, flows: int) -> list[float]:
-        """Bytes per edge each of the engine's ``flows`` flows moved, given those of each route
+    def flow_bytes(self, moved: np.ndarray) -> np.ndarray:
+        """Bytes per edge each of the engine's flows moved ``[flows]``, given those of each route
         ``[pp * ROUTES]`` (routes on one flow summed)."""
         rows = self.row_flow >= 0
-        return np.bincount(self.row_flow[rows], weights=moved[rows], minlength=flows).tolist()  # type: ignore[no-any-return]
+        moved_bytes: np.ndarray = np.bincount(self.row_flow[rows], weights=moved[rows], minlength=self.flows)
+        return moved_bytes
 
 
 def _components(values: np.ndarray) -> np.ndarray:
@@ -602,11 +618,11 @@ def _by_stage(values: np.ndarray, pp: int) -> np.ndarray:
 
 def _busiest_s(tables: list[FlowTable], table_of: np.ndarray, moved: np.ndarray) -> np.ndarray:
     """The busiest resource's busy time (s) of each pair, given the bytes per edge ``[K, pp *
-    ROUTES]`` each route moved."""
+    ROUTES]`` each route moved (:meth:`FlowTable.busiest_s`)."""
     if len(tables) == 1:
-        return tables[0].occupancy.busiest_s(moved)
+        return tables[0].busiest_s(moved)
     busiest = np.zeros(len(moved))
     for t in np.unique(table_of):
         rows = table_of == t
-        busiest[rows] = tables[t].occupancy.busiest_s(moved[rows])
+        busiest[rows] = tables[t].busiest_s(moved[rows])
     return busiest
