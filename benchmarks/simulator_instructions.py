@@ -39,12 +39,15 @@ import sys
 import tempfile
 
 from datacenter_scale import _case as datacenter_case  # benchmarks/ is the script's directory
+from moe_targets import _deepseek
 from simulator_speed import TARGETS, _hardware, cases, target_case
 
 from simulator import load_model, simulate
 
 DATACENTER = -128
 """The case index standing for Llama 3.1 405B at DP 128 on 16,384 H100s (``datacenter_scale.py``)."""
+DEEPSEEK = -1
+"""The case index standing for DeepSeek-V3 on 1,024 H100s (``moe_targets.py``)."""
 
 
 def simulate_times(index: int, runs: int) -> None:
@@ -52,6 +55,8 @@ def simulate_times(index: int, runs: int) -> None:
     case) ``runs`` times in this process, after loading it."""
     if index == DATACENTER:
         spec, machine, strategy = datacenter_case(-index)
+    elif index == DEEPSEEK:
+        spec, machine, strategy = _deepseek()
     else:
         model, hardware, strategy = cases()[index]
         spec, machine = load_model(model), _hardware(hardware)
@@ -77,6 +82,8 @@ def instructions(index: int, runs: int) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10, help="simulations counted per case")
+    parser.add_argument("--cases", nargs="+", choices=("t145b", "llama405b", "deepseek"),
+                        default=["t145b", "llama405b", "deepseek"], help="the cases counted")
     parser.add_argument("--child", nargs=2, type=int, help=argparse.SUPPRESS)  # case, runs: load, simulate them
     args = parser.parse_args()
     if args.child:
@@ -85,17 +92,23 @@ def main() -> None:
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (Debian: apt-get install valgrind): instructions not counted")
         return
-    per_configuration = {}
-    for pp, hardware in TARGETS.items():
-        first, again = first_and_again(target_case(pp), args.runs)
-        per_configuration[pp] = again
-        print(f"T-145B on {hardware} (TP 8, DP 2, PP {pp}): first simulation {first / 1e6:.1f} M instructions,"
-              f" again {again / 1e6:.1f} M per configuration (callgrind, {args.runs} runs)")
-    print(f"PP 80 per pipeline stage: {(per_configuration[80] / 80) / (per_configuration[20] / 20):.2f}x PP 20's "
-          f"instructions (at most 1: linear in the depth)")
-    first, again = first_and_again(DATACENTER, args.runs)
-    print(f"Llama 3.1 405B on 16,384 H100 (TP 8, PP 16, DP 128): first simulation {first / 1e6:.1f} M instructions,"
-          f" again {again / 1e6:.1f} M per configuration (callgrind, {args.runs} runs)")
+    if "t145b" in args.cases:
+        per_configuration = {}
+        for pp, hardware in TARGETS.items():
+            first, again = first_and_again(target_case(pp), args.runs)
+            per_configuration[pp] = again
+            print(f"T-145B on {hardware} (TP 8, DP 2, PP {pp}): first simulation {first / 1e6:.1f} M instructions,"
+                  f" again {again / 1e6:.1f} M per configuration (callgrind, {args.runs} runs)")
+        print(f"PP 80 per pipeline stage: {(per_configuration[80] / 80) / (per_configuration[20] / 20):.2f}x PP 20's"
+              f" instructions (at most 1: linear in the depth)")
+    named = {"llama405b": (DATACENTER, "Llama 3.1 405B on 16,384 H100 (TP 8, PP 16, DP 128)"),
+             "deepseek": (DEEPSEEK, "DeepSeek-V3 on 1,024 H100 (PP 16, DP 64, EP 64)")}
+    for case in ("llama405b", "deepseek"):
+        if case in args.cases:
+            index, name = named[case]
+            first, again = first_and_again(index, args.runs)
+            print(f"{name}: first simulation {first / 1e6:.1f} M instructions, again {again / 1e6:.1f} M per"
+                  f" configuration (callgrind, {args.runs} runs)")
 
 
 def first_and_again(index: int, runs: int) -> tuple[float, float]:

@@ -597,14 +597,15 @@ def constraints_of(flows: Sequence[Flow]) -> list[tuple[tuple[int, float], ...]]
     for k, flow in enumerate(flows):
         for r in flow.occupancy:
             users.setdefault(r, []).append(k)
-    groups: dict[tuple[int, ...], list[tuple[float, ...]]] = {}
+    groups: dict[tuple[int, ...], list[int]] = {}
     for r, ks in users.items():
         if len(ks) > 1:
-            groups.setdefault(tuple(ks), []).append(tuple(flows[k].occupancy[r] for k in ks))
+            groups.setdefault(tuple(ks), []).append(r)
     pairs: list[list[tuple[int, float]]] = [[(-1 - k, f.seconds_per_byte)] for k, f in enumerate(flows)]
     c = 0
-    for group, vectors in groups.items():
-        for v in _undominated(vectors):
+    for group, resources in groups.items():
+        columns = [list(map(flows[k].occupancy.__getitem__, resources)) for k in group]  # C-level reads
+        for v in _undominated(list(zip(*columns, strict=True))):
             for k, a in zip(group, v, strict=True):
                 pairs[k].append((c, a))
             c += 1

@@ -79,8 +79,7 @@ def _flow_index(flows: list[Flow], topology: Topology) -> FlowIndex:
     flow = np.repeat(np.arange(len(flows), dtype=int), sizes)
     resource = np.fromiter(chain.from_iterable(f.loads for f in flows), dtype=int, count=count)
     load = np.fromiter(chain.from_iterable(f.loads.values() for f in flows), dtype=float, count=count)
-    occupancy = np.fromiter(chain.from_iterable(map(f.occupancy.__getitem__, f.loads) for f in flows), dtype=float,
-                            count=count)
+    occupancy = np.fromiter(chain.from_iterable(f.occupancy.values() for f in flows), dtype=float, count=count)
     used, slot = np.unique(resource, return_inverse=True)
     bandwidths, kinds = topology.bandwidths_and_kinds(used.tolist())
     return FlowIndex(flow=flow, slot=slot.reshape(-1), load=load, occupancy=occupancy, used=used,
