@@ -91,6 +91,8 @@ class Plan:
     fluid: tuple[tuple[int, float, float], ...]
     """(flow, begin s, end s after the start) of each phase that moves bytes, if nothing shares
     with it: when it can meet another transfer."""
+    duration_s: float
+    """When the last phase ends after the start if nothing shares with any (0 without phases)."""
     suffixes: dict[int, Plan] = field(default_factory=dict)
     """The plans of the phases from ``j`` on, by ``j``, as materialised trains need them."""
 
@@ -114,7 +116,7 @@ def _plan(phases: tuple[tuple[int, float, float, float], ...],
     fluid = tuple((k, begin, begin + duration - latency)
                   for (k, duration, latency, _), begin in zip(phases, (0.0, *ends), strict=False)
                   if k >= 0 and spb[k] > 0.0 and duration > latency)
-    return Plan(phases, flows, ends, near(flows), fluid)
+    return Plan(phases, flows, ends, near(flows), fluid, ends[-1] if ends else 0.0)
 
 
 _WAIT = frozenset((-1,))
@@ -242,21 +244,15 @@ class SharingNetwork:
         Raises:
             RuntimeError: :meth:`start` was not called for this run.
         """
-        if self._env is None:
+        env = self._env  # a train's timer is the sequence's event itself (its value None) unless
+        if env is None:  # the train is materialised, which moves the timer's waiters to an event of its own
             raise RuntimeError("SharingNetwork.start must be called before a sequence")
-        return self._sequence(plan)
-
-    def _sequence(self, plan: Plan) -> simpy.Event:
-        """A train's timer is the sequence's event itself (its value None) unless the train is
-        materialised, which moves the timer's waiters to an event of its own."""
-        env = self._env
-        assert env is not None
         now = env.now
         if not (self.trains and self._quiet(plan.neighbours, now, plan)):
             done = env.event()
             self._stepwise(plan, done)
             return done
-        duration = plan.ends[-1] if plan.ends else 0.0
+        duration = plan.duration_s
         timer = env.timeout(duration)
         train = _Train(plan, now, now + duration, timer)  # the timer's own time (SimPy adds the delay to now)
         trains = self._trains
@@ -306,7 +302,7 @@ class SharingNetwork:
         phases' times."""
         env = self._env
         assert env is not None
-        self._sequence(plan).callbacks.append(partial(self._rested, plan, env.now, times, done))
+        self.sequence(plan).callbacks.append(partial(self._rested, plan, env.now, times, done))
 
     @staticmethod
     def _rested(plan: Plan, start: float, times: list[PhaseTimes], done: simpy.Event, ended: simpy.Event) -> None:
