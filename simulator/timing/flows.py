@@ -81,9 +81,9 @@ def _flow_index(flows: list[Flow], topology: Topology) -> FlowIndex:
     load = np.fromiter(chain.from_iterable(f.loads.values() for f in flows), dtype=float, count=count)
     occupancy = np.fromiter(chain.from_iterable(f.occupancy.values() for f in flows), dtype=float, count=count)
     used, slot = np.unique(resource, return_inverse=True)
-    bandwidths, kinds = topology.bandwidths_and_kinds(used.tolist())
+    bandwidth, kinds = topology.bandwidths_and_kinds(used)
     return FlowIndex(flow=flow, slot=slot.reshape(-1), load=load, occupancy=occupancy, used=used,
-                     bandwidth=np.array(bandwidths, dtype=float), kinds=np.array(kinds, dtype=str))
+                     bandwidth=bandwidth, kinds=kinds)
 
 
 def all_flows(stage_flows: list[StageFlows], p2p: dict[tuple[int, int], Flow]) -> list[Flow]:
