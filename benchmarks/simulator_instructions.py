@@ -12,15 +12,19 @@ costs built) and one more configuration's.
 
 Cases: T-145B on ``wafer`` at TP 8 / DP 2 / PP 20 and PP 80 on a 10 x 8-die wafer (those of
 issue 17's targets, as ``simulator_speed.py`` defines them), with the PP 80 case's count per
-pipeline stage against PP 20's (linearity in the depth); and Llama 3.1 405B at TP 8 / PP 16 /
+pipeline stage against PP 20's (linearity in the depth); Llama 3.1 405B at TP 8 / PP 16 /
 DP 128 on 16,384 H100s (issue 37's first-simulation target, as ``datacenter_scale.py`` defines
-it). Needs valgrind (Debian's package); without it the script says so and exits. About 10
-minutes at ``--runs 3``.
+it); and DeepSeek-V3 on 1,024 H100s (issue 35's target, as ``moe_targets.py`` defines it).
+``--cases`` counts some of them. Needs valgrind (Debian's package); without it the script says
+so and exits. About 15 minutes at ``--runs 3``.
 
 Measured (``--runs 3``), before and after branch ``first``'s changes to the event run (each
 stage's passes planned once per run, trains forgotten without an event of their own, the
 phases two plans can meet paired once per run): Llama 3.1 405B first simulation 137.3 ->
 133.7 M, again 91.3 -> 88.0 M; T-145B PP 20 again 52.7 -> 51.7 M, PP 80 189.6 -> 185.4 M.
+Before and after branch ``speed`` (``--runs 2``; the sharing constraints by numpy over all
+(flow, resource) pairs at once, the event run's small costs): Llama 3.1 405B first 133.9 ->
+124.8 M, again 88.2 -> 86.4 M; DeepSeek-V3 first 204.2 -> 152.2 M, again 64.4 -> 62.7 M.
 A first simulation's count also depends on whether a full pass of Python's cyclic garbage
 collector falls inside it (T-145B PP 20: 255.4 M before, 254.9 and 184.8 M after two versions
 of the branch that differ in a few allocations only), so compare repeats for the code's cost.
