@@ -240,13 +240,14 @@ class SharingNetwork:
         :meth:`transfer` runs it (a phase without a flow is a plain wait). Its value is None when
         nothing shared with any phase, so each took its time alone from the start
         (:meth:`Plan.times`), else each phase's :data:`PhaseTimes`. Wait on it at once, or later
-        on :meth:`waiter` of it (a train's timer stops being its end once materialised).
+        on :meth:`waiter` of it (a train's timer is the sequence's event itself unless the train
+        is materialised, which moves the timer's waiters to an event of its own).
 
         Raises:
             RuntimeError: :meth:`start` was not called for this run.
         """
-        env = self._env  # a train's timer is the sequence's event itself (its value None) unless
-        if env is None:  # the train is materialised, which moves the timer's waiters to an event of its own
+        env = self._env
+        if env is None:
             raise RuntimeError("SharingNetwork.start must be called before a sequence")
         now = env.now
         if not (self.trains and self._quiet(plan.neighbours, now, plan)):
