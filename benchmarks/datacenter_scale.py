@@ -50,7 +50,8 @@ resource) pairs at once, the flow index's port figures by port, the event run's 
 callgrind 133.9 -> 124.8 M instructions first, 88.2 -> 86.4 M again; CPU over 5 interleaved
 fresh processes each on a host at load average 8-10, DP 128 first 36.6 / 45.4 -> 31.9 / 41.7
 ms (least / median), again 37.0 -> 33.0 ms; DP 1,024 first 45.1 / 50.8 -> 42.6 / 53.3 ms, again
-32.5 -> 33.8 ms (the host's noise). Still missed.
+32.5 -> 33.8 ms (the host's noise: callgrind counts DP 1,024's first simulation 163.5 -> 153.9
+M, again 87.9 -> 86.0 M). Still missed.
 
 Usage: ``python benchmarks/datacenter_scale.py [--repeat N] [--skip-optimize]``.
 """
