@@ -45,7 +45,13 @@ CPU over 5 interleaved fresh processes each (load average 1-3), DP 128: first 31
 39.7 / 51.8 -> 46.2 / 52.0 ms, again 24.9 / 28.4 -> 27.9 / 31.7 ms (the host's noise). The 20
 ms target is missed: the event run alone is about 88 M instructions (2,000 SimPy steps), the
 build of a first simulation (stage costs, placement, flows, the sharing structure) some 45 M
-more.
+more. Then, before and after branch ``speed`` (the sharing constraints by numpy over all (flow,
+resource) pairs at once, the flow index's port figures by port, the event run's small costs):
+callgrind 133.9 -> 124.8 M instructions first, 88.2 -> 86.4 M again; CPU over 5 interleaved
+fresh processes each on a host at load average 8-10, DP 128 first 36.6 / 45.4 -> 31.9 / 41.7
+ms (least / median), again 37.0 -> 33.0 ms; DP 1,024 first 45.1 / 50.8 -> 42.6 / 53.3 ms, again
+32.5 -> 33.8 ms (the host's noise: callgrind counts DP 1,024's first simulation 163.5 -> 153.9
+M, again 87.9 -> 86.0 M). Still missed.
 
 Usage: ``python benchmarks/datacenter_scale.py [--repeat N] [--skip-optimize]``.
 """

@@ -35,7 +35,12 @@ speed work of branch ``moespeed`` (the figures printed unchanged):
   203.8 M instructions for the first simulation, 67.3 -> 64.4 M again; CPU, two interleaved
   rounds of 4 processes each (load average 1.4-2.5), median first 48.3 / 46.1 ms before and
   53.4 / 37.7 ms after, again 18.0 / 15.4 and 16.2 / 15.6 ms: the host's speed decides whether
-  the median meets 50 ms.
+  the median meets 50 ms. Then, before and after branch ``speed`` (the sharing constraints by
+  numpy over all (flow, resource) pairs at once, those pairs shared with the flow index, the
+  event run's small costs): callgrind 204.2 -> 152.2 M instructions for the first simulation,
+  64.4 -> 62.7 M again; CPU over 5 fresh processes each, before and after interleaved on a host
+  at load average 8-10, first 54.8 / 58.5 ms (least / median) -> 33.3 / 47.1 ms, again 23.0 ->
+  20.1 ms (medians).
 * The Qwen3-30B-A3B search: its memory pre-screen (1,825 sets of degrees, 109,285 checks)
   211 s -> about 35 s CPU, the same 364,064 of 398,046 plans fitting: a check builds each
   stage's memory (``build_stage_memory``) from its units, kept across plans by the strategy

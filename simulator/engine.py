@@ -47,8 +47,9 @@ from simulator.timing.flows import FlowIndex, StageFlows, traffic_by_kind
 from simulator.timing.machine import Machine, Segments
 from simulator.timing.records import EngineRun, PassRecord, StageStats, TraceRecord
 
-_Step = tuple[Pass, PassCost, tuple[str, int, int] | None, tuple[int, str, float] | None]
-"""A pass of a stage's order, its cost, the message it waits for and its send (:meth:`Engine._steps`)."""
+_Step = tuple[Pass, PassCost, tuple[str, int, int] | None, tuple[int, str, float] | None, float, float]
+"""A pass of a stage's order, its cost, the message it waits for, its send, and its cost's
+``busy_s`` and ``host_s`` (:meth:`Engine._steps`)."""
 
 __all__ = ["Engine", "EngineRun", "FlowIndex", "PassRecord", "Segments", "StageFlows", "StageStats", "TraceRecord",
            "traffic_by_kind"]
@@ -142,7 +143,8 @@ class Engine:
 
     def _steps(self, i: int, num_microbatches: int) -> list[_Step]:
         """Stage ``i``'s passes in the schedule's order, each with its cost, the message it waits
-        for (None: none) and its send (virtual stage, kind, bytes; None: none)."""
+        for (None: none), its send (virtual stage, kind, bytes; None: none), and the cost's busy
+        and host time (s)."""
         order = self.schedule.order(i, num_microbatches) if self.training else \
             self.schedule.forward_order(i, num_microbatches)
         last = len(self.costs) - 1
@@ -158,24 +160,26 @@ class Engine:
             elif p.kind.is_backward:
                 awaited = ("grad", j, p.microbatch) if j < last else None
                 send = (j - 1, "grad", stage.gradient_send_bytes) if j > 0 else None
-            steps.append((p, stage.pass_cost(p.kind), awaited, send))
+            cost = stage.pass_cost(p.kind)
+            steps.append((p, cost, awaited, send, cost.busy_s, cost.host_s))
         return steps
 
     def _stage(self, i: int, num_microbatches: int) -> Generator[simpy.Event, Any, None]:
         machine = self.machine
         env, stats, run_pass = machine.env, machine.stats[i], self.timing.run_pass
-        for p, cost, awaited, send in self._steps(i, num_microbatches):
+        timed = self.deadline_s < math.inf
+        for p, cost, awaited, send, busy_s, host_s in self._steps(i, num_microbatches):
             if awaited is not None:
                 machine.events += 1
                 yield self._arrival(awaited)
             start = env.now
             yield from run_pass(i, cost, p.microbatch)
-            stats.compute_s += cost.busy_s
-            stats.host_s += cost.host_s
+            stats.compute_s += busy_s
+            stats.host_s += host_s
             if machine.record:
                 machine.records.append(PassRecord(i, p.kind, p.microbatch, p.chunk, start, env.now, cost.recompute_s,
                                                   cost.compute_s))
-            if machine.events > self.event_limit or time.perf_counter() > self.deadline_s:
+            if machine.events > self.event_limit or timed and time.perf_counter() > self.deadline_s:
                 self._stop()
             sent: float | simpy.Event = env.now if send is None else \
                 self._send(i, send[0], send[1], p.microbatch, send[2])
@@ -219,7 +223,7 @@ class Engine:
         chunks = machine.chunks(i)
         now = machine.env.now
         flow = machine.stage_flows[i].iteration
-        duration, moved, latency = machine.memo("gradient", i, 0, lambda: machine.gradient_collectives_time(i))
+        duration, moved, latency = machine.memo("gradient", i, 0, machine.gradient_collectives_time, i)
         machine.events += 1
         start, end = yield from self.timing.update(i, flow, duration, latency, [c.optimizer_step for c in chunks])
         if machine.record and duration:

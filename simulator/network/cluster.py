@@ -11,10 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import ClassVar, TypeVar, overload
+from typing import TYPE_CHECKING, ClassVar, TypeVar, overload
 
 from simulator.hardware.spec import Dram, Network, network_kind
 from simulator.network.topology import Drawing, Edge, Mark, Topology, topology_for
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @network_kind("cluster")
@@ -136,10 +139,14 @@ class ClusterTopology(Topology):
         ports = len(PORTS)
         return {r: load / rates[r % ports] for r, load in loads.items()}
 
-    def bandwidths_and_kinds(self, resources: Sequence[int]) -> tuple[list[float], list[str]]:
-        """:meth:`Topology.bandwidths_and_kinds`, each resource's read from its port."""
-        ports = [resource % len(PORTS) for resource in resources]
-        return [self._port_bandwidths[p] for p in ports], [PORTS[p][1] for p in ports]
+    def bandwidths_and_kinds(self, resources: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`Topology.bandwidths_and_kinds`, each resource's read from its port (a port's
+        figures indexed by the resources' ports)."""
+        import numpy as np  # here: the command line starts without numpy (tests/palm_search/test_cli_simulate.py)
+
+        ports = resources % len(PORTS)
+        return (np.array(self._port_bandwidths, dtype=float)[ports],
+                np.array([kind for _, kind in PORTS], dtype=str)[ports])
 
     def _port(self, gpu: int, port: int) -> int:
         return len(PORTS) * gpu + port

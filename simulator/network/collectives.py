@@ -59,7 +59,8 @@ class Flow:
         latency_s: the largest route latency among the edges (s).
         seconds_per_byte: ``max_r(load_r / (bandwidth_r * efficiency_r))`` (s per byte per edge).
         occupancy: ``load_r / (bandwidth_r * efficiency_r)`` of each resource: seconds it is busy
-            per byte the flow moves per edge (its largest value is ``seconds_per_byte``).
+            per byte the flow moves per edge (its largest value is ``seconds_per_byte``); the
+            resources of ``loads``, in their order.
         bytes_moved: bytes per edge moved so far (for link utilisation, filled by the engine).
         num_edges: edges (source -> destination routes) of the flow.
         booked: resources the contention backend books for this flow (set by the engine).

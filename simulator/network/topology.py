@@ -20,10 +20,13 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from simulator.errors import InputError
 from simulator.hardware.spec import Dram, Hardware, Network
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Edge = tuple[int, int] | tuple[int, int, float]
 """A ring edge (source, destination), or (source, destination, share of the edge's bytes)."""
@@ -110,9 +113,14 @@ class Topology:
         bandwidth, own = self.bandwidth_bytes_per_s, self.efficiencies
         return {r: load / (bandwidth[r] * (own[r] or efficiency)) for r, load in loads.items()}
 
-    def bandwidths_and_kinds(self, resources: Sequence[int]) -> tuple[list[float], list[str]]:
-        """The bandwidth (bytes/s) and the kind of each of ``resources``."""
-        return [self.bandwidth_bytes_per_s[r] for r in resources], [self.kinds[r] for r in resources]
+    def bandwidths_and_kinds(self, resources: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The bandwidth (bytes/s, floats) and the kind (strings) of each of ``resources`` (an
+        integer array), as arrays."""
+        import numpy as np  # here: the command line starts without numpy (tests/palm_search/test_cli_simulate.py)
+
+        listed = resources.tolist()
+        return (np.array([self.bandwidth_bytes_per_s[r] for r in listed], dtype=float),
+                np.array([self.kinds[r] for r in listed], dtype=str))
 
     @property
     def num_resources(self) -> int:

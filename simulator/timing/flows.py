@@ -15,6 +15,7 @@ import numpy as np
 from simulator.costs import StageCost
 from simulator.hardware.spec import Calibration
 from simulator.network.collectives import Flow, all_to_all_flow, make_flow, ring_edges, two_level_flow
+from simulator.network.sharing import flow_pairs
 from simulator.network.topology import Edge, Topology
 from simulator.placement import StagePlacement
 
@@ -73,18 +74,17 @@ class FlowIndex:
 
 
 def _flow_index(flows: list[Flow], topology: Topology) -> FlowIndex:
-    """The :class:`FlowIndex` of ``flows``: each flow's resources in the order of its loads."""
-    sizes = [len(f.loads) for f in flows]
-    count = sum(sizes)
-    flow = np.repeat(np.arange(len(flows), dtype=int), sizes)
-    resource = np.fromiter(chain.from_iterable(f.loads for f in flows), dtype=int, count=count)
+    """The :class:`FlowIndex` of ``flows`` (their pairs, :func:`~simulator.network.sharing.flow_pairs`):
+    each flow's resources in the order of its loads."""
+    pairs = flow_pairs(tuple(flows))
+    count = len(pairs.resource)
     load = np.fromiter(chain.from_iterable(f.loads.values() for f in flows), dtype=float, count=count)
-    occupancy = np.fromiter(chain.from_iterable(map(f.occupancy.__getitem__, f.loads) for f in flows), dtype=float,
-                            count=count)
-    used, slot = np.unique(resource, return_inverse=True)
-    bandwidths, kinds = topology.bandwidths_and_kinds(used.tolist())
-    return FlowIndex(flow=flow, slot=slot.reshape(-1), load=load, occupancy=occupancy, used=used,
-                     bandwidth=np.array(bandwidths, dtype=float), kinds=np.array(kinds, dtype=str))
+    used = pairs.resource[pairs.order[pairs.starts]]
+    slot = np.empty(count, dtype=np.int64)
+    slot[pairs.order] = np.repeat(np.arange(len(used)), np.diff(np.r_[pairs.starts, count]))
+    bandwidth, kinds = topology.bandwidths_and_kinds(used)
+    return FlowIndex(flow=pairs.flow, slot=slot, load=load, occupancy=pairs.occupancy, used=used,
+                     bandwidth=bandwidth, kinds=kinds)
 
 
 def all_flows(stage_flows: list[StageFlows], p2p: dict[tuple[int, int], Flow]) -> list[Flow]:

@@ -97,16 +97,17 @@ class Machine:
         """The costs of stage ``i``'s virtual stages (one per chunk)."""
         return [self.costs[c * self.pp + i] for c in range(len(self.costs) // self.pp)]
 
-    def memo(self, kind: str, i: int, what: object, compute: Callable[[], _T]) -> _T:
-        """``compute()`` for ``what`` (``id`` of a pass's cost, or a hashable key) of stage ``i``,
-        remembered for the engine's life with the bytes it counted on the stage's own flows, which
-        every further use counts again (:meth:`count_memo_bytes`)."""
+    def memo(self, kind: str, i: int, what: object, compute: Callable[..., _T], *args: Any) -> _T:
+        """``compute(*args)`` for ``what`` (``id`` of a pass's cost, or a hashable key) of stage
+        ``i``, remembered for the engine's life with the bytes it counted on the stage's own flows,
+        which every further use counts again (:meth:`count_memo_bytes`). The arguments, not a
+        closure over them: a run asks once per pass and send."""
         key = (kind, i, what)
         memo = self._memos.get(key)
         if memo is None:
             own = own_flows(self.stage_flows[i])
             before = [f.bytes_moved for f in own]
-            value = compute()
+            value = compute(*args)
             moved = [(f, f.bytes_moved - b) for f, b in zip(own, before, strict=True) if f.bytes_moved != b]
             self._memos[key] = _Memo(value, moved)
             return value
@@ -123,7 +124,7 @@ class Machine:
 
     def segments(self, i: int, cost: PassCost) -> Segments:
         """The segments of ``cost`` on stage ``i`` (remembered, :meth:`memo`)."""
-        return self.memo("segments", i, id(cost), lambda: self.segments_of(i, cost))
+        return self.memo("segments", i, id(cost), self.segments_of, i, cost)
 
     def segments_of(self, i: int, cost: PassCost) -> Segments:
         """The segments of ``cost`` on stage ``i`` (and count the bytes they move): the TP

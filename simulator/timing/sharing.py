@@ -85,7 +85,7 @@ class SharingTiming:
         (what whole-pass booking books), as one :meth:`~simulator.network.sharing.SharingNetwork.sequence`."""
         machine = self.machine
         net, stats = self.network, machine.stats[i]
-        shared = machine.memo("phases", i, id(cost), lambda: self._phases(i, cost))
+        shared = machine.memo("phases", i, id(cost), self._phases, i, cost)
         machine.events += 2 * shared.segments.count
         start = machine.env.now
         times = yield net.sequence(shared.plan)
@@ -141,7 +141,7 @@ class SharingTiming:
         machine = self.machine
         now = machine.env.now
         per_edge = machine.p2p_bytes(flow, i, size_bytes)
-        send = machine.memo("send", dst, (i, size_bytes), lambda: self._shared_send(flow, dst, size_bytes, per_edge))
+        send = machine.memo("send", dst, (i, size_bytes), self._shared_send, flow, dst, size_bytes, per_edge)
         if send.parts is None:
             done = self.network.sequence(send.both)
             if machine.record:

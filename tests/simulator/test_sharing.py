@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from simulator import load_hardware, load_model
 from simulator.api import simulate
 from simulator.network.collectives import Flow, make_flow
-from simulator.network.sharing import SharingNetwork, max_min_rates
+from simulator.network.sharing import SharingNetwork, constraints_of, max_min_rates
 from simulator.network.topology import topology_of
 from simulator.strategy import Strategy
 from simulator.timing import TIMINGS, SharingTiming
@@ -94,6 +94,30 @@ def test_a_train_ending_as_a_transfer_starts_on_its_flow_leaves_it_alone_and_is_
     env.run()
     assert train.processed and ends == [pytest.approx(2.0, rel=1e-12)]
     assert not any(net._trains)
+
+
+def _flow(occupancy: dict[int, float]) -> Flow:
+    """A flow of the given occupancies (s per byte per edge), one edge per resource."""
+    return Flow(name="f", kind="tp", group_size=2, loads=dict.fromkeys(occupancy, 1.0), latency_s=0.0,
+                seconds_per_byte=max(occupancy.values()), occupancy=occupancy)
+
+
+def test_constraints_are_one_per_undominated_vector_of_each_group_of_users_in_the_order_met():
+    # Resources 10, 11, 14 and 15 are used by flows 0 and 1 (vectors (1, 3), (2, 1), (0.5, 0.5)
+    # dominated by (1, 3), and (2, 1) again), 12 by flows 0 and 2, 13 by flows 1 and 2. Groups are
+    # numbered as first met walking flow 0's resources then flow 1's; a group's vectors by
+    # decreasing sum; each flow's own bottleneck is -1 - its index.
+    flows = [_flow({10: 1.0, 11: 2.0, 12: 0.5, 14: 0.5, 15: 2.0}), _flow({11: 1.0, 10: 3.0, 13: 4.0, 14: 0.5, 15: 1.0}),
+             _flow({12: 1.0, 13: 1.0})]
+    assert constraints_of(flows) == [((-1, 2.0), (0, 1.0), (1, 2.0), (2, 0.5)),
+                                     ((-2, 4.0), (0, 3.0), (1, 1.0), (3, 4.0)),
+                                     ((-3, 1.0), (2, 1.0), (3, 1.0))]
+
+
+def test_constraints_of_flows_sharing_nothing_are_their_own_bottlenecks():
+    flows = [_flow({1: 0.5}), _flow({2: 0.25, 3: 0.125}), Flow(name="empty", kind="tp", group_size=1, loads={},
+                                                              latency_s=0.0, seconds_per_byte=0.0)]
+    assert constraints_of(flows) == [((-1, 0.5),), ((-2, 0.25),), ((-3, 0.0),)]
 
 
 def test_max_min_rates_is_bertsekas_and_gallagers_example():

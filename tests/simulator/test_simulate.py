@@ -159,7 +159,7 @@ def test_remembered_passes_count_the_same_bytes_and_time_as_computed_ones(networ
 
     model, strategy = load_model("T-18B"), Strategy(tp=4, dp=2, pp=8, recompute="full", zero_stage=3)
     remembered = simulate(model, WAFER, strategy, network=network)
-    monkeypatch.setattr(Machine, "memo", lambda self, kind, i, cost, compute: compute())
+    monkeypatch.setattr(Machine, "memo", lambda self, kind, i, what, compute, *args: compute(*args))
     computed = simulate(model, WAFER, strategy, network=network)
     assert remembered.traffic_bytes == pytest.approx(computed.traffic_bytes, rel=1e-12)
     assert remembered.iteration_time_s == pytest.approx(computed.iteration_time_s, rel=1e-12)
