@@ -28,6 +28,7 @@ it stay on one wafer (``Strategy.wafer_stages``).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
@@ -227,6 +228,8 @@ class MeshTopology(Topology):
         self.mesh, self.dram = mesh, dram
         self.num_devices, self._width = mesh.num_devices, mesh.width  # the width: read on every coordinate
         self._links: dict[tuple[int, int], int] = {}
+        self._wafer_ids = [self._wafer_index(self.coord(d)) for d in range(self.num_devices)]
+        self._die_ids = [self._die_index(self.coord(d)) for d in range(self.num_devices)]
         for device in range(self.num_devices):
             for neighbour in self._neighbours(device):
                 bandwidth = self._link_bandwidth(device, neighbour)
@@ -237,6 +240,7 @@ class MeshTopology(Topology):
             for die in range(mesh.grid_dies_x * mesh.grid_dies_y)
             for p in range(mesh.dram_ports_per_die)
         ]
+        self._gateways = cache(self._edge_gateways)
         self.route = cache(self._route)  # type: ignore[method-assign]
         self.dram_route = cache(self._dram_route)  # type: ignore[method-assign]
         self.dram_routes = cache(self._dram_routes)  # type: ignore[method-assign]
@@ -313,12 +317,17 @@ class MeshTopology(Topology):
             legend="links (one segment per direction) and DRAM ports (squares beside their cores)")
 
     def node_of(self, device: int) -> int:
-        c = self.coord(device)
-        return (c.y // self.mesh.cores_y) * self.mesh.grid_dies_x + c.x // self.mesh.cores_x
+        return self._die_ids[device]
 
     def wafer_of(self, device: int) -> int:
         """The wafer holding ``device`` (wafers numbered row by row)."""
-        x, y = self._wafer_cell(self.coord(device))
+        return self._wafer_ids[device]
+
+    def _die_index(self, c: Coord) -> int:
+        return (c.y // self.mesh.cores_y) * self.mesh.grid_dies_x + c.x // self.mesh.cores_x
+
+    def _wafer_index(self, c: Coord) -> int:
+        x, y = self._wafer_cell(c)
         return y * self.mesh.wafers_x + x
 
     def _wafer_cell(self, c: Coord) -> tuple[int, int]:
@@ -356,16 +365,16 @@ class MeshTopology(Topology):
 
     def _xy_path(self, src: int, dst: int) -> list[int]:
         """Devices visited from ``src`` to ``dst``, X first then Y (both ends included)."""
-        a, b = self.coord(src), self.coord(dst)
-        step_x = 1 if b.x >= a.x else -1
-        step_y = 1 if b.y >= a.y else -1
-        path = [self.device_at(x, a.y) for x in range(a.x, b.x + step_x, step_x)]
-        path += [self.device_at(b.x, y) for y in range(a.y + step_y, b.y + step_y, step_y)]
-        return path
+        width = self._width
+        (ay, ax), (by, bx) = divmod(src, width), divmod(dst, width)
+        step_x = 1 if bx >= ax else -1
+        step_y = width if by >= ay else -width
+        corner = src + bx - ax  # (bx, ay): ids run along x in steps of 1, along y in steps of the width
+        return [*range(src, corner + step_x, step_x), *range(corner + step_y, dst + step_y, step_y)]
 
-    def _gateways(self, wafer: tuple[int, int], step: tuple[int, int]) -> list[tuple[Coord, Coord]]:
+    def _edge_gateways(self, wafer: tuple[int, int], step: tuple[int, int]) -> list[tuple[Coord, Coord]]:
         """(edge core of ``wafer``, facing core of its neighbour ``wafer + step``) of every link
-        between them, along the edge."""
+        between them, along the edge (kept per edge as ``_gateways``)."""
         mesh = self.mesh
         (wx, wy), (dx, dy) = wafer, step
         if dx:
@@ -400,17 +409,17 @@ class MeshTopology(Topology):
         return path + self._xy_path(path[-1], dst)[1:]
 
     def _route(self, src: int, dst: int) -> tuple[tuple[int, ...], float]:
-        mesh = self.mesh
-        across = mesh.wafers > 1 and self.wafer_of(src) != self.wafer_of(dst)
+        mesh, wafer, die = self.mesh, self._wafer_ids, self._die_ids
+        across = mesh.wafers > 1 and wafer[src] != wafer[dst]
         path = self._wafer_path(src, dst) if across else self._xy_path(src, dst)
         hops = list(zip(path, path[1:], strict=False))
-        links = tuple(self._links[hop] for hop in hops)
-        wafer_hops = sum(1 for u, v in hops if self.wafer_of(u) != self.wafer_of(v)) if across else 0
+        links = tuple(map(self._links.__getitem__, hops))
+        wafer_hops = _changes([wafer[d] for d in path]) if across else 0
         on_wafer = len(hops) - wafer_hops
         if mesh.inter_die_hop_latency_s is None:
             latency = on_wafer * mesh.hop_latency_s
         else:
-            crossing = sum(1 for u, v in hops if self.node_of(u) != self.node_of(v)) - wafer_hops
+            crossing = _changes([die[d] for d in path]) - wafer_hops
             latency = (on_wafer - crossing) * mesh.hop_latency_s + crossing * mesh.inter_die_hop_latency_s
         if wafer_hops:
             assert mesh.inter_wafer_hop_latency_s is not None  # Mesh requires it with several wafers
@@ -464,6 +473,11 @@ class MeshTopology(Topology):
             return super().dram_routes(device)
         ports = self._die_ports(device)
         return [(*self._port_route(device, port, core), 1.0 / len(ports)) for port, core in ports]
+
+
+def _changes(labels: list[int]) -> int:
+    """How many neighbours of ``labels`` differ (the hops of a path that leave a die or wafer)."""
+    return sum(map(operator.ne, labels, labels[1:]))
 
 
 def _cycle(rows: list[list[int]]) -> tuple[int, ...]:

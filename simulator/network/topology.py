@@ -170,14 +170,17 @@ class Topology:
         DRAM stream, or (source, destination, share) for an edge carrying ``share`` of an edge's
         bytes (:meth:`channel_edges`)."""
         loads: dict[int, float] = {}
+        get, route_of, dram_routes_of = loads.get, self.route, self.dram_routes
         latency = edges = 0.0
         for route in routes:
             src, dst, share = route if len(route) == 3 else (*route, 1.0)
-            parts = self.dram_routes(src) if dst < 0 else [(*self.route(src, dst), 1.0)]
+            parts = dram_routes_of(src) if dst < 0 else [(*route_of(src, dst), 1.0)]
             for resources, route_latency, part in parts:
+                weight = share * part
                 for r in resources:
-                    loads[r] = loads.get(r, 0.0) + share * part
-                latency = max(latency, route_latency)
+                    loads[r] = get(r, 0.0) + weight
+                if route_latency > latency:
+                    latency = route_latency
             edges += share
         return loads, latency, edges
 
