@@ -269,10 +269,10 @@ class Table:
             InputError: missing, not a (finite) number, or out of range.
         """
         value = self._get(key)
-        kind = "integer" if integer else "number"
+        kind, article = ("integer", "an") if integer else ("number", "a")
         ok_type = isinstance(value, int) and not isinstance(value, bool) if integer else _is_number(value)
         if not ok_type or not math.isfinite(value):
-            raise self.error(f"key '{key}' must be a {kind}, got {_show(value)}")
+            raise self.error(f"key '{key}' must be {article} {kind}, got {_show(value)}")
         above = value >= minimum if inclusive else value > minimum
         if not above or value > maximum:
             wanted = _range(kind, minimum, inclusive, maximum)

@@ -69,6 +69,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {"reshard_after_forward": RESHARDS, "zero
 _FLAGS = ("overlap_data_parallel",)
 _OVERHEAD_KEYS = ("collective_call_overhead_us", "collective_call_overhead_s")
 _THRESHOLD = "zero3_persistence_threshold"
+_COPIES = "zero3_gather_copies_per_rank"
 _CLASS_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "weight_formats": (WEIGHT_CLASSES, tuple(FORMAT_BYTES)), "math_fidelities": (FIDELITY_CLASSES, MATH_FIDELITIES)}
 _KV, _TILES, _REDUCTION = "kv_cache_format", "small_m_gemm_tiles", "zero3_reduction_format"
@@ -77,8 +78,8 @@ _COUNTS = ("decode_key_chunk", "decode_data_movement_ops", "decode_gemm_readers_
            "prefill_gemm_grid_y")
 _SERVING_FIELDS = (_KV, _TILES, *_COUNTS, "sampling", "host_read_bandwidth_bytes_per_s", "host_step_overhead_s")
 _ELEMENTWISE = "elementwise_bytes_per_element"
-KNOWN_KEYS = (*_FLAGS, *_CHOICES, _THRESHOLD, *_OVERHEAD_KEYS, _KV, _TILES, *_COUNTS, *_HOST_KEYS, *_CLASS_TABLES,
-              _ELEMENTWISE, _REDUCTION)
+KNOWN_KEYS = (*_FLAGS, *_CHOICES, _THRESHOLD, _COPIES, *_OVERHEAD_KEYS, _KV, _TILES, *_COUNTS, *_HOST_KEYS,
+              *_CLASS_TABLES, _ELEMENTWISE, _REDUCTION)
 """The keys a ``[stack]`` table may give (each with its ``_source``, or a table of classes)."""
 
 
@@ -169,6 +170,6 @@ def _value(table: Table, key: str) -> tuple[str, Any]:
         return key, table.take_string(key, tuple(FORMAT_BYTES))
     if key == _TILES:
         return key, _tiles(table)
-    if key in _COUNTS:
+    if key in (*_COUNTS, _COPIES):
         return key, int(table.take_quantity(key, integer=True)[1])
     return table.take_quantity(key)

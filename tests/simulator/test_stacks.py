@@ -52,6 +52,8 @@ def test_presets_load_and_megatron_core_is_the_default():
     ("[stack]\ncollective_call_overhead_us = -1\ncollective_call_overhead_us_source = \"x\"\n",
      "mine.toml [stack]: key 'collective_call_overhead_us' must be in [0, 1,000,000] us"),
     ("[stak]\n", "mine.toml: missing key 'stack'"),
+    ("[stack]\nzero3_gather_copies_per_rank = 1.5\nzero3_gather_copies_per_rank_source = \"x\"\n",
+     "mine.toml [stack]: key 'zero3_gather_copies_per_rank' must be an integer, got 1.5"),
     ("[stack]\nselective_recompute = \"op\"\nselective_recompute_source = \"x\"\n",
      "mine.toml [stack]: key 'selective_recompute' must be one of ['attention_core', 'alternate_matmuls'], got 'op'"),
     ("[stack]\nzero3_reduction_format = \"float32\"\nzero3_reduction_format_source = \"x\"\n",
@@ -89,6 +91,19 @@ def test_each_call_costs_the_stacks_overhead():
     with_overhead = simulate(SMALL, A100, ZERO3, stack=DEEPSPEED).iteration_time_s
     without = simulate(SMALL, A100, ZERO3, stack=free).iteration_time_s
     assert with_overhead - without == pytest.approx(3 * 8 * DEEPSPEED.collective_call_overhead_s, rel=1e-9)
+
+
+def test_each_gather_launches_a_copy_per_rank():
+    # the 8 tensors above gathered in the forward and again in the backward, each gather copying
+    # one chunk per rank of the dp = 2 group out of NCCL's flat buffer at the hardware's launch cost
+    assert DEEPSPEED.zero3_gather_copies_per_rank == 1
+    none = dataclasses.replace(DEEPSPEED, zero3_gather_copies_per_rank=0)
+    wider = dataclasses.replace(ZERO3, dp=4, global_batch_size=4)
+    for strategy in (ZERO3, wider):
+        with_copies = simulate(SMALL, A100, strategy, stack=DEEPSPEED).iteration_time_s
+        without = simulate(SMALL, A100, strategy, stack=none).iteration_time_s
+        assert with_copies - without == pytest.approx(2 * 8 * strategy.dp * A100.calibration.kernel_overhead_s,
+                                                      rel=1e-9)
 
 
 def test_per_parameter_gathers_are_more_calls_of_the_units_tensors():
