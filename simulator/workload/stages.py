@@ -464,9 +464,12 @@ def _sram_plan(groups: Sequence[Group], hardware: Hardware, fields: sram.PlanFie
 
 
 def _replicas_per_chip(hardware: Hardware, strategy: Strategy) -> int | None:
-    """:func:`simulator.workload.sram.replicas_per_chip` on a mesh of chips (None elsewhere)."""
+    """:func:`simulator.workload.sram.replicas_per_chip` on a mesh of chips joined by tt-metal's
+    collective library (``die_collectives = "hierarchical"``: each chip's replicas read the copy
+    its own DRAM holds); None elsewhere: one fabric (a single chip, a wafer's dies, PALM's flat
+    collectives) multicasts a weight read once to every replica of the stage."""
     network = hardware.network
-    if not isinstance(network, Mesh):
+    if not isinstance(network, Mesh) or network.die_collectives != "hierarchical":
         return None
     return sram.replicas_per_chip(strategy, network.cores_x * network.cores_y)
 

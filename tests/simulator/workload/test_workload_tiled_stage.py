@@ -103,6 +103,18 @@ def test_replicas_per_chip_counts_whole_replica_groups(tp, cp, dp, cores, expect
     assert replicas_per_chip(Strategy(tp=tp, cp=cp, dp=dp), cores) == expected
 
 
+def test_a_wafer_multicasts_weights_to_replicas_on_other_dies():
+    # T-145B at TP 8 / DP 8 on the tiled wafer: a die holds two 8-core replicas; the wafer's dies are
+    # one fabric (flat collectives), so all eight share each weight read; chips joined by tt-metal's
+    # collective library (hierarchical) read it once per chip
+    model, strategy = gpt(), Strategy(tp=8, pp=20, dp=8, recompute="full")
+    tiled = replace(wafer(), memory=replace(wafer().memory, dram=replace(wafer().memory.dram, dataflow="tiled")))
+    chips = replace(tiled, network=replace(tiled.network, die_collectives="hierarchical"))
+    assert tiled.network.cores_x * tiled.network.cores_y // strategy.tp < strategy.dp
+    one_fabric, per_chip = (build_stage_costs(model, hw, strategy)[1] for hw in (tiled, chips))
+    assert one_fabric.forward.dram_bytes < per_chip.forward.dram_bytes
+
+
 def test_a_stage_that_fits_moves_nothing_under_both_dataflows():
     ops = operators.transformer_layer(gpt(hidden=256, heads=4, sequence=64), Strategy(tp=1))
     for planner in (plan_stage, plan_stage_tiled):
