@@ -56,6 +56,8 @@ class Calibration:
         fused_attention_efficiency: achieved / peak flop/s of the fused attention kernel
             (FlashAttention) on the flops it executes (0, 1]; None where no such kernel is stated
             (attention then runs unfused).
+        fused_attention_backward_efficiency: the same of the kernel's backward pass, on its
+            flops (2.5 times the forward's); None: ``fused_attention_efficiency``.
         fp8_gemm_efficiency: achieved / peak flop/s of a large FP8 GEMM against the FP8 peak
             (0, 1]; None where the hardware runs no FP8 GEMM (precision ``fp8`` is then refused).
         sources: the ``source`` string of each of the above, by attribute name.
@@ -67,6 +69,7 @@ class Calibration:
     p2p_efficiency: float
     kernel_overhead_s: float
     fused_attention_efficiency: float | None = None
+    fused_attention_backward_efficiency: float | None = None
     fp8_gemm_efficiency: float | None = None
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 

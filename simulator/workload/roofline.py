@@ -147,8 +147,10 @@ def format_peak_flop_per_s(hardware: Hardware, precision: str, fidelity: str | N
         ) from None
 
 
-def operator_s(op: Operator, factor: float, kernels: int, hardware: Hardware, peak: float, group: int = 1) -> float:
-    """Roofline time of ``factor`` x the operator's flops and bytes, plus ``kernels`` launches (s).
+def operator_s(op: Operator, factor: float, kernels: int, hardware: Hardware, peak: float, group: int = 1,
+               *, backward: bool = False) -> float:
+    """Roofline time of ``factor`` x the operator's flops and bytes, plus ``kernels`` launches (s);
+    fused attention's ``backward`` kernel at its own efficiency where the hardware states one.
 
     On a tiled chip that states its data movement, a GEMM with weights takes at least its K
     loop on its ``group`` of cores (tensor-parallel, sharing its input where it is
@@ -174,7 +176,8 @@ def operator_s(op: Operator, factor: float, kernels: int, hardware: Hardware, pe
     if op.kind == "gemm":
         efficiency *= hardware.compute.gemm_efficiency(op.rows, op.columns, op.tile)
     elif op.kind == "attention":
-        efficiency = cal.fused_attention_efficiency or cal.gemm_efficiency
+        efficiency = ((backward and cal.fused_attention_backward_efficiency) or cal.fused_attention_efficiency
+                      or cal.gemm_efficiency)
     compute = factor * op.flops * op.executed_fraction / (peak * efficiency)
     bandwidth = hardware.memory.operand_bandwidth_bytes_per_s * cal.memory_bound_efficiency
     serial_s = factor * op.serial_bytes / bandwidth
@@ -210,7 +213,8 @@ def _pass_times(ops: Sequence[Operator], hardware: Hardware, peak: float, group:
     a GEMM's backward is two GEMMs as large, an element-wise operator's one pass, fused
     attention's its own kernel."""
     forward = sum(operator_s(op, 1.0, op.launches, hardware, peak, group) for op in ops)
-    backward = sum(operator_s(op, FUSED_ATTENTION_BACKWARD, 1, hardware, peak) if op.kind == "attention" else
+    backward = sum(operator_s(op, FUSED_ATTENTION_BACKWARD, 1, hardware, peak, backward=True)
+                   if op.kind == "attention" else
                    operator_s(op, 2.0, 2 if op.kind == "gemm" else 1, hardware, peak) for op in ops)
     return forward, backward
 

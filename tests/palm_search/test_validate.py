@@ -26,12 +26,12 @@ REPOSITORY_DATA = Path(__file__).resolve().parents[2] / "studies" / "validation"
 # model gives (Korthikanti Table 5: 3.8% / 9.3%, Table 4: 3.9% / 6.1%, both on data the
 # calibration was not built from; PALM Table IV: 2.8% / 6.9%, the authors' code 8.0% mean) so
 # that a change making them worse fails
-# Megatron-Bridge on DGX H100 (FP8, today's recipes): held near what the model gives, 6.6% mean
-# and 20.4% max (a 2024 NeMo 24.07 row, slower software than the 2025-26 releases' 1-8%), on an
+# Megatron-Bridge on DGX H100 (FP8, today's recipes): held near what the model gives, 5.4% mean
+# and 16.3% max (a 2024 NeMo 24.07 row, slower software than the 2025-26 releases' 1-5%), on an
 # H100 calibration from microbenchmarks only
 GUARDS = [("narayanan-table1", 10, 0.05, 0.10), ("narayanan-table2", 6, 0.05, 0.10),
           ("korthikanti-table5", 8, 0.05, 0.10), ("korthikanti-table4", 10, 0.05, 0.08),
-          ("palm-table4", 6, 0.05, 0.08), ("megatron-bridge-h100", 7, 0.08, 0.22)]
+          ("palm-table4", 6, 0.05, 0.08), ("megatron-bridge-h100", 7, 0.06, 0.17)]
 
 
 @pytest.mark.slow
@@ -47,9 +47,9 @@ def test_suite_errors_within_their_tolerance(suite, rows, mean, worst):
 # megatron-bridge-h100-moe (Megatron-Bridge 25.11-26.04.01, the DGX-H100 MoE rows): the issue's
 # target (mean <= 15%, no row above 30%) is not met: a simulated MoE layer runs 2-3.4x faster
 # than the published ones wherever its all-to-all stays on NVLink (the suite's SOURCE.md); held
-# near what the model gives, 67.6% mean and 204.1% max over the 7 counted rows (GPT-OSS 25.11
+# near what the model gives, 65.0% mean and 195.6% max over the 7 counted rows (GPT-OSS 25.11
 # does not fit as printed: -100%), as a regression guard. Qwen3-235B-A22B (expert TP 1 under
-# TP 2, EP 32 spanning TP ranks) lands within 6% of its two counted rows.
+# TP 2, EP 32 spanning TP ranks) lands within 7% of its two counted rows.
 MOE_COUNTED = {"GPT-OSS-120B bf16 64 GPUs 26.04.01", "Qwen3-30B-A3B fp8 16 GPUs 26.04.01",
                "Qwen3-30B-A3B fp8 16 GPUs 26.02.01", "GPT-OSS-120B bf16 64 GPUs 25.11",
                "Qwen3-30B-A3B fp8 16 GPUs 25.11", "Qwen3-235B-A22B fp8 256 GPUs 26.04.01",
@@ -62,9 +62,9 @@ def test_megatron_bridge_moe_counts_each_configuration_once_within_its_guard():
     assert {r.case for r in rows if r.measured} == MOE_COUNTED
     reported = [r for r in rows if r.excluded_as == "reported"]
     assert len(reported) == 8 and all(r.predicted > 0 and not r.measured for r in reported)
-    assert all(abs(r.error) <= 0.06 for r in rows if r.case.startswith("Qwen3-235B-A22B") and r.measured)
+    assert all(abs(r.error) <= 0.07 for r in rows if r.case.startswith("Qwen3-235B-A22B") and r.measured)
     stats = summary(rows)["megatron-bridge-h100-moe"]
-    assert stats["rows"] == 15 and stats["mean_abs_error"] <= 0.68 and stats["max_abs_error"] <= 2.05
+    assert stats["rows"] == 15 and stats["mean_abs_error"] <= 0.66 and stats["max_abs_error"] <= 1.97
 
 
 def test_validation_data_is_read_from_the_running_checkout():
@@ -220,14 +220,14 @@ def test_table2_zero3_rows_under_the_deepspeed_2021_stack():
 
 
 # torchtitan's Llama 3.1 H100 rows under the torchtitan stacks (compiled, eager) on its 500 W hosts:
-# target <= 10% mean, no row above 20%, not met; held at what the model gives (34.4% mean, 96.7% max,
-# by model 41.3% / 22.0% / 32.3%), every row over-predicted; the 70B and 405B rows at 8k tokens within
+# target <= 10% mean, no row above 20%, not met; held at what the model gives (30.9% mean, 93.1% max,
+# by model 37.2% / 20.8% / 27.8%), every row over-predicted; the 70B and 405B rows at 8k tokens within
 # 15%; the eager stack sets the compile column apart; the float8 rowwise rows the worst (SOURCE.md).
 def test_torchtitan_h100_rows_under_the_torchtitan_stacks():
     rows = run_suites(["torchtitan-h100"], data_dir=REPOSITORY_DATA, jobs=1)
     stats = summary(rows)["torchtitan-h100"]
-    assert stats["rows"] == 30 and stats["mean_abs_error"] <= 0.345 and stats["max_abs_error"] <= 0.97
-    assert all(0.05 < r.error < 0.97 for r in rows)
+    assert stats["rows"] == 30 and stats["mean_abs_error"] <= 0.31 and stats["max_abs_error"] <= 0.94
+    assert all(0.0 < r.error < 0.94 for r in rows)
     short = [r for r in rows if r.group != "llama3.1-8b" and "seq 8192 " in r.case + " " and "rowwise" not in r.case]
     assert len(short) == 8 and all(r.error < 0.15 for r in short)
     by_case = {r.case: r for r in rows}

@@ -42,9 +42,17 @@ def test_its_time_is_the_executed_flops_at_the_kernels_efficiency():
     peak = peak_flop_per_s(H100, strategy)
     forward, backward = _pass_times([fused], H100, peak)
     efficiency = H100.calibration.fused_attention_efficiency
+    backward_efficiency = H100.calibration.fused_attention_backward_efficiency
+    assert backward_efficiency is not None and backward_efficiency < efficiency  # FlashAttention-2 on H100
     overhead = H100.calibration.kernel_overhead_s
     assert forward == pytest.approx(fused.flops * 0.5 / (peak * efficiency) + overhead)
-    assert backward == pytest.approx(FUSED_ATTENTION_BACKWARD * fused.flops * 0.5 / (peak * efficiency) + overhead)
+    assert backward == pytest.approx(FUSED_ATTENTION_BACKWARD * fused.flops * 0.5 / (peak * backward_efficiency)
+                                     + overhead)
+    # a hardware stating no backward figure runs the backward at the forward's
+    same = dataclasses.replace(H100, calibration=dataclasses.replace(H100.calibration,
+                                                                     fused_attention_backward_efficiency=None))
+    assert _pass_times([fused], same, peak)[1] == pytest.approx(
+        FUSED_ATTENTION_BACKWARD * fused.flops * 0.5 / (peak * efficiency) + overhead)
 
 
 def test_fused_attention_stashes_what_selective_recompute_stashes():
