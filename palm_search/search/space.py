@@ -96,12 +96,15 @@ class DegreeWalk:
         else:
             base = Strategy.from_dict(dict(spec.fixed))
             self.degrees = (ParallelDegrees.of(base),)
-        self.found: list[DegreePlans] = []
+        self.found: dict[ParallelDegrees, DegreePlans] = {}
 
     def _plans(self, degrees: ParallelDegrees) -> DegreePlans:
-        found = degree_plans(self.space.model, self.hardware, degrees, searched=self.space.searched,
-                             fixed=self.fixed, microbatch_choices=self.space.microbatch_choices, stack=self.stack)
-        self.found.append(found)
+        """The pre-screen of ``degrees``, made once."""
+        found = self.found.get(degrees)
+        if found is None:
+            found = self.found[degrees] = degree_plans(
+                self.space.model, self.hardware, degrees, searched=self.space.searched, fixed=self.fixed,
+                microbatch_choices=self.space.microbatch_choices, stack=self.stack)
         return found
 
     def __iter__(self) -> Iterator[tuple[dict, Candidate]]:
@@ -111,11 +114,18 @@ class DegreeWalk:
     def blocks(self) -> Iterator[Block]:
         """The walk's points as blocks (:func:`walk_blocks`), one per set of degrees with a
         fitting plan; iterate once, as the walk itself."""
-        for degrees in self.degrees[len(self.found):]:
+        for degrees in self.degrees:
             found = self._plans(degrees)
             if found.fitting:
                 space = replace(self.space, plans=plans_tree([found]), degree_choices=(degrees,))
                 yield from walk_blocks(SpaceBuilder(space=space, hardware=self.hardware, fixed=self.fixed))
+
+    def fitting_plans(self) -> int:
+        """The plans (:data:`spaces.feasible.Plan`) that fit memory, every set of degrees
+        pre-screened: at most the plans the walk's blocks hold, each fitting plan being one or
+        more of them (under ZeRO-3 one per shard group offered, under a searched partition one
+        per partition), so a walk can be known too large to screen before it is walked."""
+        return sum(len(self._plans(degrees).fitting) for degrees in self.degrees)
 
     def builder(self) -> SpaceBuilder:
         """The study's builder, every set of degrees pre-screened (those the walk has not reached now).
@@ -123,9 +133,7 @@ class DegreeWalk:
         Raises:
             InputError: no plan of the space fits the devices' memory.
         """
-        for degrees in self.degrees[len(self.found):]:
-            self._plans(degrees)
-        plans = plans_tree(self.found)
+        plans = plans_tree([self._plans(degrees) for degrees in self.degrees])
         if not plans.fitting:
             raise InputError(f"study: no mapping of {self.space.model.name} fits the memory of {self.hardware.name!r}"
                              f" ({plans.plans} plans of degrees, microbatch, schedule, recompute, sequence"
@@ -386,6 +394,10 @@ class ServingWalk:
                 plans = [({"users": users, **_named(params, users)}, strategy) for params, strategy in block.plans]
                 layouts = [(_named(params, users), values) for params, values in block.layouts]
                 yield Block(plans, layouts, block.hardware)
+
+    def fitting_plans(self) -> int:
+        """:meth:`DegreeWalk.fitting_plans` summed over the numbers of users."""
+        return sum(walk.fitting_plans() for walk in self.walks.values())
 
     def builder(self) -> UsersBuilder:
         """The study's builder over the numbers of users some mapping fits.
