@@ -186,6 +186,7 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
     walk = ServingWalk(spec, model, hardware) if spec.serving else DegreeWalk(spec, model, hardware)
     known = storage_for(run_dir, storage) if storage or (run_dir / JOURNAL).is_file() else None
     target, stack = serving_target(spec), load_stack(spec.stack)
+    walk.prescreen(jobs)
     points, screened = _walks(spec, model, walk, None if known and _queued(known, spec.name) else jobs, target, stack)
     build = walk.builder()
     if target is not None and screened is not None and screened.running is not None:

@@ -12,8 +12,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from itertools import islice
 
+from joblib import Parallel, delayed
+
 from palm_search.search.study import DEFAULT_MICROBATCH_SIZES, DEFAULT_USERS, StudySpec
-from simulator import Hardware, InputError, ModelSpec, Strategy, load_stack
+from simulator import Hardware, InputError, ModelSpec, Stack, Strategy, load_stack
 from spaces import (
     Candidate,
     DegreePlans,
@@ -120,6 +122,21 @@ class DegreeWalk:
                 space = replace(self.space, plans=plans_tree([found]), degree_choices=(degrees,))
                 yield from walk_blocks(SpaceBuilder(space=space, hardware=self.hardware, fixed=self.fixed))
 
+    def prescreen(self, jobs: int, backend: str | None = None) -> None:
+        """Pre-screen the sets of degrees not pre-screened yet on ``jobs`` joblib workers (on
+        ``backend``; one job: none, :meth:`_plans` makes each when asked), in
+        :data:`PRESCREEN_RUNS_PER_JOB` runs of neighbouring sets per worker (neighbours share most
+        units a check builds, kept per process); the same :class:`DegreePlans` either way."""
+        left = [degrees for degrees in self.degrees if degrees not in self.found]
+        if jobs <= 1 or len(left) < 2:
+            return
+        size = -(-len(left) // (jobs * PRESCREEN_RUNS_PER_JOB))
+        runs = [left[k:k + size] for k in range(0, len(left), size)]
+        done = Parallel(n_jobs=jobs, backend=backend, batch_size=1)(
+            delayed(_prescreen_run)(self.space, self.hardware, self.fixed, self.stack, run) for run in runs)
+        for found in (found for run in done for found in run):
+            self.found[found.degrees] = found
+
     def fitting_plans(self) -> int:
         """The plans (:data:`spaces.feasible.Plan`) that fit memory, every set of degrees
         pre-screened: at most the plans the walk's blocks hold, each fitting plan being one or
@@ -141,6 +158,18 @@ class DegreeWalk:
         fitting = tuple(d for d in self.degrees if d.label in plans.allowed())
         return SpaceBuilder(space=replace(self.space, plans=plans, degree_choices=fitting), hardware=self.hardware,
                             fixed=self.fixed)
+
+
+PRESCREEN_RUNS_PER_JOB = 4
+"""Runs of sets of degrees per worker in a parallel pre-screen (:meth:`DegreeWalk.prescreen`):
+joblib hands each to the next free worker, so uneven runs even out."""
+
+
+def _prescreen_run(space: SearchedSpace, hardware: Hardware, fixed: dict, stack: Stack,
+                   run: list[ParallelDegrees]) -> list[DegreePlans]:
+    """A worker's task: :func:`spaces.degree_plans` of each set of degrees in ``run``."""
+    return [degree_plans(space.model, hardware, degrees, searched=space.searched, fixed=fixed,
+                         microbatch_choices=space.microbatch_choices, stack=stack) for degrees in run]
 
 
 def _fixed_degrees(spec: StudySpec) -> ParallelDegrees | None:
@@ -394,6 +423,11 @@ class ServingWalk:
                 plans = [({"users": users, **_named(params, users)}, strategy) for params, strategy in block.plans]
                 layouts = [(_named(params, users), values) for params, values in block.layouts]
                 yield Block(plans, layouts, block.hardware)
+
+    def prescreen(self, jobs: int, backend: str | None = None) -> None:
+        """:meth:`DegreeWalk.prescreen` of each number of users."""
+        for walk in self.walks.values():
+            walk.prescreen(jobs, backend)
 
     def fitting_plans(self) -> int:
         """:meth:`DegreeWalk.fitting_plans` summed over the numbers of users."""
