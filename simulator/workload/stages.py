@@ -305,14 +305,11 @@ def _merge(collectives: Sequence[tuple[tuple[Collective, ...], int]]) -> tuple[C
 
 def _groups(entries: Sequence[Item]) -> list[Group]:
     """Identical units of a stage with their counts (in first-seen order)."""
-    counted: dict[int, list] = {}  # id -> [unit, count], in first-seen order
+    counted: dict[int, Group] = {}  # by the unit's id, in first-seen order
     for _, unit in entries:
         seen = counted.get(id(unit))
-        if seen is None:
-            counted[id(unit)] = [unit, 1]
-        else:
-            seen[1] += 1
-    return [(unit, count) for unit, count in counted.values()]
+        counted[id(unit)] = (unit, 1 if seen is None else seen[1] + 1)
+    return list(counted.values())
 
 
 def dp_collectives(parameters: float, strategy: Strategy, hardware: Hardware) -> tuple[Collective, ...]:
