@@ -124,14 +124,19 @@ class DegreeWalk:
 
     def prescreen(self, jobs: int, backend: str | None = None) -> None:
         """Pre-screen the sets of degrees not pre-screened yet on ``jobs`` joblib workers (on
-        ``backend``; one job: none, :meth:`_plans` makes each when asked), in
-        :data:`PRESCREEN_RUNS_PER_JOB` runs of neighbouring sets per worker (neighbours share most
-        units a check builds, kept per process); the same :class:`DegreePlans` either way."""
+        ``backend``; one job: none, :meth:`_plans` makes each when asked), the same
+        :class:`DegreePlans` either way. Sets differing only in ``pp`` and ``dp`` go to one
+        worker (their checks build the same units, kept per process), in
+        :data:`PRESCREEN_RUNS_PER_JOB` runs per worker of about equal numbers of sets."""
         left = [degrees for degrees in self.degrees if degrees not in self.found]
         if jobs <= 1 or len(left) < 2:
             return
-        size = -(-len(left) // (jobs * PRESCREEN_RUNS_PER_JOB))
-        runs = [left[k:k + size] for k in range(0, len(left), size)]
+        alike: dict[ParallelDegrees, list[ParallelDegrees]] = {}
+        for degrees in left:
+            alike.setdefault(degrees._replace(pp=1, dp=1), []).append(degrees)
+        runs: list[list[ParallelDegrees]] = [[] for _ in range(min(jobs * PRESCREEN_RUNS_PER_JOB, len(alike)))]
+        for group in sorted(alike.values(), key=len, reverse=True):  # largest first, to the shortest run
+            min(runs, key=len).extend(group)
         done = Parallel(n_jobs=jobs, backend=backend, batch_size=1)(
             delayed(_prescreen_run)(self.space, self.hardware, self.fixed, self.stack, run) for run in runs)
         for found in (found for run in done for found in run):

@@ -102,8 +102,13 @@ def state_sharding(strategy: Strategy, *, expert: bool = False) -> StateSharding
     (:attr:`~simulator.strategy.Strategy.expert_replicas`: Megatron-Core's distributed optimizer
     shards expert states over the expert-data-parallel group).
     """
+    return _sharding(strategy, state_bytes_per_parameter(strategy), expert)
+
+
+def _sharding(strategy: Strategy, per_parameter: StateBytes, expert: bool) -> StateSharding:
+    """:func:`state_sharding` of the bytes ``per_parameter`` it gives."""
     dp = strategy.expert_replicas if expert else strategy.zero_shards
-    return StateSharding(per_parameter=state_bytes_per_parameter(strategy),
+    return StateSharding(per_parameter=per_parameter,
                          weights_shards=dp if strategy.shards_weights else 1,
                          gradients_shards=dp if strategy.shards_gradients else 1,
                          optimizer_shards=dp if strategy.shards_optimizer_states else 1)
@@ -118,10 +123,11 @@ def sharded_state_bytes(parameters: float, strategy: Strategy, *, expert: bool =
 def stage_state_bytes(parameters: float, experts: float, strategy: Strategy) -> StateBytes:
     """Model states of a device holding ``parameters``, ``experts`` of them in routed experts
     (sharded over the expert replicas: :func:`sharded_state_bytes`)."""
+    per_parameter = state_bytes_per_parameter(strategy)
     if not experts:
-        return sharded_state_bytes(parameters, strategy)
-    dense = sharded_state_bytes(parameters - experts, strategy)
-    routed = sharded_state_bytes(experts, strategy, expert=True)
+        return _sharding(strategy, per_parameter, False).of(parameters)
+    dense = _sharding(strategy, per_parameter, False).of(parameters - experts)
+    routed = _sharding(strategy, per_parameter, True).of(experts)
     return StateBytes(weights_bytes=dense.weights_bytes + routed.weights_bytes,
                       gradients_bytes=dense.gradients_bytes + routed.gradients_bytes,
                       optimizer_bytes=dense.optimizer_bytes + routed.optimizer_bytes)
