@@ -173,7 +173,8 @@ def make_sampler(spec: StudySpec, exhaustive: bool) -> optuna.samplers.BaseSampl
 
 def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, jobs: int = 1,
                 deterministic: bool = True) -> Search:
-    """Load the model and machine, open (or resume) the study, enqueue the exhaustive walk or
+    """Load the model and machine, pre-screen the space's plans for memory on ``jobs`` workers
+    (:meth:`DegreeWalk.prescreen`), open (or resume) the study, enqueue the exhaustive walk or
     start the screen (:func:`.screen.start_screen`, on the workers of the joblib backend in use).
 
     With sampler ``exhaustive`` (or ``auto`` when the space has at most ``trials`` points) every

@@ -71,8 +71,8 @@ def candidate_builder(spec: StudySpec, model: ModelSpec, hardware: Hardware) -> 
 
 class DegreeWalk:
     """The space's points, walked one set of parallel degrees at a time, each set pre-screened for
-    memory (:func:`spaces.degree_plans`) when the walk reaches it: a walk in a thread then
-    overlaps the pre-screen with the screen's estimates. The points and their order are those of
+    memory (:func:`spaces.degree_plans`) once: when the walk reaches it, or before, all of them
+    on the search's workers (:meth:`prescreen`). The points and their order are those of
     walking :meth:`builder` (the degrees are the walk's first choice). Iterate once, then call
     :meth:`builder` (not while a thread is still iterating)."""
 

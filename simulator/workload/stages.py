@@ -202,15 +202,27 @@ class VirtualStage:
     layers: int
 
     @classmethod
-    def of(cls, entries: Sequence[Item]) -> VirtualStage:
-        """The stage of ``entries``."""
+    def of(cls, entries: Sequence[Item], alike: dict[tuple[int, ...], VirtualStage] | None = None) -> VirtualStage:
+        """The stage of ``entries``; what it holds is taken from the stage in ``alike`` (by its
+        units' ids in order, added there if new) whose units are the same (a split's stages of
+        the same length)."""
+        units = tuple(map(id, (unit for _, unit in entries)))
+        same = None if alike is None else alike.get(units)
+        layers = sum(1 for name, _ in entries if name.startswith("layer"))
+        if same is not None:
+            return cls(entries=tuple(entries), groups=same.groups, key=same.key, parameters=same.parameters,
+                       expert_parameters=same.expert_parameters, fp8_parameter_bytes=same.fp8_parameter_bytes,
+                       layers=layers)
         groups = tuple(_groups(entries))
-        return cls(entries=tuple(entries), groups=groups, key=tuple((id(unit), n) for unit, n in groups),
-                   parameters=sum(unit.parameters * count for unit, count in groups),
-                   expert_parameters=sum(unit.expert_parameters * count for unit, count in groups),
-                   fp8_parameter_bytes=sum(op.parameter_bytes * count for unit, count in groups for op in unit.ops
-                                           if op.fp8),
-                   layers=sum(1 for name, _ in entries if name.startswith("layer")))
+        stage = cls(entries=tuple(entries), groups=groups, key=tuple((id(unit), n) for unit, n in groups),
+                    parameters=sum(unit.parameters * count for unit, count in groups),
+                    expert_parameters=sum(unit.expert_parameters * count for unit, count in groups),
+                    fp8_parameter_bytes=sum(op.parameter_bytes * count for unit, count in groups for op in unit.ops
+                                            if op.fp8),
+                    layers=layers)
+        if alike is not None:
+            alike[units] = stage
+        return stage
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,10 +276,11 @@ def _split(kept: _KeptUnits, strategy: Strategy) -> tuple[VirtualStage, ...]:
         items, first, last = kept.units.items, kept.units.first, kept.units.last
         counts = _partition(items, first, last, key[1], strategy.stage_layers, strategy.partition)
         starts = [sum(counts[:index]) for index in range(len(counts))]
+        alike: dict[tuple[int, ...], VirtualStage] = {}
         stages = kept.splits[key] = tuple(VirtualStage.of(
             ([("embedding", first)] if first is not None and index == 0 else [])
             + items[start:start + count]
-            + ([("logits", last)] if last is not None and index == len(counts) - 1 else []))
+            + ([("logits", last)] if last is not None and index == len(counts) - 1 else []), alike)
             for index, (start, count) in enumerate(zip(starts, counts, strict=True)))
     return stages
 
