@@ -530,3 +530,18 @@ def test_a_space_whose_fitting_plans_exceed_the_screens_is_not_walked(tmp_path, 
     monkeypatch.setattr(palm_search.search.driver, "start_screen", walked)
     search = open_search(_spec(trials=5), run_dir=tmp_path / "r", jobs=2)
     assert search.points is None and search.screened is None
+
+
+def test_the_prescreen_on_two_workers_finds_what_one_process_finds():
+    # sets of degrees that differ only in pp and dp go to one worker; the plans found, counted and
+    # their tree are those of pre-screening each set in this process
+    from palm_search.search.space import DegreeWalk
+    from palm_search.search.study import StudySpec
+
+    spec = StudySpec(model="Mixtral-8x7B", hardware="a100-cluster").replace(device_counts=(16,))
+    model, hardware = load_model(spec.model), load_hardware(spec.hardware)
+    alone, shared = DegreeWalk(spec, model, hardware), DegreeWalk(spec, model, hardware)
+    shared.prescreen(2)
+    assert len(shared.found) == len(shared.degrees) > 10
+    assert [shared.found[d] for d in shared.degrees] == [alone._plans(d) for d in alone.degrees]
+    assert shared.builder().space == alone.builder().space
