@@ -110,12 +110,14 @@ class _Choices:
 
 @dataclass(frozen=True, slots=True)
 class DegreePlans:
-    """The plans of one set of degrees: those that fit, and how many there are and were checked."""
+    """The plans of one set of degrees: those that fit, how many there are and were checked, and
+    the tree of those that fit (:attr:`FeasiblePlans.options`, built where they were found)."""
 
     degrees: ParallelDegrees
     fitting: tuple[Plan, ...]
     plans: int
     checked: int
+    options: Mapping[tuple[object, ...], tuple[object, ...]]
 
 
 def feasible_plans(model: ModelSpec, hardware: Hardware, degrees: Sequence[ParallelDegrees], *,
@@ -170,14 +172,20 @@ def degree_plans(model: ModelSpec, hardware: Hardware, degrees: ParallelDegrees,
                 least_fits = least_fits or chain_fits
             if prune and not least_fits:
                 break  # no chain's most saving choice fits: no larger microbatch will
-    return DegreePlans(degrees, tuple(fitting), len(pairs) * len(list(product(*memory))), checked)
+    return DegreePlans(degrees, tuple(fitting), len(pairs) * len(list(product(*memory))), checked, _tree(fitting))
 
 
 def plans_tree(parts: Sequence[DegreePlans]) -> FeasiblePlans:
-    """The :class:`FeasiblePlans` of the ``parts`` together."""
-    fitting = [plan for part in parts for plan in part.fitting]
-    return FeasiblePlans(options=_tree(fitting), plans=sum(p.plans for p in parts),
-                         checked=sum(p.checked for p in parts), fitting=len(fitting))
+    """The :class:`FeasiblePlans` of the ``parts`` together: their trees joined under the degrees
+    that have a fitting plan, in the order :func:`_tree` gives them (a plan's ``str`` begins with
+    its degrees label's ``('label', ``, so the parts sort as those prefixes do)."""
+    fitting = [part for part in parts if part.fitting]
+    labels = tuple(part.degrees.label for part in sorted(fitting, key=lambda part: f"({part.degrees.label!r}, "))
+    options: dict[tuple[object, ...], tuple[object, ...]] = {(): labels}
+    for part in fitting:
+        options.update(item for item in part.options.items() if item[0])
+    return FeasiblePlans(options=options, plans=sum(p.plans for p in parts), checked=sum(p.checked for p in parts),
+                         fitting=sum(len(p.fitting) for p in parts))
 
 
 def _zero_chains(memory: tuple[tuple[object, ...], ...]) -> list[tuple[tuple[object, ...], ...]]:

@@ -173,7 +173,8 @@ def make_sampler(spec: StudySpec, exhaustive: bool) -> optuna.samplers.BaseSampl
 
 def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, jobs: int = 1,
                 deterministic: bool = True) -> Search:
-    """Load the model and machine, open (or resume) the study, enqueue the exhaustive walk or
+    """Load the model and machine, pre-screen the space's plans for memory on ``jobs`` workers
+    (:meth:`DegreeWalk.prescreen`), open (or resume) the study, enqueue the exhaustive walk or
     start the screen (:func:`.screen.start_screen`, on the workers of the joblib backend in use).
 
     With sampler ``exhaustive`` (or ``auto`` when the space has at most ``trials`` points) every
@@ -186,6 +187,7 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
     walk = ServingWalk(spec, model, hardware) if spec.serving else DegreeWalk(spec, model, hardware)
     known = storage_for(run_dir, storage) if storage or (run_dir / JOURNAL).is_file() else None
     target, stack = serving_target(spec), load_stack(spec.stack)
+    walk.prescreen(jobs)
     points, screened = _walks(spec, model, walk, None if known and _queued(known, spec.name) else jobs, target, stack)
     build = walk.builder()
     if target is not None and screened is not None and screened.running is not None:
@@ -250,7 +252,8 @@ def _walks(spec: StudySpec, model: ModelSpec, walk: DegreeWalk | ServingWalk, jo
     """(the exhaustive walk, the screen of the walk): the walk when the sampler is exhaustive, or
     ``auto`` and the space fits the budget; else the screen of its blocks, started on ``jobs``
     workers (None: the points only, the study queued them already), when the fidelity allows and
-    the space has at most :data:`SCREEN_LIMIT` points and :data:`SCREEN_PLANS` plans; else
+    the space has at most :data:`SCREEN_LIMIT` points and :data:`SCREEN_PLANS` plans (a space
+    where more plans fit memory is not walked: :meth:`DegreeWalk.fitting_plans`); else
     neither (a sampler proposes). A serving ``target`` is screened even when the space fits the
     budget (the points that miss it are not simulated).
 
@@ -267,11 +270,12 @@ def _walks(spec: StudySpec, model: ModelSpec, walk: DegreeWalk | ServingWalk, jo
     if sum(len(b) for b in head) <= budget and (target is None or spec.fidelity == "full"):
         return [params for block in head for params, _ in block.points()], None
     limit, screened = max(budget, SCREEN_LIMIT), None
-    if spec.fidelity != "full" and jobs is None:
+    screenable = spec.fidelity != "full" and walk.fitting_plans() <= SCREEN_PLANS
+    if screenable and jobs is None:
         held = head + _blocks_past(blocks, limit - sum(len(b) for b in head))
         fits = sum(len(b) for b in held) <= limit and sum(len(b.plans) for b in held) <= SCREEN_PLANS
         screened = Screening(held, [], None, 0.0) if fits else None
-    elif spec.fidelity != "full":
+    elif screenable:
         screened = start_screen(model, chain(head, blocks), limit, jobs, target=target, stack=stack)
     if screened is None and spec.fidelity == "screen":
         raise InputError(f"study: the space has more than {SCREEN_LIMIT:,} points or {SCREEN_PLANS:,} plans, too many"

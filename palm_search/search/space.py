@@ -12,8 +12,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from itertools import islice
 
+from joblib import Parallel, delayed
+
 from palm_search.search.study import DEFAULT_MICROBATCH_SIZES, DEFAULT_USERS, StudySpec
-from simulator import Hardware, InputError, ModelSpec, Strategy, load_stack
+from simulator import Hardware, InputError, ModelSpec, Stack, Strategy, load_stack
 from spaces import (
     Candidate,
     DegreePlans,
@@ -69,8 +71,8 @@ def candidate_builder(spec: StudySpec, model: ModelSpec, hardware: Hardware) -> 
 
 class DegreeWalk:
     """The space's points, walked one set of parallel degrees at a time, each set pre-screened for
-    memory (:func:`spaces.degree_plans`) when the walk reaches it: a walk in a thread then
-    overlaps the pre-screen with the screen's estimates. The points and their order are those of
+    memory (:func:`spaces.degree_plans`) once: when the walk reaches it, or before, all of them
+    on the search's workers (:meth:`prescreen`). The points and their order are those of
     walking :meth:`builder` (the degrees are the walk's first choice). Iterate once, then call
     :meth:`builder` (not while a thread is still iterating)."""
 
@@ -96,12 +98,15 @@ class DegreeWalk:
         else:
             base = Strategy.from_dict(dict(spec.fixed))
             self.degrees = (ParallelDegrees.of(base),)
-        self.found: list[DegreePlans] = []
+        self.found: dict[ParallelDegrees, DegreePlans] = {}
 
     def _plans(self, degrees: ParallelDegrees) -> DegreePlans:
-        found = degree_plans(self.space.model, self.hardware, degrees, searched=self.space.searched,
-                             fixed=self.fixed, microbatch_choices=self.space.microbatch_choices, stack=self.stack)
-        self.found.append(found)
+        """The pre-screen of ``degrees``, made once."""
+        found = self.found.get(degrees)
+        if found is None:
+            found = self.found[degrees] = degree_plans(
+                self.space.model, self.hardware, degrees, searched=self.space.searched, fixed=self.fixed,
+                microbatch_choices=self.space.microbatch_choices, stack=self.stack)
         return found
 
     def __iter__(self) -> Iterator[tuple[dict, Candidate]]:
@@ -111,11 +116,38 @@ class DegreeWalk:
     def blocks(self) -> Iterator[Block]:
         """The walk's points as blocks (:func:`walk_blocks`), one per set of degrees with a
         fitting plan; iterate once, as the walk itself."""
-        for degrees in self.degrees[len(self.found):]:
+        for degrees in self.degrees:
             found = self._plans(degrees)
             if found.fitting:
                 space = replace(self.space, plans=plans_tree([found]), degree_choices=(degrees,))
                 yield from walk_blocks(SpaceBuilder(space=space, hardware=self.hardware, fixed=self.fixed))
+
+    def prescreen(self, jobs: int, backend: str | None = None) -> None:
+        """Pre-screen the sets of degrees not pre-screened yet on ``jobs`` joblib workers (on
+        ``backend``; one job: none, :meth:`_plans` makes each when asked), the same
+        :class:`DegreePlans` either way. Sets differing only in ``pp`` and ``dp`` go to one
+        worker (their checks build the same units, kept per process), in
+        :data:`PRESCREEN_RUNS_PER_JOB` runs per worker of about equal numbers of sets."""
+        left = [degrees for degrees in self.degrees if degrees not in self.found]
+        if jobs <= 1 or len(left) < 2:
+            return
+        alike: dict[ParallelDegrees, list[ParallelDegrees]] = {}
+        for degrees in left:
+            alike.setdefault(degrees._replace(pp=1, dp=1), []).append(degrees)
+        runs: list[list[ParallelDegrees]] = [[] for _ in range(min(jobs * PRESCREEN_RUNS_PER_JOB, len(alike)))]
+        for group in sorted(alike.values(), key=len, reverse=True):  # largest first, to the shortest run
+            min(runs, key=len).extend(group)
+        done = Parallel(n_jobs=jobs, backend=backend, batch_size=1)(
+            delayed(_prescreen_run)(self.space, self.hardware, self.fixed, self.stack, run) for run in runs)
+        for found in (found for run in done for found in run):
+            self.found[found.degrees] = found
+
+    def fitting_plans(self) -> int:
+        """The plans (:data:`spaces.feasible.Plan`) that fit memory, every set of degrees
+        pre-screened: at most the plans the walk's blocks hold, each fitting plan being one or
+        more of them (under ZeRO-3 one per shard group offered, under a searched partition one
+        per partition), so a walk can be known too large to screen before it is walked."""
+        return sum(len(self._plans(degrees).fitting) for degrees in self.degrees)
 
     def builder(self) -> SpaceBuilder:
         """The study's builder, every set of degrees pre-screened (those the walk has not reached now).
@@ -123,9 +155,7 @@ class DegreeWalk:
         Raises:
             InputError: no plan of the space fits the devices' memory.
         """
-        for degrees in self.degrees[len(self.found):]:
-            self._plans(degrees)
-        plans = plans_tree(self.found)
+        plans = plans_tree([self._plans(degrees) for degrees in self.degrees])
         if not plans.fitting:
             raise InputError(f"study: no mapping of {self.space.model.name} fits the memory of {self.hardware.name!r}"
                              f" ({plans.plans} plans of degrees, microbatch, schedule, recompute, sequence"
@@ -133,6 +163,18 @@ class DegreeWalk:
         fitting = tuple(d for d in self.degrees if d.label in plans.allowed())
         return SpaceBuilder(space=replace(self.space, plans=plans, degree_choices=fitting), hardware=self.hardware,
                             fixed=self.fixed)
+
+
+PRESCREEN_RUNS_PER_JOB = 4
+"""Runs of sets of degrees per worker in a parallel pre-screen (:meth:`DegreeWalk.prescreen`):
+joblib hands each to the next free worker, so uneven runs even out."""
+
+
+def _prescreen_run(space: SearchedSpace, hardware: Hardware, fixed: dict, stack: Stack,
+                   run: list[ParallelDegrees]) -> list[DegreePlans]:
+    """A worker's task: :func:`spaces.degree_plans` of each set of degrees in ``run``."""
+    return [degree_plans(space.model, hardware, degrees, searched=space.searched, fixed=fixed,
+                         microbatch_choices=space.microbatch_choices, stack=stack) for degrees in run]
 
 
 def _fixed_degrees(spec: StudySpec) -> ParallelDegrees | None:
@@ -386,6 +428,15 @@ class ServingWalk:
                 plans = [({"users": users, **_named(params, users)}, strategy) for params, strategy in block.plans]
                 layouts = [(_named(params, users), values) for params, values in block.layouts]
                 yield Block(plans, layouts, block.hardware)
+
+    def prescreen(self, jobs: int, backend: str | None = None) -> None:
+        """:meth:`DegreeWalk.prescreen` of each number of users."""
+        for walk in self.walks.values():
+            walk.prescreen(jobs, backend)
+
+    def fitting_plans(self) -> int:
+        """:meth:`DegreeWalk.fitting_plans` summed over the numbers of users."""
+        return sum(walk.fitting_plans() for walk in self.walks.values())
 
     def builder(self) -> UsersBuilder:
         """The study's builder over the numbers of users some mapping fits.

@@ -92,7 +92,7 @@ def attach_artifacts(study: optuna.Study, storage: optuna.storages.BaseStorage, 
 
 
 def _strategy(study: optuna.Study, number: int) -> Strategy:
-    return Strategy.from_dict(study.trials[number].user_attrs["strategy"])
+    return Strategy.from_dict(study.get_trials(deepcopy=False)[number].user_attrs["strategy"])
 
 
 def _share_time_axis(study: optuna.Study, store: FileSystemArtifactStore, index: dict, chosen: list[int],

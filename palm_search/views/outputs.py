@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -106,7 +107,7 @@ def write_outputs(search: Search, run_dir: Path) -> dict:
     top = top_mappings(frame, search.spec.top, SERVING_COLUMNS if search.spec.serving else COLUMNS)
     summary = _summary(search, frame, top, run_dir)
     if summary["best"] is not None:
-        candidate = candidate_of(search, search.study.trials[summary["best"]["trial"]])
+        candidate = candidate_of(search, search.study.get_trials(deepcopy=False)[summary["best"]["trial"]])
         best = {"schema_version": SCHEMA_VERSION, "model": search.spec.model, "hardware": candidate.hardware.name,
                 "network": search.spec.network,
                 "strategy": summary["best"]["strategy"], "machine": hardware_tables(candidate.hardware),
@@ -128,7 +129,7 @@ def _summary(search: Search, frame: pd.DataFrame, top: pd.DataFrame, run_dir: Pa
     best = None
     if len(top):
         number = int(top.iloc[0]["trial"])
-        trial = search.study.trials[number]
+        trial = copy.deepcopy(search.study.get_trials(deepcopy=False)[number])  # one trial, not all copied
         best = {"trial": number, "strategy": trial.user_attrs["strategy"],
                 **{k: v for k, v in trial.user_attrs.items() if k != "strategy"}}
     failed = int((frame["state"] == "FAIL").sum()) if len(frame) else 0

@@ -84,12 +84,15 @@ class StateSharding:
 
     def of(self, parameters: float) -> StateBytes:
         """Model-state bytes of one device holding ``parameters``."""
+        weights, gradients, optimizer = self.bytes_of(parameters)
+        return StateBytes(weights_bytes=weights, gradients_bytes=gradients, optimizer_bytes=optimizer)
+
+    def bytes_of(self, parameters: float) -> tuple[float, float, float]:
+        """:meth:`of` as (weights, gradients, optimizer states) bytes."""
         per = self.per_parameter
-        return StateBytes(
-            weights_bytes=parameters * per.weights_bytes / self.weights_shards,
-            gradients_bytes=parameters * per.gradients_bytes / self.gradients_shards,
-            optimizer_bytes=parameters * per.optimizer_bytes / self.optimizer_shards,
-        )
+        return (parameters * per.weights_bytes / self.weights_shards,
+                parameters * per.gradients_bytes / self.gradients_shards,
+                parameters * per.optimizer_bytes / self.optimizer_shards)
 
 
 def state_sharding(strategy: Strategy, *, expert: bool = False) -> StateSharding:
@@ -102,8 +105,13 @@ def state_sharding(strategy: Strategy, *, expert: bool = False) -> StateSharding
     (:attr:`~simulator.strategy.Strategy.expert_replicas`: Megatron-Core's distributed optimizer
     shards expert states over the expert-data-parallel group).
     """
+    return _sharding(strategy, state_bytes_per_parameter(strategy), expert)
+
+
+def _sharding(strategy: Strategy, per_parameter: StateBytes, expert: bool) -> StateSharding:
+    """:func:`state_sharding` of the bytes ``per_parameter`` it gives."""
     dp = strategy.expert_replicas if expert else strategy.zero_shards
-    return StateSharding(per_parameter=state_bytes_per_parameter(strategy),
+    return StateSharding(per_parameter=per_parameter,
                          weights_shards=dp if strategy.shards_weights else 1,
                          gradients_shards=dp if strategy.shards_gradients else 1,
                          optimizer_shards=dp if strategy.shards_optimizer_states else 1)
@@ -118,13 +126,13 @@ def sharded_state_bytes(parameters: float, strategy: Strategy, *, expert: bool =
 def stage_state_bytes(parameters: float, experts: float, strategy: Strategy) -> StateBytes:
     """Model states of a device holding ``parameters``, ``experts`` of them in routed experts
     (sharded over the expert replicas: :func:`sharded_state_bytes`)."""
+    per_parameter = state_bytes_per_parameter(strategy)
     if not experts:
-        return sharded_state_bytes(parameters, strategy)
-    dense = sharded_state_bytes(parameters - experts, strategy)
-    routed = sharded_state_bytes(experts, strategy, expert=True)
-    return StateBytes(weights_bytes=dense.weights_bytes + routed.weights_bytes,
-                      gradients_bytes=dense.gradients_bytes + routed.gradients_bytes,
-                      optimizer_bytes=dense.optimizer_bytes + routed.optimizer_bytes)
+        return _sharding(strategy, per_parameter, False).of(parameters)
+    dense = _sharding(strategy, per_parameter, False).bytes_of(parameters - experts)
+    routed = _sharding(strategy, per_parameter, True).bytes_of(experts)
+    return StateBytes(weights_bytes=dense[0] + routed[0], gradients_bytes=dense[1] + routed[1],
+                      optimizer_bytes=dense[2] + routed[2])
 
 
 def updated_parameters(parameters: float, experts: float, strategy: Strategy) -> float:

@@ -23,10 +23,11 @@ plans by the strategy fields they read (:data:`STAGE_ONLY_FIELDS` aside).
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
+from operator import attrgetter
 from typing import TypeVar
 
 from simulator.costs import Collective, CollectiveKind, MemoryBreakdown, PassCost, StageCost
@@ -98,7 +99,7 @@ def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy,
     traffic = stack.elementwise_bytes
     raw_layers = {moe: operators.with_traffic(operators.transformer_layer(model, strategy, shard_elementwise=shard,
                                                                           moe=moe), model, strategy, traffic)
-                  for moe in ((False, True) if model.is_moe else (False,))}
+                  for moe in _layer_kinds(model)}
     raw_embed = operators.embedding(model, strategy, shard_elementwise=shard)
     raw_logits = operators.with_traffic(operators.logits(model, strategy, shard_elementwise=shard), model, strategy,
                                         traffic)
@@ -131,6 +132,13 @@ def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy,
         logits = replace(logits, parameter_bytes=logits.parameter_bytes - logits_ops[1].parameter_bytes)
     items = [(f"layer{index}", units[model.is_moe and model.is_moe_layer(index)]) for index in range(model.num_layers)]
     return Units(items, embed, logits, kv_cache)
+
+
+def _layer_kinds(model: ModelSpec) -> tuple[bool, ...]:
+    """Whether each kind of layer the model has is Mixture-of-Experts (dense first): only those
+    are built (every layer of Qwen3's MoE models is one)."""
+    moe = model.num_moe_layers
+    return tuple(kind for kind, count in ((False, model.num_layers - moe), (True, moe)) if count)
 
 
 def _resnet_activation(ops: tuple[Operator, ...], training: bool, recompute: str) -> float:
@@ -194,15 +202,27 @@ class VirtualStage:
     layers: int
 
     @classmethod
-    def of(cls, entries: Sequence[Item]) -> VirtualStage:
-        """The stage of ``entries``."""
+    def of(cls, entries: Sequence[Item], alike: dict[tuple[int, ...], VirtualStage] | None = None) -> VirtualStage:
+        """The stage of ``entries``; what it holds is taken from the stage in ``alike`` (by its
+        units' ids in order, added there if new) whose units are the same (a split's stages of
+        the same length)."""
+        units = tuple(map(id, (unit for _, unit in entries)))
+        same = None if alike is None else alike.get(units)
+        layers = sum(1 for name, _ in entries if name.startswith("layer"))
+        if same is not None:
+            return cls(entries=tuple(entries), groups=same.groups, key=same.key, parameters=same.parameters,
+                       expert_parameters=same.expert_parameters, fp8_parameter_bytes=same.fp8_parameter_bytes,
+                       layers=layers)
         groups = tuple(_groups(entries))
-        return cls(entries=tuple(entries), groups=groups, key=tuple((id(unit), n) for unit, n in groups),
-                   parameters=sum(unit.parameters * count for unit, count in groups),
-                   expert_parameters=sum(unit.expert_parameters * count for unit, count in groups),
-                   fp8_parameter_bytes=sum(op.parameter_bytes * count for unit, count in groups for op in unit.ops
-                                           if op.fp8),
-                   layers=sum(1 for name, _ in entries if name.startswith("layer")))
+        stage = cls(entries=tuple(entries), groups=groups, key=tuple((id(unit), n) for unit, n in groups),
+                    parameters=sum(unit.parameters * count for unit, count in groups),
+                    expert_parameters=sum(unit.expert_parameters * count for unit, count in groups),
+                    fp8_parameter_bytes=sum(op.parameter_bytes * count for unit, count in groups for op in unit.ops
+                                            if op.fp8),
+                    layers=layers)
+        if alike is not None:
+            alike[units] = stage
+        return stage
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,10 +276,11 @@ def _split(kept: _KeptUnits, strategy: Strategy) -> tuple[VirtualStage, ...]:
         items, first, last = kept.units.items, kept.units.first, kept.units.last
         counts = _partition(items, first, last, key[1], strategy.stage_layers, strategy.partition)
         starts = [sum(counts[:index]) for index in range(len(counts))]
+        alike: dict[tuple[int, ...], VirtualStage] = {}
         stages = kept.splits[key] = tuple(VirtualStage.of(
             ([("embedding", first)] if first is not None and index == 0 else [])
             + items[start:start + count]
-            + ([("logits", last)] if last is not None and index == len(counts) - 1 else []))
+            + ([("logits", last)] if last is not None and index == len(counts) - 1 else []), alike)
             for index, (start, count) in enumerate(zip(starts, counts, strict=True)))
     return stages
 
@@ -297,9 +318,11 @@ def _merge(collectives: Sequence[tuple[tuple[Collective, ...], int]]) -> tuple[C
 
 def _groups(entries: Sequence[Item]) -> list[Group]:
     """Identical units of a stage with their counts (in first-seen order)."""
-    units = [unit for _, unit in entries]
-    by_id = dict(zip(map(id, units), units, strict=True))
-    return [(by_id[key], count) for key, count in Counter(map(id, units)).items()]
+    counted: dict[int, Group] = {}  # by the unit's id, in first-seen order
+    for _, unit in entries:
+        seen = counted.get(id(unit))
+        counted[id(unit)] = (unit, 1 if seen is None else seen[1] + 1)
+    return list(counted.values())
 
 
 def dp_collectives(parameters: float, strategy: Strategy, hardware: Hardware) -> tuple[Collective, ...]:
@@ -673,13 +696,65 @@ def build_stage_memory(model: ModelSpec, hardware: Hardware, strategy: Strategy,
     """The :attr:`StageCost.memory` of each virtual pipeline stage that :func:`build_stage_costs`
     gives (the same function, :func:`_stage_memory`, on the same split), without the stages'
     passes, collectives and DRAM plans: what a memory check needs (``sram_resident_bytes`` is
-    0: no mesh planner runs).
+    0: no mesh planner runs). Kept for the last plans (:func:`_memory_split`): plans that
+    differ only in their schedule share it, and in their ZeRO sharding share the split.
 
     Raises:
         InputError: as :func:`build_stage_costs`.
     """
-    strategy, stages, kv_cache = _virtual_stages(model, hardware, strategy, stack)
-    return tuple(_once_per_stage(stages, lambda stage: _stage_memory(stage, hardware, strategy, stack, kv_cache)))
+    kept = _memory_split(model, hardware, strategy, stack)
+    sharding = (strategy.zero_stage, strategy.shard_group_size)
+    memory = kept.memory.get(sharding)
+    if memory is None:  # the plan's own strategy: a stage's memory reads no attention (resolved for the split)
+        memory = kept.memory[sharding] = tuple(_once_per_stage(
+            kept.stages, lambda stage: _stage_memory(stage, hardware, strategy, stack, kept.kv_cache_bytes)))
+    return memory
+
+
+SPLIT_FREE_FIELDS = ("schedule", "zero_stage", "shard_group_size")
+"""Strategy fields neither the rules of a stage split (:func:`check_workload`), its attention
+(:func:`attention_of`), its units nor the split itself read (the schedule enters only as its
+number of chunks): plans differing only in them share a split (:func:`_memory_split`), and
+only in the schedule their memory (:func:`_stage_memory` reads the ZeRO sharding)."""
+
+_SPLIT_KEY = attrgetter(*(f.name for f in fields(Strategy) if f.name not in SPLIT_FREE_FIELDS))
+
+
+@dataclass(frozen=True, slots=True)
+class _KeptSplit:
+    """A plan's virtual stages and KV cache per layer (:func:`_virtual_stages`), with the model
+    and machine they were built for (held so their ids stay theirs), and each ZeRO sharding's
+    memory of them, by (ZeRO stage, shard group size)."""
+
+    model: ModelSpec
+    hardware: Hardware
+    stages: tuple[VirtualStage, ...]
+    kv_cache_bytes: float
+    memory: dict[tuple[int, int | None], tuple[MemoryBreakdown, ...]]
+
+
+_SPLITS: OrderedDict[tuple[object, ...], _KeptSplit] = OrderedDict()
+_SPLITS_KEPT = 1024
+"""Splits of the last plans, the oldest dropped first: a memory pre-screen checks each set of
+degrees' plans together (Qwen3-30B-A3B on 1,024 H100s: 109,285 checks of 1,825 sets of
+degrees, 3 in 10 needing a split of their own, 1 in 2 a memory of its own)."""
+
+
+def _memory_split(model: ModelSpec, hardware: Hardware, strategy: Strategy, stack: Stack) -> _KeptSplit:
+    """:func:`_virtual_stages` of ``strategy``, kept for the last :data:`_SPLITS_KEPT` plans by
+    the model and machine objects, the stack and the strategy but its :data:`SPLIT_FREE_FIELDS`.
+
+    Raises:
+        InputError: as :func:`build_stage_costs`.
+    """
+    key = (id(model), id(hardware), stack, _SPLIT_KEY(strategy))
+    kept = _SPLITS.get(key)
+    if kept is None:
+        _, stages, kv_cache = _virtual_stages(model, hardware, strategy, stack)
+        kept = _SPLITS[key] = _KeptSplit(model, hardware, stages, kv_cache, {})
+        if len(_SPLITS) > _SPLITS_KEPT:
+            _SPLITS.popitem(last=False)
+    return kept
 
 
 def _once_per_stage(stages: Sequence[VirtualStage], build: Callable[[VirtualStage], _Built]) -> list[_Built]:

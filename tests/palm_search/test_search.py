@@ -504,3 +504,44 @@ def test_the_walk_counts_expert_tensor_parallel_points_in_closed_form(model, fix
     with_etp_one = [p for p in walked if p["degrees"].endswith("t1")]
     assert len(with_etp_one) == (20 if model == "Mixtral-8x7B" and not fixed else 0)
     assert all("sequence_parallel" not in p for p in with_etp_one)  # taken, not suggested
+
+
+def test_every_plan_that_fits_memory_is_a_plan_of_the_walk_and_hybrid_sharding_adds_one():
+    # the walk's blocks hold each fitting plan once, and a ZeRO-3 plan once more with its node
+    # shard group (16 A100s: two nodes of 8), so the fitting plans bound the walk's from below
+    # and a space whose fitting plans exceed the screen's is known too large before its walk
+    from palm_search.search.space import DegreeWalk
+    from palm_search.search.study import StudySpec
+
+    spec = StudySpec(model="LLaMA2-7B", hardware="a100-cluster").replace(device_counts=(16,))
+    walk = DegreeWalk(spec, load_model(spec.model), load_hardware(spec.hardware))
+    plans = [strategy for block in walk.blocks() for _, strategy in block.plans]
+    hybrid = sum(1 for strategy in plans if strategy.shard_group_size)
+    assert hybrid > 0 and len(plans) == walk.fitting_plans() + hybrid
+
+
+def test_a_space_whose_fitting_plans_exceed_the_screens_is_not_walked(tmp_path, monkeypatch):
+    import palm_search.search.driver
+
+    def walked(*args, **kwargs):
+        raise AssertionError("the screen's walk started")
+
+    monkeypatch.setattr(palm_search.search.driver, "SCREEN_PLANS", 1)
+    monkeypatch.setattr(palm_search.search.driver, "start_screen", walked)
+    search = open_search(_spec(trials=5), run_dir=tmp_path / "r", jobs=2)
+    assert search.points is None and search.screened is None
+
+
+def test_the_prescreen_on_two_workers_finds_what_one_process_finds():
+    # sets of degrees that differ only in pp and dp go to one worker; the plans found, counted and
+    # their tree are those of pre-screening each set in this process
+    from palm_search.search.space import DegreeWalk
+    from palm_search.search.study import StudySpec
+
+    spec = StudySpec(model="Mixtral-8x7B", hardware="a100-cluster").replace(device_counts=(16,))
+    model, hardware = load_model(spec.model), load_hardware(spec.hardware)
+    alone, shared = DegreeWalk(spec, model, hardware), DegreeWalk(spec, model, hardware)
+    shared.prescreen(2)
+    assert len(shared.found) == len(shared.degrees) > 10
+    assert [shared.found[d] for d in shared.degrees] == [alone._plans(d) for d in alone.degrees]
+    assert shared.builder().space == alone.builder().space

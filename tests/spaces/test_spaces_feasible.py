@@ -114,3 +114,18 @@ def test_the_prescreen_checks_memory_under_the_stack_the_plans_run_under():
                                       microbatch_choices=[16], stack=stack)
                        for stack in (simulator.MEGATRON_CORE, simulator.load_stack("tt-transformers-performance")))
     assert default.fitting == 0 < served.fitting
+
+
+def test_the_sets_of_degrees_trees_join_into_the_tree_of_all_their_plans():
+    # each set of degrees builds the tree of its own plans (on a worker); joined, they are the
+    # tree of every fitting plan, the degrees in the same order (labels such as 1x1x8 and
+    # 1x1x8e8, one a prefix of the other, among them)
+    from spaces.feasible import _tree, degree_plans, plans_tree
+
+    model, hardware = simulator.load_model("Qwen3-30B-A3B"), simulator.load_hardware("h100-cluster")
+    degrees = spaces.candidate_degrees(model, hardware, {}, microbatch_choices=[1, 2], device_counts=[8])
+    parts = [degree_plans(model, hardware, d, searched=MEMORY, fixed={}, microbatch_choices=[1, 2]) for d in degrees]
+    joined = plans_tree(parts).options
+    whole = _tree([plan for part in parts for plan in part.fitting])
+    assert joined == whole and list(joined[()]) == list(whole[()])
+    assert any(a != b and b.startswith(a) for a in whole[()] for b in whole[()])
