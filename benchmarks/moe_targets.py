@@ -62,6 +62,12 @@ speed work of branch ``moespeed`` (the figures printed unchanged):
   33-53 s (TPE's proposals in the driver, about 0.1 s each, beside 0.1-0.2 s simulations), the
   pre-screen's 25-30 s of CPU on two workers, 3-6 s of pictures. The answer is unchanged (TP 2 /
   PP 4 / DP 16 / CP 8 / EP 4, 1,954 samples/s), and so is the 16-GPU search's.
+  Then, with FlashAttention-2's backward at its own rate on H100 (``h100-cluster``'s
+  ``fused_attention_backward_efficiency``; the balanced partition moves, so 364,088 plans fit
+  after 109,201 checks): 52.3 and 52.8 s wall, 80 s of CPU, at load 1.0-1.6; TPE then finds TP
+  1 / PP 8 / DP 8 / CP 16 / EP 2, ZB-H1, microbatch 8 (2,187 samples/s, 8,748 tokens/s per
+  GPU, 1.03x the published mapping simulated at fp16); the 16-GPU search 17 s, DP 16 / ZeRO-3 /
+  microbatch 8 / full recompute (17,503 tokens/s per GPU).
 """
 
 from __future__ import annotations
