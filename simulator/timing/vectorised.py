@@ -19,7 +19,7 @@ is the pipeline's closed form and the busiest resource's busy time over them (:f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, TypeVar
 
@@ -46,6 +46,8 @@ _ROUTE_OF = np.array([[TP, TP, TP, TP_ALL_TO_ALL], [TP, TP, TP, TP_ALL_TO_ALL], 
 """The route each group's collective of each kind runs on (:meth:`Machine.collectives_time`)."""
 _ROUTE_ONE_HOT = np.eye(ROUTES)[_ROUTE_OF].reshape(-1, ROUTES)
 """Each flattened (group, kind) column's route."""
+_GROUP_ONE_HOT = np.repeat(np.eye(len(GROUPS)), len(KINDS), axis=0)
+"""Each flattened (group, kind) column's group."""
 _WAYS = np.array([1, -1])
 """The stage a send goes to, from the sender's: the next (activations), the previous (gradients)."""
 PASSES = ("forward", "backward", "backward_input", "backward_weight", "optimizer_step")
@@ -57,7 +59,7 @@ SCALARS = ("compute_s", "segments", "dram_bytes", "idle_s")
 HIDDEN = 5
 """The groups of :data:`GROUPS` timed within the segments (ZeRO-3's exposed collectives after them)."""
 _FLOOR = np.array([-np.inf, 0.0, 0.0, 0.0, -np.inf])
-"""What each of those groups adds to a pass at least, less what hides it (:attr:`TimedPasses.hides`):
+"""What each of those groups adds to a pass at least, less what hides it (:attr:`PlanTable.hides`):
 the TP and expert-parallel collectives all of their time, the others what is not hidden."""
 _PROBE_BYTES = 2.0 ** 40
 """Size at which a flow's time is read to find its slope (large, so its latency is lost in it
@@ -103,20 +105,16 @@ class FlowTable:
     row_flow: np.ndarray
     flows: int
     _stages: dict[int, _Stages] = field(default_factory=dict, repr=False, compare=False)
-    _occupancy: list[Occupancy] = field(default_factory=list, repr=False, compare=False)
+    _resources: list[Resources] = field(default_factory=list, repr=False, compare=False)
 
     def busiest_s(self, moved: np.ndarray) -> np.ndarray:
         """The busiest resource's busy time (s) of each of ``K`` pairs, given the bytes per edge
         ``[K, pp * ROUTES]`` each route moved: bytes per edge of each flow times its occupancy,
-        summed per resource (:meth:`~simulator.timing.flows.FlowIndex.busy_s`, one pair); over
-        many pairs, the same over the resources that can be the busiest (:class:`Occupancy`, built
-        the first time: it costs more than one pair's sums)."""
-        if len(moved) == 1:
-            busy = self.index.busy_s(self.flow_bytes(moved[0]).tolist())
-            return np.array([busy.max() if len(busy) else 0.0])
-        if not self._occupancy:
-            self._occupancy.append(_occupancy(self.row_flow, self.index))
-        return self._occupancy[0].busiest_s(moved)
+        summed per resource (:meth:`~simulator.timing.flows.FlowIndex.busy_s` over many pairs:
+        :class:`Resources`, built the first time)."""
+        if not self._resources:
+            self._resources.append(Resources.of(self.row_flow, self.index))
+        return self._resources[0].busiest_s(moved)
 
     def stages(self, virtual: int) -> _Stages:
         """The table's arrays of each of ``virtual`` virtual stages (chunk-major: virtual stage
@@ -211,80 +209,39 @@ def _regroup(tp: Flow, transfer_strategy: int) -> tuple[float, float, float]:
     return (size - 1) * tp.latency_s, size * tp.seconds_per_byte, float(size)
 
 
-def _occupancy(row_flow: np.ndarray, index: FlowIndex) -> Occupancy:
-    """The resources' occupancy (:class:`FlowIndex`) of the flows each route row runs on
-    (``row_flow``: positions in the engine's flows, -1 none), one column per resource that can be
-    the busiest: resources with the same (flow, occupancy) entries are one column, and a column no
-    larger than another in every row is left out (bytes moved are never negative, so it is never
-    the only busiest)."""
-    used = np.unique(row_flow[row_flow >= 0])
-    kept = np.isin(index.flow, used)
-    entries = np.argsort(index.slot[kept], kind="stable")  # by resource, then by flow (the index's order)
-    slots, values = index.slot[kept][entries], index.occupancy[kept][entries]
-    entry_flows = np.searchsorted(used, index.flow[kept][entries])
-    if not len(slots):
-        return Occupancy(np.zeros((len(row_flow), 0)))
-    starts = np.flatnonzero(np.r_[True, slots[1:] != slots[:-1]])
-    width = int(np.diff(np.r_[starts, len(slots)]).max())
-    column = np.arange(len(slots)) - np.repeat(starts, np.diff(np.r_[starts, len(slots)]))
-    resource = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(slots)]))
-    keys = np.full((len(starts), 2 * width), -1.0)
-    keys[resource, column], keys[resource, width + column] = entry_flows, values
-    distinct = _distinct_rows(keys)
-    chosen = keys[distinct]
-    k, j = np.nonzero(chosen[:, :width] >= 0)
-    per_flow = np.zeros((len(used), len(distinct)))
-    per_flow[chosen[k, j].astype(int), k] = chosen[k, width + j]
-    per_flow = _undominated(per_flow)
-    on_row = np.zeros((len(row_flow), per_flow.shape[1]))
-    rows = np.flatnonzero(row_flow >= 0)
-    on_row[rows] = per_flow[np.searchsorted(used, row_flow[rows])]
-    return Occupancy(on_row)
-
-
-def _distinct_rows(keys: np.ndarray) -> np.ndarray:
-    """The first of each set of equal rows of ``keys``, by a random projection of each row
-    (rows projected alike checked equal; where two are not, by sorting the rows)."""
-    projected = keys @ np.random.default_rng(0).random(keys.shape[1])
-    _, distinct, inverse = np.unique(projected, return_index=True, return_inverse=True)
-    if not (keys[distinct][inverse.reshape(-1)] == keys).all():
-        _, distinct = np.unique(keys, axis=0, return_index=True)
-    return np.asarray(distinct)
-
-
-_DOMINATING = 8
-"""Largest columns each column is compared with (:func:`_undominated`)."""
-
-
-def _undominated(columns: np.ndarray) -> np.ndarray:
-    """``columns`` ``[n, c]`` without those no larger in every row than one of the
-    :data:`_DOMINATING` largest by sum (distinct columns: none dominates itself)."""
-    if columns.shape[1] <= 1:
-        return columns
-    largest = np.argsort(-columns.sum(axis=0), kind="stable")[:_DOMINATING]
-    dominated = np.zeros(columns.shape[1], dtype=bool)
-    for t in largest:
-        if not dominated[t]:
-            below: np.ndarray = np.all(columns <= columns[:, t:t + 1], axis=0)
-            below[t] = False
-            dominated |= below
-    return columns[:, ~dominated]
-
-
 @dataclass(frozen=True, slots=True)
-class Occupancy:
-    """The busy time of a table's resources: ``per_row`` ``[pp * ROUTES, c]``, the seconds a
-    candidate resource is busy per byte per edge moved on each route row (:class:`FlowIndex`'s
-    occupancy of the row's flow; the rows of one flow alike)."""
+class Resources:
+    """The resources a table's flows cross (:class:`FlowIndex`), as dense matrices over the pairs'
+    route rows: ``rows``, the rows on some flow; ``per_flow`` ``[len(rows), F]``, the one of the
+    ``F`` flows they run on each row takes (one-hot); ``occupancy`` ``[F, R]``, each flow's
+    occupancy (s per byte per edge) of each of the ``R`` resources they cross (a few MB on the
+    largest machines: DeepSeek-V3 on 1,024 H100s, 96 flows by 4,096 links)."""
 
-    per_row: np.ndarray
+    rows: np.ndarray
+    per_flow: np.ndarray
+    occupancy: np.ndarray
+
+    @classmethod
+    def of(cls, row_flow: np.ndarray, index: FlowIndex) -> Resources:
+        """The resources of ``index`` the flows of ``row_flow`` (positions in the engine's flows,
+        -1 none) cross."""
+        rows = np.flatnonzero(row_flow >= 0)
+        used, position = np.unique(row_flow[rows], return_inverse=True)
+        per_flow = np.zeros((len(rows), len(used)))
+        per_flow[np.arange(len(rows)), position] = 1.0
+        entries = np.flatnonzero(np.isin(index.flow, used))
+        slots, slot = np.unique(index.slot[entries], return_inverse=True)
+        occupancy = np.zeros((len(used), len(slots)))
+        np.add.at(occupancy, (np.searchsorted(used, index.flow[entries]), slot), index.occupancy[entries])
+        return cls(rows, per_flow, occupancy)
 
     def busiest_s(self, moved: np.ndarray) -> np.ndarray:
-        """The busiest resource's busy time (s) for each ``[K, pp * ROUTES]`` bytes per edge moved
-        (:meth:`FlowIndex.busy_s`)."""
-        if not self.per_row.shape[1]:
+        """The busiest resource's busy time (s) for each ``[K, pp * ROUTES]`` bytes per edge moved:
+        bytes per edge of each flow times its occupancy, summed per resource
+        (:meth:`FlowIndex.busy_s`, two matrix products)."""
+        if not self.occupancy.shape[1]:
             return np.zeros(len(moved))
-        busiest: np.ndarray = (moved @ self.per_row).max(axis=1)
+        busiest: np.ndarray = ((moved[:, self.rows] @ self.per_flow) @ self.occupancy).max(axis=1)
         return busiest
 
 
@@ -300,17 +257,32 @@ def _sums(collectives: tuple[Collective, ...]) -> tuple[list[float], list[float]
 
 @dataclass(frozen=True, slots=True)
 class PlanTable:
-    """A plan's stage costs as arrays (``J = pp * num_chunks`` virtual stages, chunk-major).
+    """A plan's stage costs as arrays (``J = pp * num_chunks`` virtual stages, chunk-major; the
+    passes of :data:`PASSES`).
 
     Attributes:
-        passes: each set of passes an iteration times (:data:`_STEPS`' values) as
-            :class:`TimedPasses`.
+        scalars: ``[len(SCALARS), J, len(PASSES)]``.
+        hides: ``[J, len(PASSES), HIDDEN]``: what hides each group's collectives (s): nothing the
+            TP and expert-parallel ones, the overlap the overlapped ones (TP multicasts and
+            overlap), the compute the replicas' weight multicast and ZeRO-3's prefetched gathers,
+            the attention's compute (``cp_overlap_s``) context parallelism's ring.
+        counts: ``[J, len(PASSES), len(GROUPS) * len(KINDS)]``: collectives of each group and kind.
+        sizes: the same, their bytes (``count * size_bytes``) summed.
+        busy: ``[2, J, len(PASSES)]``: each pass's busy time (compute and launch gaps) and host
+            time (s), which the stages' times (:data:`STATS`) count.
+        used: the (group, kind) columns some pass has collectives of (the others are left out of
+            the arrays an iteration multiplies).
         sends: ``[J, 2]``: activation and gradient bytes sent per microbatch.
         gradients: ``[2, J, 2, len(KINDS)]``: counts and byte sums of the data-parallel and the
             expert-data-parallel collectives of the iteration.
     """
 
-    passes: dict[tuple[int, ...], TimedPasses]
+    scalars: np.ndarray
+    hides: np.ndarray
+    counts: np.ndarray
+    sizes: np.ndarray
+    busy: np.ndarray
+    used: np.ndarray
     sends: np.ndarray
     gradients: np.ndarray
 
@@ -326,48 +298,22 @@ class PlanTable:
                     distinct[id(getattr(cost, p))] = len(passes)
                     passes.append(getattr(cost, p))
         which = np.array([[distinct[id(getattr(cost, p))] for p in PASSES] for cost in costs])
-        scalars = np.array([_scalars(c) for c in passes])[which]
-        hides = np.array([_hides(c) for c in passes])[which]
-        summed = np.array([[_sums(c) for c in _groups(pass_cost)] for pass_cost in passes])[which]
+        values = np.array([_values(c) for c in passes])[which]
+        summed = np.array([[_sums(c) for c in _groups(pass_cost)] for pass_cost in passes])
+        counts, sizes = (summed[:, :, part].reshape(len(passes), -1)[which] for part in range(2))
         gradients = _components(np.array([[_sums(cost.dp_collectives), _sums(cost.expert_dp_collectives)]
                                           for cost in costs]).swapaxes(-1, -2))
         sends = np.array([[cost.activation_send_bytes, cost.gradient_send_bytes] for cost in costs], dtype=float)
-        busy = np.array([[c.busy_s, c.host_s] for c in passes])[which]
-        summed = summed.swapaxes(-1, -2).reshape(len(costs), len(PASSES), -1, 2)  # [J, passes, columns, 2]
-        timed = {steps: TimedPasses(_components(scalars[:, steps]), hides[:, steps], _components(summed[:, steps])[0],
-                                    _components(summed[:, steps])[1], _components(busy[:, steps]))
-                 for steps in _STEPS.values()}
-        return cls(timed, sends, gradients)
+        scalars = _components(values)
+        return cls(scalars[:len(SCALARS)], values[..., len(SCALARS):len(SCALARS) + HIDDEN], counts, sizes,
+                   scalars[len(SCALARS) + HIDDEN:], np.flatnonzero((summed != 0).any(axis=(0, 2)).reshape(-1)), sends,
+                   gradients)
 
 
-class TimedPasses(NamedTuple):
-    """Some passes of each virtual stage (``P`` of :data:`PASSES`).
-
-    Attributes:
-        scalars: ``[len(SCALARS), J, P]``.
-        hides: ``[J, P, HIDDEN]``: what hides each group's collectives (s): nothing the TP and
-            expert-parallel ones, the overlap the overlapped ones (TP multicasts and overlap), the
-            compute the replicas' weight multicast and ZeRO-3's prefetched gathers, the attention's
-            compute (``cp_overlap_s``) context parallelism's ring.
-        counts: ``[J, P, len(GROUPS) * len(KINDS)]``: collectives of each group and kind.
-        sizes: the same, their bytes (``count * size_bytes``) summed.
-        busy: ``[2, J, P]``: each pass's busy time (compute and launch gaps) and host time (s),
-            which the stages' times (:data:`STATS`) count.
-    """
-
-    scalars: np.ndarray
-    hides: np.ndarray
-    counts: np.ndarray
-    sizes: np.ndarray
-    busy: np.ndarray
-
-
-def _scalars(cost: PassCost) -> tuple[float, ...]:
-    return cost.compute_s, cost.segments, cost.dram_bytes, cost.idle_s
-
-
-def _hides(cost: PassCost) -> tuple[float, ...]:
-    return 0.0, cost.overlap_s, cost.compute_s, cost.cp_overlap_s, 0.0
+def _values(cost: PassCost) -> tuple[float, ...]:
+    """A pass's :data:`SCALARS`, what hides its groups' collectives and its busy and host time."""
+    return (cost.compute_s, cost.segments, cost.dram_bytes, cost.idle_s, 0.0, cost.overlap_s, cost.compute_s,
+            cost.cp_overlap_s, 0.0, cost.busy_s, cost.host_s)
 
 
 def _groups(cost: PassCost) -> tuple[tuple[Collective, ...], ...]:
@@ -458,12 +404,14 @@ def iterations(plans: list[PlanTable], tables: list[FlowTable], plan_of: np.ndar
     plans, plan_of = _compact(plans, plan_of)
     tables, table_of = _compact(tables, table_of)
     pp, virtual = len(tables[0].per_edge), len(plans[0].sends)
-    steps = _STEPS[training, defers_weight_gradients]
-    timed = [p.passes[steps] for p in plans]
+    steps = list(_STEPS[training, defers_weight_gradients])
+    used = plans[0].used if len(plans) == 1 else np.unique(np.concatenate([p.used for p in plans]))
     stages = [t.stages(virtual) for t in tables]
-    scalars, hides, counts, sizes = (_gather(timed, plan_of, f) for f in ("scalars", "hides", "counts", "sizes"))
-    alone = _passes(scalars, hides, counts, sizes, _gather(stages, table_of, "grouped"),
-                    _gather(stages, table_of, "dram"))
+    scalars = _gather(plans, plan_of, "scalars", lambda a: a[..., steps])
+    counts, sizes = (_gather(plans, plan_of, f, lambda a: a[:, :, steps][..., used]) for f in ("counts", "sizes"))
+    alone = _passes(scalars, _gather(plans, plan_of, "hides", lambda a: a[:, :, steps]), counts, sizes,
+                    _gather(stages, table_of, "grouped", lambda a: a[..., used]), _gather(stages, table_of, "dram"),
+                    used)
     directions = 2 if training and not defers_weight_gradients else 1
     sent, sent_moved = _sends(_gather(plans, plan_of, "sends"), stages, table_of, pp, directions)
     m = num_microbatches.astype(float)
@@ -494,7 +442,8 @@ def iterations(plans: list[PlanTable], tables: list[FlowTable], plan_of: np.ndar
     busiest = _busiest_s(tables, table_of, moved)
     times = None
     if stats:
-        times = _stage_times(_gather(timed, plan_of, "busy"), training, alone, gradient_s, scalars, m, pp)
+        times = _stage_times(_gather(plans, plan_of, "busy", lambda a: a[..., steps]), training, alone, gradient_s,
+                             scalars, m, pp)
     return Iterations(np.maximum(pipeline, busiest), np.maximum(period, busiest / m), moved, times)
 
 
@@ -506,12 +455,16 @@ def _compact(items: list[_T], of: np.ndarray) -> tuple[list[_T], np.ndarray]:
     return [items[u] for u in used], of.reshape(-1)
 
 
-def _gather(items: Sequence[object], of: np.ndarray, name: str) -> np.ndarray:
-    """Attribute ``name`` of ``items[of[k]]`` for each ``k``: ``[K, ...]`` (read only)."""
-    if len(items) == 1:
-        part: np.ndarray = getattr(items[0], name)
-        return part[None] if len(of) == 1 else np.broadcast_to(part, (len(of), *part.shape))
-    gathered: np.ndarray = np.stack([getattr(item, name) for item in items])[of]
+def _gather(items: Sequence[object], of: np.ndarray, name: str,
+            select: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+    """Attribute ``name`` of ``items[of[k]]`` for each ``k``, of which ``select`` takes a part
+    (given them stacked, ``[len(items), ...]``): ``[K, ...]`` (read only)."""
+    stacked = getattr(items[0], name)[None] if len(items) == 1 else np.stack([getattr(i, name) for i in items])
+    if select is not None:
+        stacked = select(stacked)
+    if len(stacked) == 1:
+        return stacked if len(of) == 1 else np.broadcast_to(stacked, (len(of), *stacked.shape[1:]))
+    gathered: np.ndarray = stacked[of]
     return gathered
 
 
@@ -526,17 +479,17 @@ class _Alone(NamedTuple):
 
 
 def _passes(scalars: np.ndarray, hides: np.ndarray, counts: np.ndarray, sizes: np.ndarray, grouped: np.ndarray,
-            dram: np.ndarray) -> _Alone:
+            dram: np.ndarray, used: np.ndarray) -> _Alone:
     """Time alone of passes of each virtual stage (:data:`SCALARS` ``[K, S, J, passes]``), PALM
     Eq. 2 without contention: per segment its compute, what compute does not hide of its DRAM
     stream and its collectives (the TP ones, what ``hides`` ``[K, J, passes, HIDDEN]`` does not
     of the overlapped, replicas' and context-parallel ones, and expert parallelism's), then
     ZeRO-3's exposed ones and the pass's launch gaps and host time. Its collectives' counts and
-    byte sums ``[K, J, passes, len(GROUPS) * len(KINDS)]``, their coefficients on the stage's
-    routes ``[K, 3, J, 1, len(GROUPS) * len(KINDS)]`` and its DRAM stream's ``[K, 3, J, 1]``
-    (:class:`FlowTable`)."""
+    byte sums ``[K, J, passes, u]`` in the ``u`` (group, kind) columns ``used`` (indices into
+    ``len(GROUPS) * len(KINDS)``; the others have none), their coefficients on the stage's routes
+    ``[K, 3, J, 1, u]`` and its DRAM stream's ``[K, 3, J, 1]`` (:class:`FlowTable`)."""
     compute, segments, dram_bytes, idle = (scalars[:, k] for k in range(len(SCALARS)))
-    timed = (counts * grouped[:, 0] + sizes * grouped[:, 1]).reshape(*counts.shape[:3], len(GROUPS), -1).sum(axis=-1)
+    timed = (counts * grouped[:, 0] + sizes * grouped[:, 1]) @ _GROUP_ONE_HOT[used]
     exposed = timed[..., HIDDEN]
     streams = (dram[:, 0] > 0) & (dram_bytes > 0)
     per_segment = compute / segments
@@ -544,7 +497,7 @@ def _passes(scalars: np.ndarray, hides: np.ndarray, counts: np.ndarray, sizes: n
     collective = np.maximum(timed[..., :HIDDEN] - hides, _FLOOR).sum(axis=-1)
     stall = np.maximum(stream - per_segment, 0.0)
     time = segments * (per_segment + stall + collective / segments) + exposed + idle
-    moved = (sizes * grouped[:, 2]) @ _ROUTE_ONE_HOT
+    moved = (sizes * grouped[:, 2]) @ _ROUTE_ONE_HOT[used]
     moved[..., DRAM] += np.where(streams, dram_bytes, 0.0)
     return _Alone(time, segments * stall, collective + exposed, moved)
 
