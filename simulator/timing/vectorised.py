@@ -34,6 +34,7 @@ _T = TypeVar("_T")
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 """Collective kinds, the last axis of a route's coefficients."""
+_KIND = {kind: k for k, kind in enumerate(KINDS)}
 TP, TP_ALL_TO_ALL, DP, CP, EP, ITERATION, EXPERT_DP, DRAM, NEXT, PREVIOUS = range(10)
 """A stage's routes (rows of its bytes and occupancy): its collectives' groups (the TP all-to-all
 is the TP ring's where the stage has no all-pairs flow; the iteration's the DP one's without
@@ -249,7 +250,7 @@ def _sums(collectives: tuple[Collective, ...]) -> tuple[list[float], list[float]
     """Counts and byte sums (``count * size_bytes``) of ``collectives`` per kind."""
     counts, sizes = [0.0] * len(KINDS), [0.0] * len(KINDS)
     for c in collectives:
-        k = KINDS.index(c.kind)
+        k = _KIND[c.kind]
         counts[k] += c.count
         sizes[k] += c.count * c.size_bytes
     return counts, sizes
@@ -298,16 +299,15 @@ class PlanTable:
                     distinct[id(getattr(cost, p))] = len(passes)
                     passes.append(getattr(cost, p))
         which = np.array([[distinct[id(getattr(cost, p))] for p in PASSES] for cost in costs])
-        values = np.array([_values(c) for c in passes])[which]
+        values = np.array([_values(c) for c in passes])[which].transpose(2, 0, 1)  # [values, J, passes]
         summed = np.array([[_sums(c) for c in _groups(pass_cost)] for pass_cost in passes])
-        counts, sizes = (summed[:, :, part].reshape(len(passes), -1)[which] for part in range(2))
-        gradients = _components(np.array([[_sums(cost.dp_collectives), _sums(cost.expert_dp_collectives)]
-                                          for cost in costs]).swapaxes(-1, -2))
+        columns = summed.transpose(2, 0, 1, 3).reshape(2, len(passes), -1)[:, which]  # [2, J, passes, columns]
+        gradients = np.array([[_sums(cost.dp_collectives), _sums(cost.expert_dp_collectives)]
+                              for cost in costs]).transpose(2, 0, 1, 3)
         sends = np.array([[cost.activation_send_bytes, cost.gradient_send_bytes] for cost in costs], dtype=float)
-        scalars = _components(values)
-        return cls(scalars[:len(SCALARS)], values[..., len(SCALARS):len(SCALARS) + HIDDEN], counts, sizes,
-                   scalars[len(SCALARS) + HIDDEN:], np.flatnonzero((summed != 0).any(axis=(0, 2)).reshape(-1)), sends,
-                   gradients)
+        hidden = len(SCALARS) + HIDDEN
+        return cls(values[:len(SCALARS)], values[len(SCALARS):hidden].transpose(1, 2, 0), columns[0], columns[1],
+                   values[hidden:], np.flatnonzero((summed != 0).any(axis=(0, 2)).reshape(-1)), sends, gradients)
 
 
 def _values(cost: PassCost) -> tuple[float, ...]:
