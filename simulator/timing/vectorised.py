@@ -327,7 +327,7 @@ _FLOWS: dict[int, tuple[object, FlowTable]] = {}
 stage flows (held, so the id stays theirs)."""
 _PLANS: dict[int, tuple[object, PlanTable]] = {}
 """Tables of stage costs by their ``id`` (held)."""
-_KEPT = 128
+KEPT = 128
 """Tables of each kind kept (as many as :func:`~simulator.timing.flows.machine_flows` keeps flows:
 the objects they hold stay alive, and a large machine's flows are large)."""
 
@@ -335,10 +335,10 @@ the objects they hold stay alive, and a large machine's flows are large)."""
 def flow_table(stage_flows: list[StageFlows], p2p: dict[tuple[int, int], Flow], index: FlowIndex,
                placements: tuple[StagePlacement, ...], transfer_strategy: int) -> FlowTable:
     """:meth:`FlowTable.of`, built once per :func:`~simulator.timing.flows.machine_flows` answer
-    (the last :data:`_KEPT`)."""
+    (the last :data:`KEPT`)."""
     kept = _FLOWS.get(id(stage_flows))
     if kept is None or kept[0] is not stage_flows:
-        if len(_FLOWS) >= _KEPT:
+        if len(_FLOWS) >= KEPT:
             _FLOWS.clear()
         kept = _FLOWS[id(stage_flows)] = (stage_flows, FlowTable.of(stage_flows, p2p, index, placements,
                                                                     transfer_strategy))
@@ -346,10 +346,10 @@ def flow_table(stage_flows: list[StageFlows], p2p: dict[tuple[int, int], Flow], 
 
 
 def plan_table(costs: tuple[StageCost, ...]) -> PlanTable:
-    """:meth:`PlanTable.of`, built once per stage costs (the last :data:`_KEPT`)."""
+    """:meth:`PlanTable.of`, built once per stage costs (the last :data:`KEPT`)."""
     kept = _PLANS.get(id(costs))
     if kept is None or kept[0] is not costs:
-        if len(_PLANS) >= _KEPT:
+        if len(_PLANS) >= KEPT:
             _PLANS.clear()
         kept = _PLANS[id(costs)] = (costs, PlanTable.of(costs))
     return kept[1]
