@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from itertools import product
 
+import numpy as np
 import pytest
 
 from simulator import (
@@ -177,3 +178,23 @@ def test_layouts_setting_different_fields_keep_each_plans_own_where_they_set_non
     assert len({row[0] for row in alone}) > 1  # each plan's own placement counts
     assert estimate_product(model, hardware, plans, layouts).tolist() == [pytest.approx(row, rel=1e-12, abs=0)
                                                                           for row in alone]
+
+
+@pytest.mark.parametrize("name, machine, strategy", [
+    ("T-18B", "wafer", Strategy(tp=8, dp=2, pp=5, recompute="full", transfer_strategy=2)),
+    ("Mixtral-8x7B", "a100-cluster", Strategy(tp=2, pp=2, dp=16, ep=8, recompute="full")),
+])
+def test_the_busiest_resource_of_many_pairs_is_each_pairs_sums_over_the_flow_index(name, machine, strategy):
+    # the many-pair busy times (two dense products: routes onto flows, flows onto resources) are
+    # the flow index's sums per resource of each pair's bytes per flow, for any bytes moved
+    from simulator.timing.vectorised import ROUTES, flow_table
+
+    prepared = _prepare(load_model(name), load_hardware(machine), strategy, ESTIMATE)
+    machine_state = _engine(prepared, ESTIMATE, False, math.inf, None).machine
+    table = flow_table(machine_state.stage_flows, machine_state.p2p, machine_state.index, machine_state.placements,
+                       strategy.transfer_strategy)
+    moved = np.random.default_rng(0).random((9, strategy.pp * ROUTES)) * 1e9
+    moved[0] = 0.0
+    alone = [float(table.index.busy_s(table.flow_bytes(row)).max()) for row in moved]
+    assert alone[0] == 0.0 and min(alone[1:]) > 0.0
+    assert table.busiest_s(moved).tolist() == pytest.approx(alone, rel=1e-12, abs=0)
