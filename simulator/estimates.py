@@ -1,8 +1,8 @@
 """The screen's estimate of many strategies at once (:func:`estimate_many`): what
-:func:`simulator.api.estimate_samples_per_s` gives each, with the closed form evaluated over
-arrays of (plan, placement) pairs (:mod:`simulator.timing.vectorised`) instead of once per
-strategy. Each plan's stage costs and memory check, and each placement's flows, are worked out
-once per call however many strategies share them.
+:func:`simulator.api.estimate_samples_per_s` gives each, with the closed form
+(:mod:`simulator.timing.vectorised`) evaluated over arrays of all their (plan, placement) pairs
+instead of over one pair per strategy. Each plan's stage costs and memory check, and each
+placement's flows, are worked out once per call however many strategies share them.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from simulator.replicas import simulated_replicas
 from simulator.stacks.spec import MEGATRON_CORE, Stack
 from simulator.strategy import Strategy, strategy_fields
 from simulator.timing.flows import machine_flows, uses_all_to_all
-from simulator.timing.vectorised import FlowTable, PlanTable, makespans_s
+from simulator.timing.vectorised import FlowTable, PlanTable, flow_table, iterations, plan_table
 from simulator.workload.spec import ModelSpec
 
 STAGES_PER_ARRAY = 20_480
@@ -39,13 +39,6 @@ _PLACED_FIELDS = attrgetter(*_PLACED_NAMES)
 ZeRO shards (:attr:`Strategy.zero_shards`: ``shard_group_size`` or ``dp * cp``), never the stage,
 so the plans of one placement differing in their ZeRO stage share its flows (built once, not four
 times; the tests compare every estimate with the strategy's alone)."""
-_PLANS: dict[int, tuple[object, PlanTable]] = {}
-"""Tables of stage costs by their ``id`` (held, so the id stays theirs)."""
-_FLOWS: dict[int, tuple[object, FlowTable]] = {}
-"""Tables of an engine's flows by the ``id`` of :func:`machine_flows`' answer (held)."""
-_KEPT = 128
-"""Tables of each kind kept (as many as :func:`machine_flows` keeps flows: the objects they hold
-stay alive, and a large machine's flows are large)."""
 
 
 class _Plan(NamedTuple):
@@ -123,7 +116,8 @@ def estimate_product(model: ModelSpec, hardware: Hardware, plans: Sequence[Strat
         size = max(STAGES_PER_ARRAY // virtual, 1)
         for start in range(0, len(pairs), size):
             part = pairs[start:start + size]
-            makespans = makespans_s(plan_tables, flow_tables, part[:, 1], part[:, 2], part[:, 3], training, defers)
+            makespans = iterations(plan_tables, flow_tables, part[:, 1], part[:, 2], part[:, 3], training,
+                                   defers).makespan_s
             flat[part[:, 0]] = part[:, 4] / makespans
     return values
 
@@ -156,12 +150,7 @@ def _plan(model: ModelSpec, hardware: Hardware, strategy: Strategy, stack: Stack
         return None
     if legality.memory_shortfall(hardware, memory_bytes, in_flight, strategy.devices_per_stage):
         return None
-    kept = _PLANS.get(id(costs))
-    if kept is None or kept[0] is not costs:
-        if len(_PLANS) >= _KEPT:
-            _PLANS.clear()
-        kept = _PLANS[id(costs)] = (costs, PlanTable.of(costs))
-    tables.append(kept[1])
+    tables.append(plan_table(costs))
     group = (strategy.pp, len(costs), strategy.training, legality.schedule_of(strategy).defers_weight_gradients)
     return _Plan(len(tables) - 1, m, strategy.microbatch_size * strategy.dp * m, group, uses_all_to_all(costs))
 
@@ -175,10 +164,5 @@ def _flow_table(hardware: Hardware, strategy: Strategy, all_to_all: bool, tables
     except InputError:
         return -1
     made = machine_flows(topology, placements, hardware.calibration, strategy.transfer_strategy, all_to_all)
-    kept = _FLOWS.get(id(made))
-    if kept is None or kept[0] is not made:
-        if len(_FLOWS) >= _KEPT:
-            _FLOWS.clear()
-        kept = _FLOWS[id(made)] = (made, FlowTable.of(*made, placements, strategy.transfer_strategy))
-    tables.append(kept[1])
+    tables.append(flow_table(*made, placements, strategy.transfer_strategy))
     return len(tables) - 1

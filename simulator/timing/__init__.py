@@ -9,9 +9,10 @@ The engine (:mod:`simulator.engine`) walks the schedule; one timing model, chose
 * ``sharing``: bandwidth sharing (:mod:`simulator.timing.sharing`), links and DRAM ports shared
   max-min fairly between the flows on them (:mod:`simulator.network.sharing`).
 
-The closed form (:mod:`simulator.timing.closed_form`, the ``estimate`` network) runs no events:
-it adds up the times every model gives a pass, send and update when nothing else runs. Times are
-seconds of simulated time (SimPy's ``env.now``).
+The closed form (:mod:`simulator.timing.vectorised`, over arrays of (plan, placement) pairs; the
+``estimate`` network evaluates it on one pair, :mod:`simulator.timing.closed_form`) runs no
+events: it adds up the times every model gives a pass, send and update when nothing else runs.
+Times are seconds of simulated time (SimPy's ``env.now``).
 """
 
 from __future__ import annotations

@@ -224,8 +224,3 @@ class Machine:
         """Keep stage ``i``'s send of ``kind`` to stage ``dst`` (``per_edge`` bytes per edge) for the trace."""
         self.trace(flow, f"{i}->{dst}", f"{kind} mb {microbatch}", start, duration, per_edge * flow.num_edges,
                    microbatch, source_stage=i, destination_stage=dst, transfer=kind)
-
-    def busiest_s(self) -> float:
-        """The longest busy time of any resource over the run so far (s)."""
-        busy = self.index.busy_s([f.bytes_moved for f in self.flows])
-        return float(busy.max()) if len(busy) else 0.0

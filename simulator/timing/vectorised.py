@@ -1,6 +1,9 @@
-"""The closed form over arrays of plans: :class:`~simulator.timing.closed_form.ClosedForm`'s
-estimate of many (plan, placement) pairs at once, numpy over the pairs and their virtual stages
-instead of a Python call per pass (the screen of a search; times in s, bytes per edge).
+"""The closed form: an iteration's time from each pass's, send's and update's time alone, no
+events, over arrays of (plan, placement) pairs (numpy over the pairs and their virtual stages,
+not a Python call per pass; times in s, bytes per edge). It is the ``estimate`` network
+(:meth:`simulator.engine.Engine.estimate`, one pair), the screen of a search
+(:func:`simulator.estimate_product`, many) and the steady state a short simulation is checked
+against.
 
 Every time the closed form takes is linear in the bytes it moves: a step of ``x`` bytes per edge
 lasts ``latency + x * seconds_per_byte`` (PALM Eq. 2), a ring collective of ``S`` bytes
@@ -9,15 +12,16 @@ each moves bytes in proportion to ``S``. So each route of a stage (its TP, DP, C
 is summed up once per placement by three numbers per collective kind, ``A + B * S`` seconds and
 ``MU * S`` bytes per edge (:class:`FlowTable`), each plan's passes by the collectives' counts and
 byte sums per route and kind (:class:`PlanTable`), and a pass's time alone (PALM Eq. 2 without
-contention: its segments' compute, what compute does not hide of their DRAM stream, their
+contention: per segment its compute, what compute does not hide of its DRAM stream, its TP
 collectives, then ZeRO-3's exposed ones) is one expression over arrays of pairs and stages, as
-is the pipeline's closed form and the busiest resource's busy time over them. The values equal
-:meth:`ClosedForm.estimate`'s to rounding (a test compares them over a real space to 1e-12).
+is the pipeline's closed form and the busiest resource's busy time over them (:func:`iterations`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
@@ -26,8 +30,11 @@ from simulator.network.collectives import Flow
 from simulator.placement import StagePlacement
 from simulator.timing.flows import FlowIndex, StageFlows, all_flows
 
+_T = TypeVar("_T")
+
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 """Collective kinds, the last axis of a route's coefficients."""
+_KIND = {kind: k for k, kind in enumerate(KINDS)}
 TP, TP_ALL_TO_ALL, DP, CP, EP, ITERATION, EXPERT_DP, DRAM, NEXT, PREVIOUS = range(10)
 """A stage's routes (rows of its bytes and occupancy): its collectives' groups (the TP all-to-all
 is the TP ring's where the stage has no all-pairs flow; the iteration's the DP one's without
@@ -38,12 +45,23 @@ GROUPS = ("tp", "overlapped", "replica", "cp", "ep", "exposed_dp")
 """A pass's collectives (:class:`~simulator.costs.PassCost` fields) in the order they are timed."""
 _ROUTE_OF = np.array([[TP, TP, TP, TP_ALL_TO_ALL], [TP, TP, TP, TP_ALL_TO_ALL], [DP] * 4, [CP] * 4, [EP] * 4, [DP] * 4])
 """The route each group's collective of each kind runs on (:meth:`Machine.collectives_time`)."""
-_ROUTE_ONE_HOT = np.eye(ROUTES)[_ROUTE_OF]
-_GROUP_ONE_HOT = np.repeat(np.eye(len(GROUPS)), len(_ROUTE_OF[0]), axis=0)
+_ROUTE_ONE_HOT = np.eye(ROUTES)[_ROUTE_OF].reshape(-1, ROUTES)
+"""Each flattened (group, kind) column's route."""
+_GROUP_ONE_HOT = np.repeat(np.eye(len(GROUPS)), len(KINDS), axis=0)
 """Each flattened (group, kind) column's group."""
+_WAYS = np.array([1, -1])
+"""The stage a send goes to, from the sender's: the next (activations), the previous (gradients)."""
 PASSES = ("forward", "backward", "backward_input", "backward_weight", "optimizer_step")
 FORWARD, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, OPTIMIZER_STEP = range(5)
-SCALARS = ("compute_s", "segments", "dram_bytes", "overlap_s", "cp_overlap_s", "idle_s")
+_STEPS = {(False, False): (FORWARD,), (False, True): (FORWARD,), (True, False): (FORWARD, BACKWARD, OPTIMIZER_STEP),
+          (True, True): (FORWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, OPTIMIZER_STEP)}
+"""The passes timed by (training, deferring weight gradients): each microbatch's, then the update's."""
+SCALARS = ("compute_s", "segments", "dram_bytes", "idle_s")
+HIDDEN = 5
+"""The groups of :data:`GROUPS` timed within the segments (ZeRO-3's exposed collectives after them)."""
+_FLOOR = np.array([-np.inf, 0.0, 0.0, 0.0, -np.inf])
+"""What each of those groups adds to a pass at least, less what hides it (:attr:`PlanTable.hides`):
+the TP and expert-parallel collectives all of their time, the others what is not hidden."""
 _PROBE_BYTES = 2.0 ** 40
 """Size at which a flow's time is read to find its slope (large, so its latency is lost in it
 no more than rounding loses it; a power of two, so dividing by it is exact)."""
@@ -62,23 +80,60 @@ class FlowTable:
     """A placement's flows as coefficients (``pp`` stages).
 
     Attributes:
-        collectives: ``[pp, COLLECTIVE_ROUTES, len(KINDS), 3]``: ``(A, B, MU)`` of each route and kind.
+        grouped: ``[pp, len(GROUPS), len(KINDS), 3]``: ``(A, B, MU)`` of a pass's collective of each
+            group and kind on the route it runs on.
+        update: ``[pp, 2, len(KINDS), 3]``: the same of the iteration's data-parallel and
+            expert-data-parallel collectives.
         dram: ``[pp, 3]``: whether the stage streams DRAM, the stream's latency (s) and s per byte.
         sends: ``[pp, 2, 3]``: to the next and previous stage, whether a flow exists, its latency (s)
             and s per byte per edge.
         per_edge: ``[pp]``: bytes per edge of a send per byte (the TP degree with adapters, else 1).
-        regroup: ``[pp, 3]``: ``(A, B, MU)`` of rebuilding a received activation of ``S`` bytes on
-            the stage's TP route (zeros for TP 1).
-        occupancy: s each resource is busy per byte per edge of each route
-            (:class:`~simulator.timing.flows.FlowIndex`), the resources that can be the busiest.
+        receiving: ``[pp, 2, 3]``: ``(A, B, MU)`` of rebuilding an activation of ``S`` bytes the
+            stage sends to the next and the previous stage in the receiver's TP groups (zeros for TP 1).
+        index: the flows' (flow, resource) pairs and their occupancy (s per byte per edge).
+        row_flow: ``[pp * ROUTES]``: the position of each route's flow in the engine's flows
+            (:func:`~simulator.timing.flows.all_flows`), -1 where the stage has none.
+        flows: how many flows the engine has.
     """
 
-    collectives: np.ndarray
+    grouped: np.ndarray
+    update: np.ndarray
     dram: np.ndarray
     sends: np.ndarray
     per_edge: np.ndarray
-    regroup: np.ndarray
-    occupancy: Occupancy
+    receiving: np.ndarray
+    index: FlowIndex
+    row_flow: np.ndarray
+    flows: int
+    _stages: dict[int, _Stages] = field(default_factory=dict, repr=False, compare=False)
+    _resources: list[Resources] = field(default_factory=list, repr=False, compare=False)
+
+    def busiest_s(self, moved: np.ndarray) -> np.ndarray:
+        """The busiest resource's busy time (s) of each of ``K`` pairs, given the bytes per edge
+        ``[K, pp * ROUTES]`` each route moved: bytes per edge of each flow times its occupancy,
+        summed per resource (:meth:`~simulator.timing.flows.FlowIndex.busy_s` over many pairs:
+        :class:`Resources`, built the first time)."""
+        if not self._resources:
+            self._resources.append(Resources.of(self.row_flow, self.index))
+        return self._resources[0].busiest_s(moved)
+
+    def stages(self, virtual: int) -> _Stages:
+        """The table's arrays of each of ``virtual`` virtual stages (chunk-major: virtual stage
+        ``c pp + i`` runs on stage ``i``), kept."""
+        kept = self._stages.get(virtual)
+        if kept is None:
+            pp = len(self.per_edge)
+            stage = np.arange(virtual) % pp
+            linked = self.sends[stage, :, 0] > 0
+            linked[-1, 0] = linked[0, 1] = False  # the last virtual stage sends no activation, the first no gradient
+            # the regroup's bytes are the receiver's: virtual stage c pp + i sends to stage i +- 1,
+            # counted in chunk c (they are summed over chunks)
+            sender = (np.arange(virtual) // pp * pp)[:, None] + (stage[:, None] - _WAYS) % pp
+            kept = self._stages[virtual] = _Stages(
+                _components(self.grouped[stage, None].reshape(virtual, 1, -1, 3)), _components(self.update[stage]),
+                _components(self.dram[stage, None]), _components(self.sends[stage]),
+                _components(self.receiving[stage]), self.per_edge[stage, None], linked, sender)
+        return kept
 
     @classmethod
     def of(cls, stage_flows: list[StageFlows], p2p: dict[tuple[int, int], Flow], index: FlowIndex,
@@ -107,7 +162,42 @@ class FlowTable:
             regroup[i] = _regroup(flows.tp, transfer_strategy)
             routes.append([*own, flows.dram, *linked])
         per_edge = np.array([len(p.tp_groups[0]) if transfer_strategy == 2 else 1 for p in placements], dtype=float)
-        return cls(collectives, dram, sends, per_edge, regroup, _occupancy(routes, all_flows(stage_flows, p2p), index))
+        position = {id(flow): k for k, flow in enumerate(all_flows(stage_flows, p2p))}
+        row_flow = np.array([-1 if f is None else position[id(f)] for stage in routes for f in stage])
+        receiving = regroup[(np.arange(pp)[:, None] + _WAYS) % pp]
+        return cls(collectives[:, _ROUTE_OF, np.arange(len(KINDS))], collectives[:, [ITERATION, EXPERT_DP]], dram,
+                   sends, per_edge, receiving, index, row_flow, len(position))
+
+    def flow_bytes(self, moved: np.ndarray) -> np.ndarray:
+        """Bytes per edge each of the engine's flows moved ``[flows]``, given those of each route
+        ``[pp * ROUTES]`` (routes on one flow summed)."""
+        rows = self.row_flow >= 0
+        moved_bytes: np.ndarray = np.bincount(self.row_flow[rows], weights=moved[rows], minlength=self.flows)
+        return moved_bytes
+
+
+def _components(values: np.ndarray) -> np.ndarray:
+    """``values`` ``[..., n]`` as ``[n, ...]``, each component contiguous (numpy's small
+    operations are quickest on few contiguous axes)."""
+    return np.ascontiguousarray(np.moveaxis(values, -1, 0))
+
+
+class _Stages(NamedTuple):
+    """A :class:`FlowTable`'s arrays of each virtual stage (``J``), the three components of its
+    coefficients first (:func:`_components`): ``grouped`` ``[3, J, 1, len(GROUPS) * len(KINDS)]``,
+    ``update`` ``[3, J, 2, len(KINDS)]``, ``dram`` ``[3, J, 1]``, ``sends`` and ``receiving``
+    ``[3, J, 2]``; ``per_edge`` ``[J, 1]``; ``linked`` ``[J, 2]``: whether the virtual stage sends
+    to the next and the previous one; ``sender`` ``[J, 2]``: whose send to it each virtual stage's
+    stage regroups."""
+
+    grouped: np.ndarray
+    update: np.ndarray
+    dram: np.ndarray
+    sends: np.ndarray
+    receiving: np.ndarray
+    per_edge: np.ndarray
+    linked: np.ndarray
+    sender: np.ndarray
 
 
 def _regroup(tp: Flow, transfer_strategy: int) -> tuple[float, float, float]:
@@ -120,81 +210,39 @@ def _regroup(tp: Flow, transfer_strategy: int) -> tuple[float, float, float]:
     return (size - 1) * tp.latency_s, size * tp.seconds_per_byte, float(size)
 
 
-def _occupancy(routes: list[list[Flow | None]], flows: list[Flow], index: FlowIndex) -> Occupancy:
-    """The resources' occupancy (:class:`FlowIndex`) of the flows ``routes`` run on (positions in
-    ``flows``, the engine's flows), one column per resource that can be the busiest: resources
-    with the same (flow, occupancy) entries are one column, and a column no larger than another
-    in every row is left out (bytes moved are never negative, so it is never the only busiest)."""
-    position = {id(flow): k for k, flow in enumerate(flows)}
-    row_flow = np.array([-1 if f is None else position[id(f)] for stage in routes for f in stage])
-    used = np.unique(row_flow[row_flow >= 0])
-    kept = np.isin(index.flow, used)
-    entries = np.argsort(index.slot[kept], kind="stable")  # by resource, then by flow (the index's order)
-    slots, values = index.slot[kept][entries], index.occupancy[kept][entries]
-    entry_flows = np.searchsorted(used, index.flow[kept][entries])
-    if not len(slots):
-        return Occupancy(np.zeros((len(row_flow), 0)))
-    starts = np.flatnonzero(np.r_[True, slots[1:] != slots[:-1]])
-    width = int(np.diff(np.r_[starts, len(slots)]).max())
-    column = np.arange(len(slots)) - np.repeat(starts, np.diff(np.r_[starts, len(slots)]))
-    resource = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(slots)]))
-    keys = np.full((len(starts), 2 * width), -1.0)
-    keys[resource, column], keys[resource, width + column] = entry_flows, values
-    distinct = _distinct_rows(keys)
-    chosen = keys[distinct]
-    k, j = np.nonzero(chosen[:, :width] >= 0)
-    per_flow = np.zeros((len(used), len(distinct)))
-    per_flow[chosen[k, j].astype(int), k] = chosen[k, width + j]
-    per_flow = _undominated(per_flow)
-    on_row = np.zeros((len(row_flow), per_flow.shape[1]))
-    rows = np.flatnonzero(row_flow >= 0)
-    on_row[rows] = per_flow[np.searchsorted(used, row_flow[rows])]
-    return Occupancy(on_row)
-
-
-def _distinct_rows(keys: np.ndarray) -> np.ndarray:
-    """The first of each set of equal rows of ``keys``, by a random projection of each row
-    (rows projected alike checked equal; where two are not, by sorting the rows)."""
-    projected = keys @ np.random.default_rng(0).random(keys.shape[1])
-    _, distinct, inverse = np.unique(projected, return_index=True, return_inverse=True)
-    if not (keys[distinct][inverse.reshape(-1)] == keys).all():
-        _, distinct = np.unique(keys, axis=0, return_index=True)
-    return np.asarray(distinct)
-
-
-_DOMINATING = 8
-"""Largest columns each column is compared with (:func:`_undominated`)."""
-
-
-def _undominated(columns: np.ndarray) -> np.ndarray:
-    """``columns`` ``[n, c]`` without those no larger in every row than one of the
-    :data:`_DOMINATING` largest by sum (distinct columns: none dominates itself)."""
-    if columns.shape[1] <= 1:
-        return columns
-    largest = np.argsort(-columns.sum(axis=0), kind="stable")[:_DOMINATING]
-    dominated = np.zeros(columns.shape[1], dtype=bool)
-    for t in largest:
-        if not dominated[t]:
-            below: np.ndarray = np.all(columns <= columns[:, t:t + 1], axis=0)
-            below[t] = False
-            dominated |= below
-    return columns[:, ~dominated]
-
-
 @dataclass(frozen=True, slots=True)
-class Occupancy:
-    """The busy time of a table's resources: ``per_row`` ``[pp * ROUTES, c]``, the seconds a
-    candidate resource is busy per byte per edge moved on each route row (:class:`FlowIndex`'s
-    occupancy of the row's flow; the rows of one flow alike)."""
+class Resources:
+    """The resources a table's flows cross (:class:`FlowIndex`), as dense matrices over the pairs'
+    route rows: ``rows``, the rows on some flow; ``per_flow`` ``[len(rows), F]``, the one of the
+    ``F`` flows they run on each row takes (one-hot); ``occupancy`` ``[F, R]``, each flow's
+    occupancy (s per byte per edge) of each of the ``R`` resources they cross (a few MB on the
+    largest machines: DeepSeek-V3 on 1,024 H100s, 96 flows by 4,096 links)."""
 
-    per_row: np.ndarray
+    rows: np.ndarray
+    per_flow: np.ndarray
+    occupancy: np.ndarray
+
+    @classmethod
+    def of(cls, row_flow: np.ndarray, index: FlowIndex) -> Resources:
+        """The resources of ``index`` the flows of ``row_flow`` (positions in the engine's flows,
+        -1 none) cross."""
+        rows = np.flatnonzero(row_flow >= 0)
+        used, position = np.unique(row_flow[rows], return_inverse=True)
+        per_flow = np.zeros((len(rows), len(used)))
+        per_flow[np.arange(len(rows)), position] = 1.0
+        entries = np.flatnonzero(np.isin(index.flow, used))
+        slots, slot = np.unique(index.slot[entries], return_inverse=True)
+        occupancy = np.zeros((len(used), len(slots)))
+        np.add.at(occupancy, (np.searchsorted(used, index.flow[entries]), slot), index.occupancy[entries])
+        return cls(rows, per_flow, occupancy)
 
     def busiest_s(self, moved: np.ndarray) -> np.ndarray:
-        """The busiest resource's busy time (s) for each ``[K, pp * ROUTES]`` bytes per edge moved
-        (:meth:`FlowIndex.busy_s`)."""
-        if not self.per_row.shape[1]:
+        """The busiest resource's busy time (s) for each ``[K, pp * ROUTES]`` bytes per edge moved:
+        bytes per edge of each flow times its occupancy, summed per resource
+        (:meth:`FlowIndex.busy_s`, two matrix products)."""
+        if not self.occupancy.shape[1]:
             return np.zeros(len(moved))
-        busiest: np.ndarray = (moved @ self.per_row).max(axis=1)
+        busiest: np.ndarray = ((moved[:, self.rows] @ self.per_flow) @ self.occupancy).max(axis=1)
         return busiest
 
 
@@ -202,7 +250,7 @@ def _sums(collectives: tuple[Collective, ...]) -> tuple[list[float], list[float]
     """Counts and byte sums (``count * size_bytes``) of ``collectives`` per kind."""
     counts, sizes = [0.0] * len(KINDS), [0.0] * len(KINDS)
     for c in collectives:
-        k = KINDS.index(c.kind)
+        k = _KIND[c.kind]
         counts[k] += c.count
         sizes[k] += c.count * c.size_bytes
     return counts, sizes
@@ -210,20 +258,32 @@ def _sums(collectives: tuple[Collective, ...]) -> tuple[list[float], list[float]
 
 @dataclass(frozen=True, slots=True)
 class PlanTable:
-    """A plan's stage costs as arrays (``J = pp * num_chunks`` virtual stages, chunk-major).
+    """A plan's stage costs as arrays (``J = pp * num_chunks`` virtual stages, chunk-major; the
+    passes of :data:`PASSES`).
 
     Attributes:
-        scalars: ``[J, len(PASSES), len(SCALARS)]``.
-        counts: ``[J, len(PASSES), len(GROUPS), len(KINDS)]``: collectives of each group and kind.
+        scalars: ``[len(SCALARS), J, len(PASSES)]``.
+        hides: ``[J, len(PASSES), HIDDEN]``: what hides each group's collectives (s): nothing the
+            TP and expert-parallel ones, the overlap the overlapped ones (TP multicasts and
+            overlap), the compute the replicas' weight multicast and ZeRO-3's prefetched gathers,
+            the attention's compute (``cp_overlap_s``) context parallelism's ring.
+        counts: ``[J, len(PASSES), len(GROUPS) * len(KINDS)]``: collectives of each group and kind.
         sizes: the same, their bytes (``count * size_bytes``) summed.
+        busy: ``[2, J, len(PASSES)]``: each pass's busy time (compute and launch gaps) and host
+            time (s), which the stages' times (:data:`STATS`) count.
+        used: the (group, kind) columns some pass has collectives of (the others are left out of
+            the arrays an iteration multiplies).
         sends: ``[J, 2]``: activation and gradient bytes sent per microbatch.
-        gradients: ``[J, 2, 2, len(KINDS)]``: counts and byte sums of the data-parallel and the
+        gradients: ``[2, J, 2, len(KINDS)]``: counts and byte sums of the data-parallel and the
             expert-data-parallel collectives of the iteration.
     """
 
     scalars: np.ndarray
+    hides: np.ndarray
     counts: np.ndarray
     sizes: np.ndarray
+    busy: np.ndarray
+    used: np.ndarray
     sends: np.ndarray
     gradients: np.ndarray
 
@@ -239,15 +299,21 @@ class PlanTable:
                     distinct[id(getattr(cost, p))] = len(passes)
                     passes.append(getattr(cost, p))
         which = np.array([[distinct[id(getattr(cost, p))] for p in PASSES] for cost in costs])
-        scalars = np.array([_scalars(c) for c in passes])[which]
-        summed = np.array([[_sums(c) for c in _groups(pass_cost)] for pass_cost in passes])[which]
-        gradients = np.array([[_sums(cost.dp_collectives), _sums(cost.expert_dp_collectives)] for cost in costs])
+        values = np.array([_values(c) for c in passes])[which].transpose(2, 0, 1)  # [values, J, passes]
+        summed = np.array([[_sums(c) for c in _groups(pass_cost)] for pass_cost in passes])
+        columns = summed.transpose(2, 0, 1, 3).reshape(2, len(passes), -1)[:, which]  # [2, J, passes, columns]
+        gradients = np.array([[_sums(cost.dp_collectives), _sums(cost.expert_dp_collectives)]
+                              for cost in costs]).transpose(2, 0, 1, 3)
         sends = np.array([[cost.activation_send_bytes, cost.gradient_send_bytes] for cost in costs], dtype=float)
-        return cls(scalars, summed[..., 0, :], summed[..., 1, :], sends, gradients)
+        hidden = len(SCALARS) + HIDDEN
+        return cls(values[:len(SCALARS)], values[len(SCALARS):hidden].transpose(1, 2, 0), columns[0], columns[1],
+                   values[hidden:], np.flatnonzero((summed != 0).any(axis=(0, 2)).reshape(-1)), sends, gradients)
 
 
-def _scalars(cost: PassCost) -> tuple[float, ...]:
-    return cost.compute_s, cost.segments, cost.dram_bytes, cost.overlap_s, cost.cp_overlap_s, cost.idle_s
+def _values(cost: PassCost) -> tuple[float, ...]:
+    """A pass's :data:`SCALARS`, what hides its groups' collectives and its busy and host time."""
+    return (cost.compute_s, cost.segments, cost.dram_bytes, cost.idle_s, 0.0, cost.overlap_s, cost.compute_s,
+            cost.cp_overlap_s, 0.0, cost.busy_s, cost.host_s)
 
 
 def _groups(cost: PassCost) -> tuple[tuple[Collective, ...], ...]:
@@ -256,143 +322,260 @@ def _groups(cost: PassCost) -> tuple[tuple[Collective, ...], ...]:
             cost.ep_collectives, cost.exposed_dp_collectives)
 
 
-def makespans_s(plans: list[PlanTable], tables: list[FlowTable], plan_of: np.ndarray, table_of: np.ndarray,
-                num_microbatches: np.ndarray, training: bool, defers_weight_gradients: bool) -> np.ndarray:
-    """The closed-form makespan (s) of each pair ``k``: plan ``plans[plan_of[k]]`` on the flows
+_FLOWS: dict[int, tuple[object, FlowTable]] = {}
+"""Tables of an engine's flows by the ``id`` of :func:`~simulator.timing.flows.machine_flows`'
+stage flows (held, so the id stays theirs)."""
+_PLANS: dict[int, tuple[object, PlanTable]] = {}
+"""Tables of stage costs by their ``id`` (held)."""
+KEPT = 128
+"""Tables of each kind kept (as many as :func:`~simulator.timing.flows.machine_flows` keeps flows:
+the objects they hold stay alive, and a large machine's flows are large)."""
+
+
+def flow_table(stage_flows: list[StageFlows], p2p: dict[tuple[int, int], Flow], index: FlowIndex,
+               placements: tuple[StagePlacement, ...], transfer_strategy: int) -> FlowTable:
+    """:meth:`FlowTable.of`, built once per :func:`~simulator.timing.flows.machine_flows` answer
+    (the last :data:`KEPT`)."""
+    kept = _FLOWS.get(id(stage_flows))
+    if kept is None or kept[0] is not stage_flows:
+        if len(_FLOWS) >= KEPT:
+            _FLOWS.clear()
+        kept = _FLOWS[id(stage_flows)] = (stage_flows, FlowTable.of(stage_flows, p2p, index, placements,
+                                                                    transfer_strategy))
+    return kept[1]
+
+
+def plan_table(costs: tuple[StageCost, ...]) -> PlanTable:
+    """:meth:`PlanTable.of`, built once per stage costs (the last :data:`KEPT`)."""
+    kept = _PLANS.get(id(costs))
+    if kept is None or kept[0] is not costs:
+        if len(_PLANS) >= KEPT:
+            _PLANS.clear()
+        kept = _PLANS[id(costs)] = (costs, PlanTable.of(costs))
+    return kept[1]
+
+
+STATS = ("compute_s", "communication_s", "dram_stall_s", "optimizer_s", "host_s")
+"""A stage's times over the iteration (s), the fields of :class:`~simulator.timing.records.StageStats`
+an iteration's closed form gives (:func:`iterations` with ``stats``)."""
+
+
+class Iterations(NamedTuple):
+    """The closed form of ``K`` pairs of ``pp`` stages (:func:`iterations`).
+
+    Attributes:
+        makespan_s: ``[K]``: the iteration (s).
+        period_s: ``[K]``: the steady-state time per microbatch (s): the slowest stage's, at least
+            the busiest resource's busy time per microbatch.
+        moved: ``[K, pp * ROUTES]``: bytes per edge each stage's routes move over the iteration.
+        stats: ``[K, pp, len(STATS)]``: each stage's times (s), None unless asked.
+    """
+
+    makespan_s: np.ndarray
+    period_s: np.ndarray
+    moved: np.ndarray
+    stats: np.ndarray | None
+
+
+def iterations(plans: list[PlanTable], tables: list[FlowTable], plan_of: np.ndarray, table_of: np.ndarray,
+               num_microbatches: np.ndarray, training: bool, defers_weight_gradients: bool,
+               stats: bool = False) -> Iterations:
+    """The closed-form iteration of each pair ``k``: plan ``plans[plan_of[k]]`` on the flows
     ``tables[table_of[k]]`` with ``num_microbatches[k]`` microbatches; every plan of the same
     virtual stages, every table of the same stages, all pairs training or not, deferring weight
-    gradients (ZB-H1) or not (:meth:`ClosedForm.estimate`'s formula and its sources).
+    gradients (ZB-H1) or not. ``stats`` adds each stage's times.
 
-    Shapes: ``plan_of``, ``table_of``, ``num_microbatches`` and the result ``[K]``.
+    Each pass and send takes its time alone (:func:`_passes`, :func:`_sends`). With ``t_i`` the
+    forward and backward passes and sends of all chunks of stage ``i`` for one microbatch, the
+    pipeline takes ``m max_i t_i + (sum_i t_i - max_i t_i) / v`` (GPipe and 1F1B take
+    ``(m + p - 1)(t_f + t_b)`` with equal stages, and interleaving ``v`` chunks divides the fill
+    and drain by ``v``: Narayanan et al. SC'21 §2.2; with unequal stages the slowest sets the
+    steady state), then the slowest gradient update (:func:`_update`). A schedule that defers
+    weight gradients (ZB-H1) runs them in the fill and drain: each stage but the slowest adds
+    ``max(t_i - 2 w_i, 0)`` with ``w_i`` its weight-gradient passes, which gives ZB-H1's
+    ``(m + p - 1)(t_f + t_b + t_w) - 2 (p - 1) t_w`` with equal stages (Qi et al. ICLR'24 §2.1: a
+    bubble of ``(p - 1)(t_f + t_b - t_w)``); its gradient sends are not counted. No resource can
+    be busier than the iteration, so the makespan is at least the busiest resource's busy time:
+    bytes per edge of each flow times its occupancy, summed over flows (the bound a
+    work-conserving sharing model approaches when one resource saturates).
+
+    Shapes: ``plan_of``, ``table_of``, ``num_microbatches`` ``[K]``; the result's are :class:`Iterations`'.
     """
-    used, plan_of = np.unique(plan_of, return_inverse=True)
-    plans = [plans[u] for u in used]
-    used, table_of = np.unique(table_of, return_inverse=True)
-    tables = [tables[u] for u in used]
+    plans, plan_of = _compact(plans, plan_of)
+    tables, table_of = _compact(tables, table_of)
     pp, virtual = len(tables[0].per_edge), len(plans[0].sends)
-    chunks, stage = virtual // pp, np.arange(virtual) % pp
-    scalars = np.stack([p.scalars for p in plans])[plan_of]
-    # only the (group, kind) columns some pass uses: [K, J, passes, used]
-    counts, sizes = (np.stack([getattr(p, f) for p in plans]).reshape(len(plans), virtual, len(PASSES), -1)
-                     for f in ("counts", "sizes"))
-    used = np.flatnonzero((counts != 0).any(axis=(0, 1, 2)) | (sizes != 0).any(axis=(0, 1, 2)))
-    counts, sizes = counts[plan_of][..., used], sizes[plan_of][..., used]
-    collectives = np.stack([t.collectives for t in tables])
-    grouped = collectives[:, :, _ROUTE_OF, np.arange(len(KINDS))].reshape(len(tables), pp, -1, 3)
-    grouped = grouped[:, :, used][table_of][:, stage]
-    dram = np.stack([t.dram for t in tables])[table_of][:, stage]
-    group_of, route_of = _GROUP_ONE_HOT[used], _ROUTE_ONE_HOT.reshape(-1, ROUTES)[used]
-
-    def timed(p: int) -> tuple[np.ndarray, np.ndarray]:
-        return _pass(scalars[:, :, p], counts[:, :, p], sizes[:, :, p], grouped, dram, group_of, route_of)
-
+    steps = list(_STEPS[training, defers_weight_gradients])
+    used = plans[0].used if len(plans) == 1 else np.unique(np.concatenate([p.used for p in plans]))
+    stages = [t.stages(virtual) for t in tables]
+    scalars = _gather(plans, plan_of, "scalars", lambda a: a[..., steps])
+    counts, sizes = (_gather(plans, plan_of, f, lambda a: a[:, :, steps][..., used]) for f in ("counts", "sizes"))
+    alone = _passes(scalars, _gather(plans, plan_of, "hides", lambda a: a[:, :, steps]), counts, sizes,
+                    _gather(stages, table_of, "grouped", lambda a: a[..., used]), _gather(stages, table_of, "dram"),
+                    used)
+    directions = 2 if training and not defers_weight_gradients else 1
+    sent, sent_moved = _sends(_gather(plans, plan_of, "sends"), stages, table_of, pp, directions)
     m = num_microbatches.astype(float)
-    time, moved = timed(FORWARD)
-    sent, sent_moved = _sends(plans, tables, plan_of, table_of, stage, 0)
-    time, moved = time + sent, moved + sent_moved
-    deferred = np.zeros_like(time)
+    time, moved = alone.time[:, :, 0] + sent[..., 0], alone.moved[:, :, 0] + sent_moved[:, :, 0]
+    waiting = None
     if training and defers_weight_gradients:
-        backward, backward_moved = timed(BACKWARD_INPUT)
-        deferred, deferred_moved = timed(BACKWARD_WEIGHT)
-        time, moved = time + backward, moved + backward_moved + deferred_moved
+        time, moved = time + alone.time[:, :, 1], moved + alone.moved[:, :, 1] + alone.moved[:, :, 2]
+        time, waiting = time + alone.time[:, :, 2], _by_stage(alone.time[:, :, 2], pp)
     elif training:
-        backward, backward_moved = timed(BACKWARD)
-        sent, sent_moved = _sends(plans, tables, plan_of, table_of, stage, 1)
-        time, moved = time + backward + sent, moved + backward_moved + sent_moved
-    per_stage, waiting = _by_stage(time + deferred, pp), _by_stage(deferred, pp)
+        time, moved = time + alone.time[:, :, 1] + sent[..., 1], moved + alone.moved[:, :, 1] + sent_moved[:, :, 1]
+    per_stage = _by_stage(time, pp)
     period = per_stage.max(axis=1)
-    pipeline = m * period + (per_stage.sum(axis=1) - period) / chunks
-    if waiting.any():  # deferred weight gradients fill 2 W of each other stage's fill and drain
-        slowest = per_stage.argmax(axis=1)
+    pipeline = m * period + (per_stage.sum(axis=1) - period) / (virtual // pp)
+    if waiting is not None and waiting.any():  # deferred weight gradients fill 2 W of each other stage's
+        slowest = per_stage.argmax(axis=1)  # fill and drain
         filled = np.maximum(per_stage - 2 * waiting, 0.0)
         filled[np.arange(len(filled)), slowest] = 0.0
-        pipeline = np.where(waiting.any(axis=1), m * period + filled.sum(axis=1) / chunks, pipeline)
+        pipeline = np.where(waiting.any(axis=1), m * period + filled.sum(axis=1) / (virtual // pp), pipeline)
     moved = _by_stage(moved, pp) * m[:, None, None]
+    gradient_s = np.zeros_like(time)
     if training:
-        iteration = collectives[:, :, [ITERATION, EXPERT_DP]][table_of][:, stage]
-        update, update_moved = _update(plans, plan_of, iteration, timed(OPTIMIZER_STEP))
+        update, update_moved, gradient_s = _update(_gather(plans, plan_of, "gradients"),
+                                                   _gather(stages, table_of, "update"), alone.time[:, :, -1],
+                                                   alone.moved[:, :, -1])
         pipeline = pipeline + _by_stage(update, pp).max(axis=1)
         moved = moved + _by_stage(update_moved, pp)
-    makespans: np.ndarray = np.maximum(pipeline, _busiest_s(tables, table_of, moved.reshape(len(moved), -1)))
-    return makespans
+    moved = moved.reshape(len(moved), -1)
+    busiest = _busiest_s(tables, table_of, moved)
+    times = None
+    if stats:
+        times = _stage_times(_gather(plans, plan_of, "busy", lambda a: a[..., steps]), training, alone, gradient_s,
+                             scalars, m, pp)
+    return Iterations(np.maximum(pipeline, busiest), np.maximum(period, busiest / m), moved, times)
 
 
-def _pass(scalars: np.ndarray, counts: np.ndarray, sizes: np.ndarray, grouped: np.ndarray, dram: np.ndarray,
-          group_of: np.ndarray, route_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Time alone ``[K, J]`` (s) of one pass of each virtual stage and the bytes per edge it moves
-    on each route ``[K, J, ROUTES]`` (:meth:`ClosedForm._alone`: per segment its compute, what
-    compute does not hide of its DRAM stream and its collectives, then ZeRO-3's exposed ones),
-    its collectives ``[K, J, u]`` of ``u`` (group, kind) columns, each column's group and route
-    ``[u, len(GROUPS)]`` and ``[u, ROUTES]`` (one-hot)."""
-    compute, segments, dram_bytes, overlap, cp_overlap, idle = np.moveaxis(scalars, -1, 0)
-    timed = (counts * grouped[..., 0] + sizes * grouped[..., 1]) @ group_of
-    tp, overlapped, replica, cp, ep, exposed = np.moveaxis(timed, -1, 0)
-    streams = (dram[..., 0] > 0) & (dram_bytes > 0)
-    stream = np.where(streams, dram[..., 1] + dram_bytes / segments * dram[..., 2], 0.0)
-    collective = (tp + np.maximum(overlapped - overlap, 0.0) + np.maximum(replica - compute, 0.0)
-                  + np.maximum(cp - cp_overlap, 0.0) + ep)
-    stall = np.maximum(stream - compute / segments, 0.0)
-    time = segments * (compute / segments + stall + collective / segments) + exposed + idle
-    moved = (sizes * grouped[..., 2]) @ route_of
+def _compact(items: list[_T], of: np.ndarray) -> tuple[list[_T], np.ndarray]:
+    """``items`` some ``of`` uses, and ``of`` renumbered to them."""
+    if len(items) == 1:
+        return items, of
+    used, of = np.unique(of, return_inverse=True)
+    return [items[u] for u in used], of.reshape(-1)
+
+
+def _gather(items: Sequence[object], of: np.ndarray, name: str,
+            select: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+    """Attribute ``name`` of ``items[of[k]]`` for each ``k``, of which ``select`` takes a part
+    (given them stacked, ``[len(items), ...]``): ``[K, ...]`` (read only)."""
+    stacked = getattr(items[0], name)[None] if len(items) == 1 else np.stack([getattr(i, name) for i in items])
+    if select is not None:
+        stacked = select(stacked)
+    if len(stacked) == 1:
+        return stacked if len(of) == 1 else np.broadcast_to(stacked, (len(of), *stacked.shape[1:]))
+    gathered: np.ndarray = stacked[of]
+    return gathered
+
+
+class _Alone(NamedTuple):
+    """Passes alone ``[K, J, passes]``: their time (s), DRAM stall (s), communication (s), and the
+    bytes per edge they move on each route ``[K, J, passes, ROUTES]``."""
+
+    time: np.ndarray
+    stall: np.ndarray
+    communication: np.ndarray
+    moved: np.ndarray
+
+
+def _passes(scalars: np.ndarray, hides: np.ndarray, counts: np.ndarray, sizes: np.ndarray, grouped: np.ndarray,
+            dram: np.ndarray, used: np.ndarray) -> _Alone:
+    """Time alone of passes of each virtual stage (:data:`SCALARS` ``[K, S, J, passes]``), PALM
+    Eq. 2 without contention: per segment its compute, what compute does not hide of its DRAM
+    stream and its collectives (the TP ones, what ``hides`` ``[K, J, passes, HIDDEN]`` does not
+    of the overlapped, replicas' and context-parallel ones, and expert parallelism's), then
+    ZeRO-3's exposed ones and the pass's launch gaps and host time. Its collectives' counts and
+    byte sums ``[K, J, passes, u]`` in the ``u`` (group, kind) columns ``used`` (indices into
+    ``len(GROUPS) * len(KINDS)``; the others have none), their coefficients on the stage's routes
+    ``[K, 3, J, 1, u]`` and its DRAM stream's ``[K, 3, J, 1]`` (:class:`FlowTable`)."""
+    compute, segments, dram_bytes, idle = (scalars[:, k] for k in range(len(SCALARS)))
+    timed = (counts * grouped[:, 0] + sizes * grouped[:, 1]) @ _GROUP_ONE_HOT[used]
+    exposed = timed[..., HIDDEN]
+    streams = (dram[:, 0] > 0) & (dram_bytes > 0)
+    per_segment = compute / segments
+    stream = np.where(streams, dram[:, 1] + dram_bytes / segments * dram[:, 2], 0.0)
+    collective = np.maximum(timed[..., :HIDDEN] - hides, _FLOOR).sum(axis=-1)
+    stall = np.maximum(stream - per_segment, 0.0)
+    time = segments * (per_segment + stall + collective / segments) + exposed + idle
+    moved = (sizes * grouped[:, 2]) @ _ROUTE_ONE_HOT[used]
     moved[..., DRAM] += np.where(streams, dram_bytes, 0.0)
+    return _Alone(time, segments * stall, collective + exposed, moved)
+
+
+def _sends(size: np.ndarray, stages: list[_Stages], table_of: np.ndarray, pp: int,
+           directions: int) -> tuple[np.ndarray, np.ndarray]:
+    """Time ``[K, J, directions]`` (s) of each virtual stage's send of a microbatch's activations
+    to the next stage (direction 0; the last sends none) and its gradients to the previous one
+    (1, with ``directions`` 2; the first sends none) of ``size`` ``[K, J, 2]`` bytes, with the
+    receiver's regroup, and the bytes per edge they move ``[K, J, directions, ROUTES]``: bytes per
+    edge over bandwidth plus latency (PALM Eq. 2), then the regroup
+    (:meth:`~simulator.timing.machine.Machine.regroup_cost`)."""
+    link = _gather(stages, table_of, "sends")[..., :directions]
+    regroup = _gather(stages, table_of, "receiving")[..., :directions]
+    size = size[:, :, :directions]
+    sends = _gather(stages, table_of, "linked")[:, :, :directions] & (size > 0)
+    size = np.where(sends, size, 0.0)
+    per_edge = size * _gather(stages, table_of, "per_edge")
+    time = np.where(sends, link[:, 1] + per_edge * link[:, 2] + regroup[:, 0] + regroup[:, 1] * size, 0.0)
+    moved = np.zeros((*size.shape, ROUTES))
+    ways = np.arange(directions)
+    moved[:, :, ways, NEXT + ways] = per_edge
+    moved[..., TP] = (regroup[:, 2] * size)[:, stages[0].sender[:, :directions], ways]
     return time, moved
 
 
-def _sends(plans: list[PlanTable], tables: list[FlowTable], plan_of: np.ndarray, table_of: np.ndarray,
-           stage: np.ndarray, direction: int) -> tuple[np.ndarray, np.ndarray]:
-    """Time ``[K, J]`` (s) of each virtual stage's send of a microbatch's activations to the next
-    stage (``direction`` 0; the last sends none) or its gradients to the previous one (1; the first
-    sends none), with the receiver's regroup, and the bytes per edge they move ``[K, J, ROUTES]``
-    (:meth:`ClosedForm.send_s`: bytes per edge over bandwidth plus latency, then the regroup)."""
-    pp, virtual = len(tables[0].per_edge), len(stage)
-    size = np.stack([p.sends[:, direction] for p in plans])[plan_of]
-    if direction == 0:
-        size[:, -1] = 0.0
-    else:
-        size[:, 0] = 0.0
-    link = np.stack([t.sends[:, direction] for t in tables])[table_of][:, stage]
-    receiver = (stage + (1 if direction == 0 else -1)) % pp
-    regroup = np.stack([t.regroup for t in tables])[table_of][:, receiver]
-    size = np.where((link[..., 0] > 0) & (size > 0), size, 0.0)
-    per_edge = size * np.stack([t.per_edge for t in tables])[table_of][:, stage]
-    time = np.where(size > 0, link[..., 1] + per_edge * link[..., 2] + regroup[..., 0] + regroup[..., 1] * size, 0.0)
-    moved = np.zeros((len(size), virtual, ROUTES))
-    moved[..., NEXT + direction] = per_edge
-    regrouped = np.zeros((len(size), virtual // pp, pp, ROUTES))
-    regrouped[..., TP] = (regroup[..., 2] * size).reshape(len(size), virtual // pp, pp)
-    # the regroup's bytes are the receiver's: stage i's virtual stage j = c pp + i sends to stage i +- 1
-    shifted = np.roll(regrouped, 1 if direction == 0 else -1, axis=2).reshape(len(size), virtual, ROUTES)
-    return time, moved + shifted
+def _update(gradients: np.ndarray, coefficients: np.ndarray, optimizer_s: np.ndarray,
+            optimizer_moved: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Time ``[K, J]`` (s) of each virtual stage's part of its stage's gradient update, the bytes
+    it moves ``[K, J, ROUTES]`` and the time of its collectives ``[K, J]`` (s): its data-parallel
+    collectives on the iteration's flow, its experts' on the expert-data-parallel groups
+    (:meth:`~simulator.timing.machine.Machine.gradient_collectives_time`), then its optimizer step
+    (``optimizer_s``, ``optimizer_moved``), given their counts and byte sums ``[K, 2, J, 2,
+    len(KINDS)]`` and the coefficients ``[K, 3, J, 2, len(KINDS)]`` of those two routes."""
+    counts, sizes = gradients[:, 0], gradients[:, 1]
+    parts = (counts * coefficients[:, 0] + sizes * coefficients[:, 1]).sum(axis=-1)
+    moved, routed = optimizer_moved.copy(), (sizes * coefficients[:, 2]).sum(axis=-1)
+    moved[..., ITERATION] += routed[..., 0]
+    moved[..., EXPERT_DP] += routed[..., 1]
+    return optimizer_s + parts[..., 0] + parts[..., 1], moved, parts[..., 0] + parts[..., 1]
 
 
-def _update(plans: list[PlanTable], plan_of: np.ndarray, coefficients: np.ndarray,
-            optimizer: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Time ``[K, J]`` (s) of each virtual stage's part of its stage's gradient update and the
-    bytes it moves (:meth:`ClosedForm.update_s`: its data-parallel collectives on the iteration's
-    flow, its experts' on the expert-data-parallel groups, then its optimizer step), given the
-    coefficients ``[K, J, 2, len(KINDS), 3]`` of those two routes."""
-    gradients = np.stack([p.gradients for p in plans])[plan_of]
-    time, moved = optimizer
-    moved = moved.copy()
-    for part, route in enumerate((ITERATION, EXPERT_DP)):
-        counts, sizes = gradients[:, :, part, 0], gradients[:, :, part, 1]
-        coefficient = coefficients[:, :, part]
-        time = time + (counts * coefficient[..., 0] + sizes * coefficient[..., 1]).sum(axis=-1)
-        moved[..., route] += (sizes * coefficient[..., 2]).sum(axis=-1)
-    return time, moved
+def _stage_times(busy: np.ndarray, training: bool, alone: _Alone, gradient_s: np.ndarray, scalars: np.ndarray,
+                 m: np.ndarray, pp: int) -> np.ndarray:
+    """Each stage's times ``[K, pp, len(STATS)]`` (s): ``m`` times its microbatch's passes' busy,
+    communication, DRAM stall and host times (``busy`` ``[K, 2, J, passes]``), then its update's
+    (collectives as communication, the optimizer steps' compute as optimizer time), what the
+    engine's stages add up running the same passes alone
+    (:class:`~simulator.timing.records.StageStats`)."""
+    each = slice(0, alone.time.shape[2] - training)  # the microbatch's passes, not the optimizer step
+    microbatch = np.zeros((*gradient_s.shape, len(STATS)))
+    microbatch[..., 0], microbatch[..., 4] = busy[:, 0, :, each].sum(axis=-1), busy[:, 1, :, each].sum(axis=-1)
+    microbatch[..., 1] = alone.communication[..., each].sum(axis=-1)
+    microbatch[..., 2] = alone.stall[..., each].sum(axis=-1)
+    times: np.ndarray = _by_stage(microbatch, pp) * m[:, None, None]
+    if training:
+        update = np.zeros_like(microbatch)
+        update[..., 1], update[..., 2] = alone.communication[:, :, -1] + gradient_s, alone.stall[:, :, -1]
+        update[..., 3] = scalars[:, 0, :, -1]
+        times = times + _by_stage(update, pp)
+    return times
 
 
 def _by_stage(values: np.ndarray, pp: int) -> np.ndarray:
     """``[K, J, ...]`` summed over each stage's chunks: ``[K, pp, ...]`` (virtual stage ``c pp + i``)."""
+    if values.shape[1] == pp:
+        return values
     summed: np.ndarray = values.reshape(len(values), -1, pp, *values.shape[2:]).sum(axis=1)
     return summed
 
 
 def _busiest_s(tables: list[FlowTable], table_of: np.ndarray, moved: np.ndarray) -> np.ndarray:
     """The busiest resource's busy time (s) of each pair, given the bytes per edge ``[K, pp *
-    ROUTES]`` each route moved (:meth:`Machine.busiest_s`)."""
+    ROUTES]`` each route moved (:meth:`FlowTable.busiest_s`)."""
+    if len(tables) == 1:
+        return tables[0].busiest_s(moved)
     busiest = np.zeros(len(moved))
     for t in np.unique(table_of):
         rows = table_of == t
-        busiest[rows] = tables[t].occupancy.busiest_s(moved[rows])
+        busiest[rows] = tables[t].busiest_s(moved[rows])
     return busiest

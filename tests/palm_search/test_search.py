@@ -435,7 +435,7 @@ def test_the_baseline_uses_only_the_device_counts_the_study_allows():
 
 
 class _Forgetful(dict):
-    """A memo that keeps nothing (every pass worked out afresh)."""
+    """A memo that keeps nothing (every table worked out afresh)."""
 
     def __setitem__(self, key, value) -> None:
         pass
@@ -451,11 +451,12 @@ WAFER_TP32_PP5 = dict(model="T-145B", hardware="wafer", fixed={"tp": 32, "pp": 5
 def test_the_screens_estimates_are_each_points_estimate_alone(changes, monkeypatch):
     # the screen's tasks estimate their blocks' points together (simulator.estimate_product:
     # numpy over plans and placements); each value must be what the point's estimate gives
-    # alone, with no pass remembered, to 1e-12 (sums taken in another order)
+    # alone (the closed form of its one pair), with no table remembered, to 1e-12 (sums taken
+    # in another order)
     import simulator
     from palm_search.search.evaluate import estimate_block
     from palm_search.search.space import DegreeWalk
-    from simulator.timing import closed_form
+    from simulator.timing import vectorised
 
     spec = _spec().replace(**changes) if "hardware" in changes else _spec(**changes)
     model_spec, hardware = simulator.load_model(spec.model), simulator.load_hardware(spec.hardware)
@@ -463,7 +464,8 @@ def test_the_screens_estimates_are_each_points_estimate_alone(changes, monkeypat
     walk = [point for block in blocks for point in block.points()]
     screened = [value for block in blocks for value in estimate_block(
         model_spec, hardware, [s for _, s in block.plans], [v for _, v in block.layouts]).reshape(-1).tolist()]
-    monkeypatch.setattr(closed_form, "PASSES", _Forgetful())
+    monkeypatch.setattr(vectorised, "_PLANS", _Forgetful())
+    monkeypatch.setattr(vectorised, "_FLOWS", _Forgetful())
     alone = [simulator.estimate_samples_per_s(model_spec, hardware, c.strategy) for _, c in walk]
     assert sum(v > 0 for v in alone) > 10
     assert screened == pytest.approx(alone, rel=1e-12, abs=0)

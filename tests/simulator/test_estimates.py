@@ -1,12 +1,16 @@
-"""``estimate_many`` (the closed form over arrays of plans and placements) against
-``estimate_samples_per_s`` (a Python call per strategy) on every kind of route the closed form
+"""The closed form (:func:`simulator.timing.vectorised.iterations`) on every kind of route it
 times: TP rings and two-level collectives on a mesh, DRAM streams, p2p with adapters, context,
-expert and expert-data parallelism, hybrid sharding, interleaving, ZB-H1 and inference."""
+expert and expert-data parallelism, hybrid sharding, interleaving, ZB-H1 and inference. Its
+stage times and bytes against the event engine's running the same passes, sends and updates
+alone; ``estimate_many`` (many strategies' pairs at once) against ``estimate_samples_per_s`` (one
+strategy's pair)."""
 
 from __future__ import annotations
 
+import math
 from itertools import product
 
+import numpy as np
 import pytest
 
 from simulator import (
@@ -18,6 +22,9 @@ from simulator import (
     load_hardware,
     load_model,
 )
+from simulator.api import _engine, _prepare
+from simulator.engine import Engine
+from simulator.network.names import ESTIMATE
 
 
 def _alone(model, hardware, strategy: Strategy) -> float:
@@ -60,10 +67,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_many_strategies_at_once_are_each_estimated_alone(case):
-    name, machine, choices = CASES[case]
-    model, hardware = load_model(name), load_hardware(machine)
+def _strategies(choices: dict[str, list]) -> list[Strategy]:
     strategies = []
     for values in product(*choices.values()):
         fields = dict(zip(choices, values, strict=True))
@@ -73,6 +77,58 @@ def test_many_strategies_at_once_are_each_estimated_alone(case):
             strategies.append(Strategy(**fields))
         except InputError:
             continue
+    return strategies
+
+
+EVERY = 7
+"""The closed form is checked against the event engine on every ``EVERY``-th strategy of a case
+(each strategy is a simulation)."""
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_closed_forms_stage_times_and_bytes_are_the_event_engines_alone(case):
+    # with nothing contending (the analytical timing model) an event run adds up the passes,
+    # sends, regroups and updates each alone, as the closed form does: each stage's compute,
+    # communication, DRAM stall, optimizer and host time and each flow's bytes agree for any
+    # number of microbatches (ZB-H1's gradient sends and their regroups, on the p2p and TP
+    # flows, are left out of the closed form: its docstring). Forwards only, one microbatch runs
+    # its passes and sends one after the other through the stages (one chunk each): the closed
+    # form is that or the busiest resource's busy time (from the event run's bytes and the
+    # flows' index), the longer
+    name, machine, choices = CASES[case]
+    model, hardware = load_model(name), load_hardware(machine)
+    checked = 0
+    for strategy in _strategies(choices)[::EVERY]:
+        try:
+            prepared = _prepare(model, hardware, strategy, ESTIMATE)
+        except InputError:
+            continue
+        engine, m = _engine(prepared, ESTIMATE, False, math.inf, None), strategy.pp
+        closed, run = engine.estimate(m)[0], engine.run(m)
+        fields = ("compute_s", "communication_s", "dram_stall_s", "optimizer_s", "host_s")
+        assert [getattr(st, f) for st in closed.stats for f in fields] == pytest.approx(
+            [getattr(st, f) for st in run.stats for f in fields], rel=1e-9, abs=1e-15)
+        left_out = {"p2p", "tp"} if strategy.schedule == "zb-h1" else set()
+        assert [b for f, b in zip(closed.flows, closed.flow_bytes, strict=True) if f.kind not in left_out] == \
+            pytest.approx([b for f, b in zip(run.flows, run.flow_bytes, strict=True) if f.kind not in left_out],
+                          rel=1e-9, abs=1e-3)
+        checked += 1
+        if strategy.num_chunks > 1:
+            continue
+        forwards = Engine(hardware=hardware, topology=prepared.topology, placements=prepared.placements,
+                          costs=prepared.costs, schedule=engine.schedule, network="analytical", training=False,
+                          transfer_strategy=strategy.transfer_strategy)
+        run = forwards.run(1)
+        busiest = float(run.index.busy_s(run.flow_bytes).max())
+        assert forwards.estimate(1)[0].makespan_s == pytest.approx(max(run.makespan_s, busiest), rel=1e-9)
+    assert checked >= 3
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_many_strategies_at_once_are_each_estimated_alone(case):
+    name, machine, choices = CASES[case]
+    model, hardware = load_model(name), load_hardware(machine)
+    strategies = _strategies(choices)
     alone = [_alone(model, hardware, s) for s in strategies]
     assert sum(v > 0 for v in alone) >= 8, alone
     assert estimate_many(model, hardware, strategies) == pytest.approx(alone, rel=1e-12, abs=0)
@@ -122,3 +178,23 @@ def test_layouts_setting_different_fields_keep_each_plans_own_where_they_set_non
     assert len({row[0] for row in alone}) > 1  # each plan's own placement counts
     assert estimate_product(model, hardware, plans, layouts).tolist() == [pytest.approx(row, rel=1e-12, abs=0)
                                                                           for row in alone]
+
+
+@pytest.mark.parametrize("name, machine, strategy", [
+    ("T-18B", "wafer", Strategy(tp=8, dp=2, pp=5, recompute="full", transfer_strategy=2)),
+    ("Mixtral-8x7B", "a100-cluster", Strategy(tp=2, pp=2, dp=16, ep=8, recompute="full")),
+])
+def test_the_busiest_resource_of_many_pairs_is_each_pairs_sums_over_the_flow_index(name, machine, strategy):
+    # the many-pair busy times (two dense products: routes onto flows, flows onto resources) are
+    # the flow index's sums per resource of each pair's bytes per flow, for any bytes moved
+    from simulator.timing.vectorised import ROUTES, flow_table
+
+    prepared = _prepare(load_model(name), load_hardware(machine), strategy, ESTIMATE)
+    machine_state = _engine(prepared, ESTIMATE, False, math.inf, None).machine
+    table = flow_table(machine_state.stage_flows, machine_state.p2p, machine_state.index, machine_state.placements,
+                       strategy.transfer_strategy)
+    moved = np.random.default_rng(0).random((9, strategy.pp * ROUTES)) * 1e9
+    moved[0] = 0.0
+    alone = [float(table.index.busy_s(table.flow_bytes(row)).max()) for row in moved]
+    assert alone[0] == 0.0 and min(alone[1:]) > 0.0
+    assert table.busiest_s(moved).tolist() == pytest.approx(alone, rel=1e-12, abs=0)

@@ -1,6 +1,7 @@
 """The timing contract (simulator/timing/): every timing model the engine can be given by name
 (:data:`simulator.timing.TIMINGS`) runs the same cases, and each case's closed form is the
-closed-form model's (:class:`simulator.timing.closed_form.ClosedForm`) time alone."""
+closed form's (:meth:`simulator.engine.Engine.estimate`, :func:`simulator.timing.vectorised.iterations`)
+time alone."""
 
 from __future__ import annotations
 
@@ -60,7 +61,9 @@ def test_a_pass_alone_takes_its_compute_its_unhidden_dram_stream_and_its_collect
     run = engine.run(1)
     assert run.makespan_s == pytest.approx(expected, rel=1e-9)
     assert run.stats[0].dram_stall_s == pytest.approx(segments * max(0.0, dram_s - compute_s / segments), abs=1e-12)
-    assert engine.closed_form.pass_s(0, forward) == pytest.approx(expected, rel=1e-9)
+    alone = engine.estimate(1)[0]  # one stage, forwards only: the closed form's iteration is the pass
+    assert alone.makespan_s == pytest.approx(expected, rel=1e-9)
+    assert alone.stats[0].dram_stall_s == pytest.approx(run.stats[0].dram_stall_s, rel=1e-9, abs=1e-12)
 
 
 @pytest.mark.parametrize("network", MODELS)
@@ -75,7 +78,7 @@ def test_a_send_alone_takes_bytes_over_bandwidth_plus_latency_then_its_regroup(n
     expected = sent_s + (regroup[1] if regroup else 0.0)
     assert (regroup is None) == (tp == 1)
     assert engine.run(1).makespan_s == pytest.approx(2 * compute_s + expected, rel=1e-9)
-    assert engine.closed_form.send_s(0, 1, size_bytes) == pytest.approx(expected, rel=1e-9)
+    assert engine.estimate(1)[0].makespan_s == pytest.approx(2 * compute_s + expected, rel=1e-9)
 
 
 @pytest.mark.parametrize("network", MODELS)
