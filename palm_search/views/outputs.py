@@ -141,7 +141,7 @@ def _summary(search: Search, frame: pd.DataFrame, top: pd.DataFrame, run_dir: Pa
         "memory_prescreen": search.study.user_attrs.get("memory_prescreen"),
         "screen": _screen(search.study),
         "trials": len(frame), "failed": failed,
-        "feasible": int((frame.get("feasible") == True).sum()) if len(frame) else 0,  # noqa: E712
+        "feasible": int((frame["feasible"] == True).sum()) if "feasible" in frame else 0,  # noqa: E712
         "baseline": baseline_row(frame), "best": best,
         "families": {} if search.spec.serving else family_bests(frame),
         "explanation": explain(frame, top, best or {}, "samples_per_s"),

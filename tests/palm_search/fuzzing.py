@@ -56,6 +56,8 @@ BASES["multi-chip hardware"] = tomllib.loads((ROOT / "simulator/hardware/presets
 the mini mesh lacks."""
 BASES["multi-wafer hardware"] = tomllib.loads((ROOT / "simulator/hardware/presets/wafer-4.toml").read_text())
 """A machine of four wafers (``base = "wafer"``): its inter-wafer link keys."""
+BASES["gpu hardware"] = tomllib.loads((ROOT / "simulator/hardware/presets/h100-cluster.toml").read_text())
+"""A GPU cluster: its fused-attention (forward and backward) and FP8 efficiencies are keys the mini mesh lacks."""
 BASES["moe model"] = {"model": {k: v for k, v in MODELS["Mixtral-8x7B"].items() if k != "aliases"}}
 """A Mixture-of-Experts model: its expert keys are keys a dense model lacks."""
 BASES["classifier model"] = {"model": {k: v for k, v in MODELS["BERT-base-SST-2"].items() if k != "aliases"}}
@@ -178,7 +180,8 @@ def optimize_case(study: bytes | str, source: str) -> Case:
 @st.composite
 def schema_cases(draw) -> Case:
     kind = draw(st.sampled_from(["model", "moe model", "classifier model", "hf config", "hardware",
-                                 "multi-chip hardware", "multi-wafer hardware", "strategy", "decode strategy", "stack",
+                                 "multi-chip hardware", "multi-wafer hardware", "gpu hardware", "strategy",
+                                 "decode strategy", "stack",
                                  "serving stack", "training stack",
                                  "study", "serving study"]), label="kind")
     if kind == "hf config":

@@ -267,6 +267,10 @@ def test_a_simulation_over_its_budget_fails_its_trial_and_the_search_goes_on(tmp
     trials = search.study.trials
     assert len(trials) == 8 and all(t.state == TrialState.FAIL for t in trials)
     assert all("BudgetExceeded: simulation stopped at its wall-clock budget" in t.user_attrs["error"] for t in trials)
+    from palm_search.views.outputs import write_outputs  # the summary of a study with no feasible trial
+
+    summary = write_outputs(search, tmp_path / "run")
+    assert (summary["trials"], summary["failed"], summary["feasible"], summary["best"]) == (8, 8, 0, None)
 
 
 def test_outputs_of_a_study_whose_every_trial_failed_have_no_best_and_do_not_crash():
