@@ -13,6 +13,10 @@ per replica (Meta's 16M-token batch of 2,048 sequences at DP 128), under the def
 * **Cost against DP**: DP 8 (1,024 GPUs) and DP 2,048 (262,144 GPUs) in one process, their
   first simulations then ``--repeat`` rounds alternating the two, reported as the ratio of the
   medians (a ratio in one run, which the shared host's changing speed spares). Target: <= 1.2.
+* **T-1T on four PALM wafers**: the two answers of ``studies/t1t-wafer-4.md`` (``wafer-4``: TP 32
+  / PP 5 / DP 8, microbatch 2, ZB-H1, ``s-shape-transposed``, ``dp-major``; ``wafer-4-tiled.toml``: TP 8 / PP 20
+  / DP 8, ZB-H1, ``line`` within wafers), each in a fresh process: the first simulation (the
+  four wafers' routes built) and the median of ``--repeat`` more. Target: <= 50 ms each.
 * **Screen rate**: CPU time per point of the default search's screen (T-145B on the wafer: the
   walk of its space as blocks of plans and layouts, memory pre-screen included, and the
   closed-form estimate of every point, by a call per point as the screen did before
@@ -78,6 +82,14 @@ FIRST_CASES = (128, 1024)
 DP_CASES = (8, 2048)
 """Data-parallel degrees compared for the cost against DP."""
 TARGET_FIRST_S = 0.020
+TARGET_T1T_S = 0.050
+T1T_CASES = {
+    "wafer-4": dict(tp=32, pp=5, dp=8, microbatch_size=2, group_order="dp-major", placement="s-shape-transposed"),
+    "studies/hardware/wafer-4-tiled.toml": dict(tp=8, pp=20, dp=8, group_order="dp-major", placement="line",
+                                                wafer_stages="within"),
+}
+"""The best mappings of ``studies/t1t-wafer-4.md`` (both ZB-H1, full recompute, ZeRO-3, sequence
+parallelism), by hardware file."""
 TARGET_DP_RATIO = 1.2
 TARGET_MILLION_S = 60.0
 TARGET_OPTIMIZE_S = 120.0
@@ -112,6 +124,23 @@ def child(dp: int, repeat: int) -> None:
     first, row = _timed(dp)
     again = statistics.median(_timed(dp)[0] for _ in range(repeat))
     print(json.dumps(dict(row, first_s=first, again_s=again)))
+
+
+def t1t_child(hardware_name: str, repeat: int) -> None:
+    """In a fresh process: T-1T's first simulation on ``hardware_name`` (:data:`T1T_CASES`), then the
+    median of ``repeat`` more (CPU s)."""
+    from simulator import Strategy, load_hardware, load_model, simulate
+
+    model, hardware = load_model("T-1T"), load_hardware(hardware_name)
+    strategy = Strategy(schedule="zb-h1", recompute="full", zero_stage=3, sequence_parallel=True,
+                        **T1T_CASES[hardware_name])
+    times = []
+    for _ in range(repeat + 1):
+        started = time.process_time()
+        result = simulate(model, hardware, strategy)
+        times.append(time.process_time() - started)
+    print(json.dumps(dict(first_s=times[0], again_s=statistics.median(times[1:]), samples_per_s=result.samples_per_s,
+                          events=result.events_simulated, microbatches=result.simulated_microbatches)))
 
 
 def dp_ratio(repeat: int) -> dict:
@@ -244,6 +273,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--screen", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--t1t", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--skip-optimize", action="store_true", help="leave out the 405B optimize run (minutes)")
     args = parser.parse_args()
     if args.screen == "million":
@@ -254,6 +284,9 @@ def main() -> None:
         return
     if args.child is not None:
         child(args.child, args.repeat)
+        return
+    if args.t1t is not None:
+        t1t_child(args.t1t, args.repeat)
         return
     for dp in FIRST_CASES:
         out = subprocess.run([sys.executable, __file__, "--child", str(dp), "--repeat", str(args.repeat)],
@@ -269,6 +302,14 @@ def main() -> None:
     print(f"cost at DP {DP_CASES[1]:,} over DP {DP_CASES[0]}: {ratio['ratio']:.2f}x (medians "
           f"{ratio[f'dp{DP_CASES[1]}_s'] * 1e3:.1f} / {ratio[f'dp{DP_CASES[0]}_s'] * 1e3:.1f} ms), first simulations "
           f"{ratio['first_ratio']:.2f}x; {verdict} the {TARGET_DP_RATIO}x target")
+    for name, degrees in T1T_CASES.items():
+        row = json.loads(subprocess.run([sys.executable, __file__, "--t1t", name, "--repeat", str(args.repeat)],
+                                        check=True, capture_output=True, text=True).stdout)
+        verdict = "meets" if max(row["first_s"], row["again_s"]) <= TARGET_T1T_S else "misses"
+        print(f"T-1T TP {degrees['tp']} / PP {degrees['pp']} / DP {degrees['dp']} on {Path(name).stem}: "
+              f"first simulation {row['first_s'] * 1e3:.0f} ms CPU, again {row['again_s'] * 1e3:.0f} ms (median); "
+              f"{row['samples_per_s']:.4f} samples/s, {row['events']:,} events, {row['microbatches']} microbatches "
+              f"simulated; {verdict} the {TARGET_T1T_S * 1e3:.0f} ms target")
     rates = screen_rates()
     old, new, million = rates["per-point"], rates["blocks"], rates["million"]
     print(f"screen of the default space ({new['points']:,} points), CPU per point: walk {new['walk_s'] * 1e6:.0f} us"
