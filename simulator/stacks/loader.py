@@ -11,7 +11,8 @@ behaviour, never a fit to a validation row)::
     collective_call_overhead_us_source = "DeepSpeed issue #1069: about 0.5 ms per all_gather call"
 
 Keys: ``overlap_data_parallel`` and ``reshard_after_forward`` ... as :class:`Stack`'s
-attributes; ``collective_call_overhead`` carries a time unit (``_us`` or ``_s``). A serving
+attributes; ``collective_call_overhead`` and ``zero3_gather_rank_overhead`` carry a time unit (``_us`` or
+``_s``). A serving
 stack's keys (:class:`~simulator.stacks.spec.Serving`, inference only) are ``kv_cache_format``,
 ``small_m_gemm_tiles`` (``[[largest rows, tile rows, tile columns], ...]``), ``sampling``
 (``device`` or ``host``) with ``host_read_bandwidth_GB_per_s`` and ``host_step_overhead_us``
@@ -67,9 +68,9 @@ _CHOICES: dict[str, tuple[str, ...]] = {"reshard_after_forward": RESHARDS, "zero
                                         "zero3_gradient_reduction": REDUCTIONS, "sampling": SAMPLINGS,
                                         "selective_recompute": SELECTIVE_POLICIES}
 _FLAGS = ("overlap_data_parallel",)
-_OVERHEAD_KEYS = ("collective_call_overhead_us", "collective_call_overhead_s")
+_OVERHEAD_KEYS = ("collective_call_overhead_us", "collective_call_overhead_s", "zero3_gather_rank_overhead_us",
+                  "zero3_gather_rank_overhead_s")
 _THRESHOLD = "zero3_persistence_threshold"
-_COPIES = "zero3_gather_copies_per_rank"
 _CLASS_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "weight_formats": (WEIGHT_CLASSES, tuple(FORMAT_BYTES)), "math_fidelities": (FIDELITY_CLASSES, MATH_FIDELITIES)}
 _KV, _TILES, _REDUCTION = "kv_cache_format", "small_m_gemm_tiles", "zero3_reduction_format"
@@ -78,7 +79,7 @@ _COUNTS = ("decode_key_chunk", "decode_data_movement_ops", "decode_gemm_readers_
            "prefill_gemm_grid_y")
 _SERVING_FIELDS = (_KV, _TILES, *_COUNTS, "sampling", "host_read_bandwidth_bytes_per_s", "host_step_overhead_s")
 _ELEMENTWISE = "elementwise_bytes_per_element"
-KNOWN_KEYS = (*_FLAGS, *_CHOICES, _THRESHOLD, _COPIES, *_OVERHEAD_KEYS, _KV, _TILES, *_COUNTS, *_HOST_KEYS,
+KNOWN_KEYS = (*_FLAGS, *_CHOICES, _THRESHOLD, *_OVERHEAD_KEYS, _KV, _TILES, *_COUNTS, *_HOST_KEYS,
               *_CLASS_TABLES, _ELEMENTWISE, _REDUCTION)
 """The keys a ``[stack]`` table may give (each with its ``_source``, or a table of classes)."""
 
@@ -170,6 +171,6 @@ def _value(table: Table, key: str) -> tuple[str, Any]:
         return key, table.take_string(key, tuple(FORMAT_BYTES))
     if key == _TILES:
         return key, _tiles(table)
-    if key in (*_COUNTS, _COPIES):
+    if key in _COUNTS:
         return key, int(table.take_quantity(key, integer=True)[1])
     return table.take_quantity(key)

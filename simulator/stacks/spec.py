@@ -164,10 +164,11 @@ class Stack:
             gradient everywhere, twice the ring traffic).
         collective_call_overhead_s: host time of one ZeRO-3 collective call that the device
             waits for (s): allocation, launch and synchronisation outside NCCL's own time.
-        zero3_gather_copies_per_rank: copies one ZeRO-3 all-gather call launches per rank of
-            its group, each at the hardware's ``kernel_overhead_s`` and waited for like
-            ``collective_call_overhead_s`` (an all-gather into a list of one tensor per rank,
-            PyTorch 1.x ``ProcessGroupNCCL::allgather``: 1); 0: none (one flat output).
+        zero3_gather_rank_overhead_s: host time one ZeRO-3 all-gather call spends per rank of
+            its group (s), waited for like ``collective_call_overhead_s``: an all-gather into a
+            list of one view per rank (DeepSpeed 0.3's ``narrow`` per rank in Python, then
+            PyTorch 1.x ``ProcessGroupNCCL::allgather``'s ``copy_`` per rank out of its flat
+            buffer); 0: none (one flat output).
         zero3_reduction_format: the format ZeRO-3 reduces gradients in (a precision of
             :data:`simulator.strategy.FORMAT_BYTES`; None: the strategy's): PyTorch FSDP2's
             ``MixedPrecisionPolicy(reduce_dtype=torch.float32)`` reduce-scatters 4-byte gradients.
@@ -192,7 +193,7 @@ class Stack:
     zero3_persistence_threshold: float = 0.0
     zero3_gradient_reduction: Reduction = "reduce_scatter"
     collective_call_overhead_s: float = 0.0
-    zero3_gather_copies_per_rank: int = 0
+    zero3_gather_rank_overhead_s: float = 0.0
     zero3_reduction_format: str | None = None
     selective_recompute: SelectivePolicy = "attention_core"
     elementwise_bytes_per_element: tuple[tuple[str, float], ...] = ()

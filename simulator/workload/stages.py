@@ -416,8 +416,7 @@ def zero3_collectives(tensors: tuple[tuple[float, ...], ...], strategy: Strategy
 
     Without ``stack.overlap_data_parallel`` every call is exposed. Each call costs the stack's
     ``collective_call_overhead_s`` of host time (``host_s``), and each all-gather call
-    ``stack.zero3_gather_copies_per_rank`` launches (the hardware's ``kernel_overhead_s``) per
-    rank of the sharding group. Empty unless ZeRO-3 runs per microbatch
+    ``stack.zero3_gather_rank_overhead_s`` more per rank of the sharding group. Empty unless ZeRO-3 runs per microbatch
     (:func:`_zero3_per_microbatch`).
     """
     if (not strategy.training and backward) or not _zero3_per_microbatch(strategy, hardware):
@@ -443,8 +442,8 @@ def zero3_collectives(tensors: tuple[tuple[float, ...], ...], strategy: Strategy
             hidden.append((_calls(kind, tuple(rest)), 1))
             exposed.append((_calls(kind, (sizes[first],)), 1))
     count = sum(len(sizes) for _, sizes, _ in calls)
-    copies = len(calls[0][1]) * strategy.zero_shards * stack.zero3_gather_copies_per_rank
-    host_s = count * stack.collective_call_overhead_s + copies * hardware.calibration.kernel_overhead_s
+    ranks = len(calls[0][1]) * strategy.zero_shards
+    host_s = count * stack.collective_call_overhead_s + ranks * stack.zero3_gather_rank_overhead_s
     return Zero3Pass(hidden=_merge(hidden), exposed=_merge(exposed), host_s=host_s)
 
 

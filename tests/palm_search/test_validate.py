@@ -202,21 +202,21 @@ def test_tenstorrent_llm_groups_within_their_guard(group, mean, worst, llm_rows)
 
 
 # Narayanan SC'21 Table 2's ZeRO-3 rows under the DeepSpeed 2021 stack (simulator/stacks/presets/
-# deepspeed-0.3-zero3.toml: per-parameter gathers, each synchronised, 0.5 ms a call and a copy
-# launched per rank, gradients all-reduced). The target (mean <= 20%) is not met: 55.6%
-# mean, 104.8% max, every row above the measurement (under Megatron-Core: 178% / 353%); held
-# there. The throughput falls with the GPU count at a fixed batch, as measured, but less: the
-# largest run keeps 43% / 53% of the smallest's TFLOP/s per GPU (measured 31% / 35%; Megatron-Core
-# 95% / 99%).
+# deepspeed-0.3-zero3.toml: per-parameter gathers, each synchronised, 0.4 ms a call and 12.8 us
+# more per rank (a Python view and a copy_), gradients all-reduced). The target (mean <=
+# 20%) is not met: 38.8% mean, 72.9% max, every row above the measurement (under Megatron-Core:
+# 178% / 353%); held there. The throughput falls with the GPU count at a fixed batch, as
+# measured, but less: the largest run keeps 36% / 46% of the smallest's TFLOP/s per GPU (measured
+# 31% / 35%; Megatron-Core 95% / 99%).
 def test_table2_zero3_rows_under_the_deepspeed_2021_stack():
     rows = run_suites(["narayanan-table2-zero3"], data_dir=REPOSITORY_DATA, jobs=1)
     stats = summary(rows)["narayanan-table2-zero3"]
-    assert stats["rows"] == 6 and stats["mean_abs_error"] <= 0.56 and stats["max_abs_error"] <= 1.05
+    assert stats["rows"] == 6 and stats["mean_abs_error"] <= 0.39 and stats["max_abs_error"] <= 0.73
     assert all(r.error > 0 for r in rows)
     for model in ("GPT-174.6B", "GPT-529.6B"):
         predicted = [r.predicted for r in rows if r.case.startswith(model)]
         assert predicted == sorted(predicted, reverse=True) and len(set(predicted)) == 3
-        assert predicted[-1] / predicted[0] < 0.55
+        assert predicted[-1] / predicted[0] < 0.47
 
 
 # torchtitan's Llama 3.1 H100 rows under the torchtitan stacks (compiled, eager) on its 500 W hosts:

@@ -33,7 +33,8 @@ def test_presets_load_and_megatron_core_is_the_default():
     for name in stack_presets():
         stack = load_stack(name)
         assert stack.name == name and all(source.strip() for _, source in stack.sources)
-    assert DEEPSPEED.collective_call_overhead_s == pytest.approx(5e-4)  # DeepSpeed issue #1069
+    # DeepSpeed issue #1069's 0.5 ms a call on 8 ranks: a fixed part and 8 ranks' views and copies
+    assert DEEPSPEED.collective_call_overhead_s + 8 * DEEPSPEED.zero3_gather_rank_overhead_s == pytest.approx(5e-4)
     assert load_stack("torchtitan-fsdp2").reshard_after_forward == "except_last"
     for name in ("torchtitan-fsdp2", "torchtitan-fsdp2-eager"):
         titan = load_stack(name)
@@ -52,8 +53,8 @@ def test_presets_load_and_megatron_core_is_the_default():
     ("[stack]\ncollective_call_overhead_us = -1\ncollective_call_overhead_us_source = \"x\"\n",
      "mine.toml [stack]: key 'collective_call_overhead_us' must be in [0, 1,000,000] us"),
     ("[stak]\n", "mine.toml: missing key 'stack'"),
-    ("[stack]\nzero3_gather_copies_per_rank = 1.5\nzero3_gather_copies_per_rank_source = \"x\"\n",
-     "mine.toml [stack]: key 'zero3_gather_copies_per_rank' must be an integer, got 1.5"),
+    ("[stack]\nzero3_gather_rank_overhead_us = -1\nzero3_gather_rank_overhead_us_source = \"x\"\n",
+     "mine.toml [stack]: key 'zero3_gather_rank_overhead_us' must be in [0, 1,000,000] us"),
     ("[stack]\nselective_recompute = \"op\"\nselective_recompute_source = \"x\"\n",
      "mine.toml [stack]: key 'selective_recompute' must be one of ['attention_core', 'alternate_matmuls'], got 'op'"),
     ("[stack]\nzero3_reduction_format = \"float32\"\nzero3_reduction_format_source = \"x\"\n",
@@ -93,16 +94,16 @@ def test_each_call_costs_the_stacks_overhead():
     assert with_overhead - without == pytest.approx(3 * 8 * DEEPSPEED.collective_call_overhead_s, rel=1e-9)
 
 
-def test_each_gather_launches_a_copy_per_rank():
-    # the 8 tensors above gathered in the forward and again in the backward, each gather copying
-    # one chunk per rank of the dp = 2 group out of NCCL's flat buffer at the hardware's launch cost
-    assert DEEPSPEED.zero3_gather_copies_per_rank == 1
-    none = dataclasses.replace(DEEPSPEED, zero3_gather_copies_per_rank=0)
+def test_each_gather_costs_host_time_per_rank():
+    # the 8 tensors above gathered in the forward and again in the backward, each gather making a
+    # view and copying one chunk per rank of the dp = 2 (then 4) group out of NCCL's flat buffer
+    assert DEEPSPEED.zero3_gather_rank_overhead_s == pytest.approx(12.8e-6)
+    none = dataclasses.replace(DEEPSPEED, zero3_gather_rank_overhead_s=0.0)
     wider = dataclasses.replace(ZERO3, dp=4, global_batch_size=4)
     for strategy in (ZERO3, wider):
         with_copies = simulate(SMALL, A100, strategy, stack=DEEPSPEED).iteration_time_s
         without = simulate(SMALL, A100, strategy, stack=none).iteration_time_s
-        assert with_copies - without == pytest.approx(2 * 8 * strategy.dp * A100.calibration.kernel_overhead_s,
+        assert with_copies - without == pytest.approx(2 * 8 * strategy.dp * DEEPSPEED.zero3_gather_rank_overhead_s,
                                                       rel=1e-9)
 
 
