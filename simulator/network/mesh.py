@@ -21,14 +21,13 @@ compact and stages adjacent.
 A machine of several wafers (``wafers_x x wafers_y``, issue 37) is one grid of cores whose wafer
 boundaries are crossed only where an inter-wafer link joins two facing edge cores
 (:meth:`Mesh.wafer_link_offsets`): a route runs XY on each wafer to the link toward the next
-wafer, crosses it, and goes on (:meth:`MeshTopology._wafer_path`). The named orders cover all
+wafer, crosses it, and goes on (:meth:`MeshTopology._waypoints`). The named orders cover all
 wafers as one grid; :func:`wafer_orders` walks each order wafer by wafer, so that stages cut from
 it stay on one wafer (``Strategy.wafer_stages``).
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
@@ -234,6 +233,9 @@ class MeshTopology(Topology):
             for neighbour in self._neighbours(device):
                 bandwidth = self._link_bandwidth(device, neighbour)
                 self._links[(device, neighbour)] = self._add(f"link {device}->{neighbour}", "link", bandwidth)
+        link, width = self._links.get, self._width
+        self._east, self._west, self._south, self._north = (
+            [link((d, d + step), -1) for d in range(self.num_devices)] for step in (1, -1, width, -width))
         port_bandwidth = dram.bandwidth_bytes_per_s / mesh.dram_ports_per_die
         self._ports = [
             self._add(f"dram die{die} port{p}", "dram", port_bandwidth)
@@ -363,14 +365,22 @@ class MeshTopology(Topology):
             return self.mesh.intra_die_link_bandwidth_bytes_per_s
         return self.mesh.inter_die_link_bandwidth_bytes_per_s
 
-    def _xy_path(self, src: int, dst: int) -> list[int]:
-        """Devices visited from ``src`` to ``dst``, X first then Y (both ends included)."""
+    def _xy_links(self, src: int, dst: int) -> list[int]:
+        """Links crossed from ``src`` to ``dst`` on one wafer, X first then Y, in order: the run
+        of each direction's link list along the row, then down or up the column (ids run along x
+        in steps of 1, along y in steps of the width)."""
         width = self._width
         (ay, ax), (by, bx) = divmod(src, width), divmod(dst, width)
-        step_x = 1 if bx >= ax else -1
-        step_y = width if by >= ay else -width
-        corner = src + bx - ax  # (bx, ay): ids run along x in steps of 1, along y in steps of the width
-        return [*range(src, corner + step_x, step_x), *range(corner + step_y, dst + step_y, step_y)]
+        corner = src + bx - ax  # (bx, ay)
+        row = self._east[src:corner] if bx >= ax else self._west[corner + 1:src + 1][::-1]
+        column = self._south[corner:dst:width] if by >= ay else self._north[dst + width:corner + 1:width][::-1]
+        return row + column
+
+    def _die_crossings(self, src: int, dst: int) -> int:
+        """Die boundaries an XY leg from ``src`` to ``dst`` crosses (dies tile the grid)."""
+        mesh, width = self.mesh, self._width
+        (ay, ax), (by, bx) = divmod(src, width), divmod(dst, width)
+        return abs(ax // mesh.cores_x - bx // mesh.cores_x) + abs(ay // mesh.cores_y - by // mesh.cores_y)
 
     def _edge_gateways(self, wafer: tuple[int, int], step: tuple[int, int]) -> list[tuple[Coord, Coord]]:
         """(edge core of ``wafer``, facing core of its neighbour ``wafer + step``) of every link
@@ -387,15 +397,16 @@ class MeshTopology(Topology):
               for die in range(mesh.dies_x) for o in mesh.wafer_link_offsets(mesh.cores_x)]
         return [(Coord(x, y), Coord(x, y + dy)) for x in xs]
 
-    def _wafer_path(self, src: int, dst: int) -> list[int]:
-        """Devices visited from ``src`` to ``dst`` on different wafers: wafer to wafer X first
-        then Y; on each wafer XY to the link toward the next one, the link whose two XY legs
-        (to it, and from its far end to ``dst``) are shortest, ties to the link on the current
-        row, then to the one in ``dst``'s column, then the first along the edge (so that with a
-        link on every edge core a row or column of wafers routes XY as one grid)."""
+    def _waypoints(self, src: int, dst: int) -> list[int]:
+        """``src``, the two ends of every link between wafers crossed, then ``dst``, for devices
+        on different wafers: wafer to wafer X first then Y; on each wafer XY to the link toward
+        the next one, the link whose two XY legs (to it, and from its far end to ``dst``) are
+        shortest, ties to the link on the current row, then to the one in ``dst``'s column, then
+        the first along the edge (so that with a link on every edge core a row or column of
+        wafers routes XY as one grid). The XY legs join points ``2k`` and ``2k + 1``."""
         here, target = self.coord(src), self.coord(dst)
         wafer, goal = self._wafer_cell(here), self._wafer_cell(target)
-        path = [src]
+        points = [src]
         def hops(a: Coord, b: Coord) -> int:
             return abs(a.x - b.x) + abs(a.y - b.y)
         while wafer != goal:
@@ -403,28 +414,32 @@ class MeshTopology(Topology):
             near, far = min(self._gateways(wafer, step),
                             key=lambda g: (hops(here, g[0]) + hops(g[1], target), abs(g[0].y - here.y),
                                            abs(g[1].x - target.x)))
-            path += self._xy_path(path[-1], self.device_at(near.x, near.y))[1:]
-            path.append(self.device_at(far.x, far.y))
+            points += [self.device_at(near.x, near.y), self.device_at(far.x, far.y)]
             here, wafer = far, (wafer[0] + step[0], wafer[1] + step[1])
-        return path + self._xy_path(path[-1], dst)[1:]
+        return [*points, dst]
 
     def _route(self, src: int, dst: int) -> tuple[tuple[int, ...], float]:
-        mesh, wafer, die = self.mesh, self._wafer_ids, self._die_ids
-        across = mesh.wafers > 1 and wafer[src] != wafer[dst]
-        path = self._wafer_path(src, dst) if across else self._xy_path(src, dst)
-        hops = list(zip(path, path[1:], strict=False))
-        links = tuple(map(self._links.__getitem__, hops))
-        wafer_hops = _changes([wafer[d] for d in path]) if across else 0
-        on_wafer = len(hops) - wafer_hops
+        mesh = self.mesh
+        across = mesh.wafers > 1 and self._wafer_ids[src] != self._wafer_ids[dst]
+        points = self._waypoints(src, dst) if across else [src, dst]
+        links: list[int] = []
+        crossing = 0
+        for k in range(0, len(points), 2):
+            a, b = points[k], points[k + 1]
+            links += self._xy_links(a, b)
+            crossing += self._die_crossings(a, b)
+            if k + 2 < len(points):
+                links.append(self._links[(b, points[k + 2])])
+        wafer_hops = len(points) // 2 - 1
+        on_wafer = len(links) - wafer_hops
         if mesh.inter_die_hop_latency_s is None:
             latency = on_wafer * mesh.hop_latency_s
         else:
-            crossing = _changes([die[d] for d in path]) - wafer_hops
             latency = (on_wafer - crossing) * mesh.hop_latency_s + crossing * mesh.inter_die_hop_latency_s
         if wafer_hops:
             assert mesh.inter_wafer_hop_latency_s is not None  # Mesh requires it with several wafers
             latency += wafer_hops * mesh.inter_wafer_hop_latency_s
-        return links, latency
+        return tuple(links), latency
 
     def collective_levels(self, groups: tuple[tuple[int, ...], ...]) -> tuple[Groups, Groups] | None:
         """With ``hierarchical`` die collectives, groups spanning several dies with the same number
@@ -473,11 +488,6 @@ class MeshTopology(Topology):
             return super().dram_routes(device)
         ports = self._die_ports(device)
         return [(*self._port_route(device, port, core), 1.0 / len(ports)) for port, core in ports]
-
-
-def _changes(labels: list[int]) -> int:
-    """How many neighbours of ``labels`` differ (the hops of a path that leave a die or wafer)."""
-    return sum(map(operator.ne, labels, labels[1:]))
 
 
 def _cycle(rows: list[list[int]]) -> tuple[int, ...]:
