@@ -87,6 +87,25 @@ def test_every_route_is_a_chain_of_links_from_source_to_destination(wafers, link
         assert latency == pytest.approx((len(path) - crossings) * 1e-9 + crossings * WAFER_LATENCY, rel=1e-12)
 
 
+def test_a_route_on_one_wafer_goes_x_then_y_and_prices_each_die_boundary_it_crosses():
+    """On the PALM wafer (5 x 4 dies of 4 x 4 cores) with die-boundary hops 100x a NoC hop: every
+    route is the Manhattan path, along the row first, and its latency counts the die boundaries."""
+    base = load_hardware("wafer")
+    hw = dataclasses.replace(base, network=dataclasses.replace(base.network, inter_die_hop_latency_s=1e-7))
+    topo, mesh = topology_of(hw), hw.network
+    ends = {r: pair for pair, r in topo._links.items()}
+    for src, dst in itertools.product(range(0, topo.num_devices, 7), range(0, topo.num_devices, 5)):
+        links, latency = topo.route(src, dst)
+        (sx, sy), (dx, dy) = ((topo.coord(d).x, topo.coord(d).y) for d in (src, dst))
+        steps = [(topo.coord(b).x - topo.coord(a).x, topo.coord(b).y - topo.coord(a).y)
+                 for a, b in map(ends.__getitem__, links)]
+        horizontal = [step for step in steps if step[1] == 0]
+        assert steps == horizontal + [step for step in steps if step[0] == 0]
+        assert len(horizontal) == abs(sx - dx) and len(steps) == abs(sx - dx) + abs(sy - dy)
+        crossed = abs(sx // mesh.cores_x - dx // mesh.cores_x) + abs(sy // mesh.cores_y - dy // mesh.cores_y)
+        assert latency == pytest.approx((len(steps) - crossed) * mesh.hop_latency_s + crossed * 1e-7, rel=1e-12)
+
+
 @pytest.mark.parametrize("wafers", [(3, 1), (1, 3)])
 def test_with_a_link_on_every_edge_core_a_row_or_column_of_wafers_routes_as_one_grid(wafers):
     """With every edge core linked, wafers in a row (column) route XY as one wafer of their size."""
