@@ -340,7 +340,7 @@ def microbatches_in_flight(strategy: Strategy, num_microbatches: int) -> list[li
 def _schedule_in_flight(schedule: str, pp: int, num_chunks: int,
                         num_microbatches: int) -> tuple[tuple[int, ...], ...]:
     """:meth:`PipelineSchedule.max_in_flight` of every stage, kept: a memory pre-screen asks the
-    same schedule under many plans, and interleaving walks its whole order (``2 m v`` passes) per stage."""
+    same schedule under many plans."""
     order = make_schedule(schedule, pp, num_chunks)
     return tuple(tuple(order.max_in_flight(stage, num_microbatches)) for stage in range(pp))
 

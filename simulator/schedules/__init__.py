@@ -117,6 +117,19 @@ class InterleavedOneFOneB(PipelineSchedule):
         passes += [Pass(B, *self._virtual(k, False)) for k in range(total - warmup, total)]
         return passes
 
+    def max_in_flight(self, stage: int, num_microbatches: int) -> list[int]:
+        """:meth:`PipelineSchedule.max_in_flight` without walking the order: the stage holds the
+        most right after the first forward past its warm-up (each backward after it follows a
+        forward), so the chunks of its first ``warmup + 1`` forwards (all of them, when the
+        warm-up is every forward)."""
+        p, v = self.pp, self.num_chunks
+        total = num_microbatches * v
+        held = min((p - stage - 1) * 2 + (v - 1) * p + 1, total)
+        peak = [0] * v
+        for k in range(held):
+            peak[(k // p) % v] += 1
+        return peak
+
 
 class ZeroBubbleH1(PipelineSchedule):
     """ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24 §2.1): 1F1B with each

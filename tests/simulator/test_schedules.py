@@ -18,7 +18,7 @@ from simulator.network.collectives import make_flow
 from simulator.network.topology import topology_of
 from simulator.passes import PassKind
 from simulator.placement import place
-from simulator.schedules import SCHEDULE_CLASSES, make_schedule
+from simulator.schedules import SCHEDULE_CLASSES, PipelineSchedule, make_schedule
 from simulator.strategy import Strategy
 from simulator.timing import TIMINGS
 from simulator.workload.loader import load_model
@@ -77,6 +77,16 @@ def test_simulated_forward_ends_before_its_backward_starts_on_every_stage(pipeli
 def test_1f1b_holds_p_minus_i_microbatches_and_gpipe_all():
     assert [make_schedule("1f1b", 4).max_in_flight(i, 8) for i in range(4)] == [[4], [3], [2], [1]]
     assert make_schedule("gpipe", 4).max_in_flight(0, 8) == [8]
+
+
+def test_interleaved_peak_in_closed_form_is_the_walk_of_its_order():
+    # the closed form against the base class's walk of every pass (the definition), including
+    # warm-ups capped by every forward (m v at most the warm-up) and stages past the first
+    for pp, chunks, stage in ((p, v, i) for p in (1, 2, 3, 4, 5, 8) for v in (2, 3, 4) for i in range(p)):
+        schedule = make_schedule("interleaved-1f1b", pp, chunks)
+        for m in range(pp, 6 * pp + 1, pp):
+            walked = PipelineSchedule.max_in_flight(schedule, stage, m)
+            assert schedule.max_in_flight(stage, m) == walked, (pp, chunks, stage, m)
 
 
 def test_interleaving_needs_microbatches_divisible_by_stages():
