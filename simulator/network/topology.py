@@ -173,6 +173,14 @@ class Topology:
         get, route_of, dram_routes_of = loads.get, self.route, self.dram_routes
         latency = edges = 0.0
         for route in routes:
+            if len(route) == 2 and route[1] >= 0:  # the common edge: one whole route
+                resources, route_latency = route_of(*route)
+                for r in resources:
+                    loads[r] = get(r, 0.0) + 1.0
+                if route_latency > latency:
+                    latency = route_latency
+                edges += 1.0
+                continue
             src, dst, share = route if len(route) == 3 else (*route, 1.0)
             parts = dram_routes_of(src) if dst < 0 else [(*route_of(src, dst), 1.0)]
             for resources, route_latency, part in parts:
