@@ -406,16 +406,14 @@ class MeshTopology(Topology):
         wafers routes XY as one grid). The XY legs join points ``2k`` and ``2k + 1``."""
         here, target = self.coord(src), self.coord(dst)
         wafer, goal = self._wafer_cell(here), self._wafer_cell(target)
-        points = [src]
-        def hops(a: Coord, b: Coord) -> int:
-            return abs(a.x - b.x) + abs(a.y - b.y)
+        x, y, tx, ty, points = here.x, here.y, target.x, target.y, [src]
         while wafer != goal:
             step = (_sgn(goal[0] - wafer[0]), 0) if wafer[0] != goal[0] else (0, _sgn(goal[1] - wafer[1]))
             near, far = min(self._gateways(wafer, step),
-                            key=lambda g: (hops(here, g[0]) + hops(g[1], target), abs(g[0].y - here.y),
-                                           abs(g[1].x - target.x)))
+                            key=lambda g: (abs(x - g[0].x) + abs(y - g[0].y) + abs(g[1].x - tx) + abs(g[1].y - ty),
+                                           abs(g[0].y - y), abs(g[1].x - tx)))
             points += [self.device_at(near.x, near.y), self.device_at(far.x, far.y)]
-            here, wafer = far, (wafer[0] + step[0], wafer[1] + step[1])
+            x, y, wafer = far.x, far.y, (wafer[0] + step[0], wafer[1] + step[1])
         return [*points, dst]
 
     def _route(self, src: int, dst: int) -> tuple[tuple[int, ...], float]:
