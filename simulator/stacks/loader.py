@@ -12,8 +12,8 @@ behaviour, never a fit to a validation row)::
 
 Keys: ``overlap_data_parallel`` and ``reshard_after_forward`` ... as :class:`Stack`'s
 attributes; ``collective_call_overhead`` and ``zero3_gather_rank_overhead`` carry a time unit
-(``_us`` or ``_s``). A serving stack's keys (:class:`~simulator.stacks.spec.Serving`, inference only) are ``kv_cache_format``,
-``small_m_gemm_tiles`` (``[[largest rows, tile rows, tile columns], ...]``), ``sampling``
+(``_us`` or ``_s``). A serving stack's keys (:class:`~simulator.stacks.spec.Serving`, inference
+only) are ``kv_cache_format``, ``small_m_gemm_tiles`` (``[[largest rows, tile rows, tile columns], ...]``), ``sampling``
 (``device`` or ``host``) with ``host_read_bandwidth_GB_per_s`` and ``host_step_overhead_us``
 (or ``_s``), ``decode_key_chunk`` (keys per chunk of a decode step's attention),
 ``decode_data_movement_ops`` (kernels a decode layer launches beyond its arithmetic),
