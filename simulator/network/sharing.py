@@ -36,10 +36,12 @@ of transfers it touches.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from itertools import accumulate, chain
+from operator import add
 from typing import NamedTuple, cast
 
 import numpy as np
@@ -166,6 +168,7 @@ class SharingNetwork:
         self._near: Callable[[frozenset[int]], tuple[int, ...]] = _nothing_near
         self._rates: Callable[[tuple[int, ...]], list[float]] = _no_rates
         self._active: list[dict[Transfer, None]] = []
+        self._busy: set[int] = set()
         self._moved: dict[simpy.Event, simpy.Event] = {}
         self._pairs: dict[tuple[Plan, Plan], list[tuple[float, float, float, float]]] = {}
 
@@ -173,6 +176,7 @@ class SharingNetwork:
         """Forget the run (a new engine run calls :meth:`start`)."""
         self._env = None
         self._active = []
+        self._busy = set()
         self._trains = []
         self._moved = {}
         self._pairs = {}
@@ -182,6 +186,7 @@ class SharingNetwork:
         computed once here, see :func:`constraints_of`)."""
         self._env = env
         self._active = [{} for _ in flows]
+        self._busy = set()
         self._trains = [{} for _ in flows]
         if [id(f) for f in flows] != list(self._index):
             structure = _structure(tuple(flows))
@@ -216,8 +221,9 @@ class SharingNetwork:
         active = self._active
         alone = self._quiet(self._neighbours[k], now)
         active[k][t] = None
+        self._busy.add(k)
         if alone:  # the common case: the component is this transfer, at its own rate
-            self._schedule(t, 1.0 / spb, alone=True)
+            self._schedule(t, 1.0 / spb, True, now)
         else:
             self._refill(self._component([k], now), now)
         return done
@@ -367,8 +373,9 @@ class SharingNetwork:
         if not train.live:
             return
         plan, begun = train.plan, train.start_s
-        j = next((j for j, end in enumerate(plan.ends) if begun + end > now), None)
-        if j is None:  # ends now: its timer fires next
+        ends = plan.ends
+        j = bisect_right(ends, now, key=partial(add, begun))  # the first phase ending after now
+        if j == len(ends):  # ends now: its timer fires next
             return
         self._drop(train)
         start = begun + plan.ends[j - 1] if j else begun
@@ -380,7 +387,8 @@ class SharingNetwork:
                          not_before_s=start + not_before, done=env.event(), since_s=now,
                          constraints=self._constraints[k])
             self._active[k][t] = None
-            self._schedule(t, 1.0 / spb, alone=True)
+            self._busy.add(k)
+            self._schedule(t, 1.0 / spb, True, now)
             current = t.done
         else:
             current = env.timeout(begun + plan.ends[j] - now, start + duration)
@@ -391,9 +399,11 @@ class SharingNetwork:
         self._moved[timer] = done
         current.callbacks.append(partial(self._resumed, train, j, start, done))
         if spb > 0.0 and fluid_end > now:  # a transfer, which may be slowed from now on
+            trains = self._trains
             for n in self._neighbours[k]:
-                for other in list(self._trains[n]):
-                    self._materialise(other, now)
+                if trains[n]:
+                    for other in list(trains[n]):
+                        self._materialise(other, now)
 
     def _resumed(self, train: _Train, j: int, start: float, done: simpy.Event, current: simpy.Event) -> None:
         """Phase ``j`` of a materialised train (started at ``start``) has ended: run the rest."""
@@ -410,56 +420,74 @@ class SharingNetwork:
         """Whether flow ``k`` has transfers still moving bytes at ``now`` (forgetting those whose
         bytes have all moved: a transfer alone ends its bytes without an event of its own)."""
         active = self._active[k]
+        for t in active:
+            if t.fluid_end_s <= now:
+                break
+        else:
+            return bool(active)
+        for t in [t for t in active if t.fluid_end_s <= now]:
+            del active[t]
         if active:
-            for t in [t for t in active if t.fluid_end_s <= now]:
-                del active[t]
-        return bool(active)
+            return True
+        self._busy.discard(k)
+        return False
 
     def _component(self, seeds: list[int], now: float) -> list[Transfer]:
         """Active transfers of the flows connected to flows ``seeds`` through flows with active
-        transfers that share constraints."""
-        active, neighbours = self._active, self._neighbours
+        transfers that share constraints, by flow (each flow's in the order they started).
+        ``seeds`` must have live transfers only (:meth:`_live`)."""
+        near, busy, live = self._near_sets, self._busy, self._live
         seen = set(seeds)
         stack = list(seeds)
         while stack:
-            for n in neighbours[stack.pop()]:
-                if active[n] and n not in seen and self._live(n, now):
+            for n in near[stack.pop()] & busy:
+                if n not in seen and live(n, now):
                     seen.add(n)
                     stack.append(n)
-        return [t for k in seen for t in active[k]]
+        active = self._active
+        if len(seen) == 1:
+            return list(active[seeds[0]])
+        return [t for k in sorted(seen) for t in active[k]]
 
     def _refill(self, transfers: list[Transfer], now: float) -> None:
-        """Bring ``transfers`` to ``now``, give them their max-min rates and schedule their ends."""
+        """Bring ``transfers`` (by flow, as :meth:`_component` lists them) to ``now``, give them
+        their max-min rates and schedule their ends."""
         for t in transfers:
-            t.remaining = max(t.remaining - t.rate * (now - t.since_s), 0.0)
+            left = t.remaining - t.rate * (now - t.since_s)
+            t.remaining = left if left >= 0.0 else 0.0
             t.since_s = now
         alone = len(transfers) == 1
-        transfers = sorted(transfers, key=_flow_of)
-        rates = self._rates(tuple(t.flow for t in transfers))
+        rates = self._rates(tuple([t.flow for t in transfers]))
         for t, rate in zip(transfers, rates, strict=True):
             if rate != t.rate or alone != t.alone:
-                self._schedule(t, rate, alone)
+                self._schedule(t, rate, alone, now)
 
-    def _schedule(self, t: Transfer, rate: float, alone: bool) -> None:
-        """Move ``t`` at ``rate`` from now on and schedule its end (earlier ends are void). A
-        transfer ``alone`` in its component needs no event when its bytes have moved (nothing
-        else's rate changes then): one timer fires its event; otherwise a timer at the end of its
-        bytes frees its share for the others first."""
+    def _schedule(self, t: Transfer, rate: float, alone: bool, now: float) -> None:
+        """Move ``t`` at ``rate`` from ``now`` (the environment's time) on and schedule its end
+        (earlier ends are void). A transfer ``alone`` in its component needs no event when its
+        bytes have moved (nothing else's rate changes then): one timer fires its event; otherwise
+        a timer at the end of its bytes frees its share for the others first."""
         env = self._env
         assert env is not None
-        t.rate, t.alone, t.version = rate, alone, t.version + 1
-        now = env.now
-        t.fluid_end_s = now + t.remaining / rate
+        version = t.version + 1
+        t.rate, t.alone, t.version = rate, alone, version
+        fluid_end = t.fluid_end_s = now + t.remaining / rate
         if alone:
-            end = max(t.fluid_end_s + t.latency_s, t.not_before_s)
-            env.timeout(end - now).callbacks.append(partial(self._arrive, t, t.version))
+            end = fluid_end + t.latency_s
+            not_before = t.not_before_s
+            if not_before > end:  # max(end, not_before)
+                end = not_before
+            env.timeout(end - now).callbacks.append(partial(self._arrive, t, version))
         else:
-            env.timeout(t.fluid_end_s - now).callbacks.append(partial(self._finish, t, t.version))
+            env.timeout(fluid_end - now).callbacks.append(partial(self._finish, t, version))
 
     def _arrive(self, t: Transfer, version: int, _event: simpy.Event) -> None:
         """A transfer scheduled alone arrives (unless rescheduled since)."""
         if version == t.version:
-            self._active[t.flow].pop(t, None)
+            active = self._active[t.flow]
+            active.pop(t, None)
+            if not active:
+                self._busy.discard(t.flow)
             t.done.succeed(t.fluid_end_s + t.latency_s)
 
     def _finish(self, t: Transfer, version: int, _event: simpy.Event) -> None:
@@ -471,15 +499,23 @@ class SharingNetwork:
         assert env is not None
         now = env.now
         t.version = -1
-        active = self._active
-        active[t.flow].pop(t, None)
-        touched = [n for n in self._neighbours[t.flow] if active[n] and self._live(n, now)]
+        k = t.flow
+        active = self._active[k]
+        active.pop(t, None)
+        busy = self._busy
+        if not active:
+            busy.discard(k)
+        live = self._live
+        touched = [n for n in self._near_sets[k] & busy if live(n, now)]
         if touched:
             self._refill(self._component(touched, now), now)
-        arrived = now + t.latency_s
-        delay = max(t.latency_s, t.not_before_s - now)
+        latency = t.latency_s
+        arrived = now + latency
+        delay = t.not_before_s - now
+        if not delay > latency:  # max(latency, not_before - now)
+            delay = latency
         if delay > 0.0:
-            env.timeout(delay).callbacks.append(partial(_fire, t.done, arrived))
+            env.timeout(delay, arrived).callbacks.append(t.done.trigger)
         else:
             t.done.succeed(arrived)
 
@@ -525,15 +561,6 @@ def _no_rates(_flows: tuple[int, ...]) -> list[float]:
 
 def _nothing_near(_flows: frozenset[int]) -> tuple[int, ...]:
     raise RuntimeError("SharingNetwork.start must be called before a plan")
-
-
-def _flow_of(t: Transfer) -> int:
-    return t.flow
-
-
-def _fire(event: simpy.Event, value: float, _cause: simpy.Event) -> None:
-    """Trigger ``event`` with ``value`` (a callback must return None)."""
-    event.succeed(value)
 
 
 def max_min_rates(constraints: Sequence[Sequence[tuple[int, float]]]) -> list[float]:
