@@ -69,7 +69,6 @@ class Transfer:
     version: int = 0
     alone: bool = False
     fluid_end_s: float = float("inf")
-    constraints: tuple[tuple[int, float], ...] = field(default=())
 
 
 Phase = tuple[Flow | None, float, float, float]
@@ -217,7 +216,7 @@ class SharingNetwork:
             return env.timeout(max(duration_s, not_before_s), now + duration_s)
         done = env.event()
         t = Transfer(flow=k, remaining=work / spb, latency_s=latency_s, not_before_s=now + not_before_s,
-                     done=done, since_s=now, constraints=self._constraints[k])
+                     done=done, since_s=now)
         active = self._active
         alone = self._quiet(self._neighbours[k], now)
         active[k][t] = None
@@ -384,8 +383,7 @@ class SharingNetwork:
         fluid_end = start + max(duration - latency, 0.0)
         if spb > 0.0 and fluid_end > now:
             t = Transfer(flow=k, remaining=(fluid_end - now) / spb, latency_s=latency,
-                         not_before_s=start + not_before, done=env.event(), since_s=now,
-                         constraints=self._constraints[k])
+                         not_before_s=start + not_before, done=env.event(), since_s=now)
             self._active[k][t] = None
             self._busy.add(k)
             self._schedule(t, 1.0 / spb, True, now)
