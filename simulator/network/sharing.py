@@ -207,7 +207,7 @@ class SharingNetwork:
         env = self._env
         if env is None:
             raise RuntimeError("SharingNetwork.start must be called before a transfer")
-        return self._transfer(self._index[id(flow)], duration_s, latency_s, not_before_s, False)
+        return self._transfer(self._index[id(flow)], duration_s, latency_s, not_before_s, attached=False)
 
     def _transfer(self, k: int, duration_s: float, latency_s: float, not_before_s: float,
                   attached: bool = True) -> simpy.Event:
@@ -476,11 +476,11 @@ class SharingNetwork:
         t.rate, t.alone, t.version = rate, alone, version
         fluid_end = t.fluid_end_s = now + t.remaining / rate
         if alone:
-            end = fluid_end + t.latency_s
+            end = arrival = fluid_end + t.latency_s
             not_before = t.not_before_s
-            if not_before > end:  # max(end, not_before)
+            if not_before > end:  # max(arrival, not_before)
                 end = not_before
-            env.timeout(end - now, fluid_end + t.latency_s).callbacks.append(partial(self._arrive, t, version))
+            env.timeout(end - now, arrival).callbacks.append(partial(self._arrive, t, version))
         else:
             env.timeout(fluid_end - now).callbacks.append(partial(self._finish, t, version))
 
@@ -488,10 +488,11 @@ class SharingNetwork:
         """A transfer scheduled alone arrives (unless rescheduled since): ``timer``, whose value
         is the arrival time, fires its event (:func:`_fire`)."""
         if version == t.version:
-            active = self._active[t.flow]
+            k = t.flow
+            active = self._active[k]
             active.pop(t, None)
             if not active:
-                self._busy.discard(t.flow)
+                self._busy.discard(k)
             _fire(t, timer)
 
     def _finish(self, t: Transfer, version: int, _event: simpy.Event) -> None:
