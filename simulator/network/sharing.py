@@ -31,7 +31,10 @@ Only resources that two flows use can bind more than one transfer; each group of
 by exactly the same flows keeps only its undominated occupancy vectors, and instances of one flow
 share its own bottleneck (a constraint per flow with occupancy ``seconds_per_byte``). Max-min
 allocations decompose over connected components, so a start or an end refills only the component
-of transfers it touches.
+of transfers it touches (found among the flows with transfers, which the network keeps as a set).
+A transfer's event is fired by its timer; when no other event is due then, the step after would
+process it next, so the network calls its waiters at once instead (:func:`_fire`): the same order
+of events, one SimPy step fewer.
 """
 
 from __future__ import annotations
