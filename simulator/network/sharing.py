@@ -31,15 +31,20 @@ Only resources that two flows use can bind more than one transfer; each group of
 by exactly the same flows keeps only its undominated occupancy vectors, and instances of one flow
 share its own bottleneck (a constraint per flow with occupancy ``seconds_per_byte``). Max-min
 allocations decompose over connected components, so a start or an end refills only the component
-of transfers it touches.
+of transfers it touches (found among the flows with transfers, which the network keeps as a set).
+A transfer's event is fired by its timer; when no other event is due then, the step after would
+process it next, so the network calls its waiters at once instead (:func:`_fire`): the same order
+of events, one SimPy step fewer.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from itertools import accumulate, chain
+from operator import add
 from typing import NamedTuple, cast
 
 import numpy as np
@@ -55,7 +60,9 @@ _TIGHT = 1e-12
 @dataclass(slots=True, eq=False)
 class Transfer:
     """One active transfer: ``remaining`` bytes per edge moving at ``rate`` since ``since_s``, so
-    its bytes have all moved at ``fluid_end_s``; ``alone`` in its component when last scheduled."""
+    its bytes have all moved at ``fluid_end_s``; ``alone`` in its component when last scheduled.
+    ``attached``: every waiter of ``done`` attached when the transfer started (the network's own
+    transfers), so its waiters may be called without ``done`` being triggered (:func:`_fire`)."""
 
     flow: int
     remaining: float
@@ -67,7 +74,7 @@ class Transfer:
     version: int = 0
     alone: bool = False
     fluid_end_s: float = float("inf")
-    constraints: tuple[tuple[int, float], ...] = field(default=())
+    attached: bool = False
 
 
 Phase = tuple[Flow | None, float, float, float]
@@ -166,6 +173,7 @@ class SharingNetwork:
         self._near: Callable[[frozenset[int]], tuple[int, ...]] = _nothing_near
         self._rates: Callable[[tuple[int, ...]], list[float]] = _no_rates
         self._active: list[dict[Transfer, None]] = []
+        self._busy: set[int] = set()
         self._moved: dict[simpy.Event, simpy.Event] = {}
         self._pairs: dict[tuple[Plan, Plan], list[tuple[float, float, float, float]]] = {}
 
@@ -173,6 +181,7 @@ class SharingNetwork:
         """Forget the run (a new engine run calls :meth:`start`)."""
         self._env = None
         self._active = []
+        self._busy = set()
         self._trains = []
         self._moved = {}
         self._pairs = {}
@@ -182,6 +191,7 @@ class SharingNetwork:
         computed once here, see :func:`constraints_of`)."""
         self._env = env
         self._active = [{} for _ in flows]
+        self._busy = set()
         self._trains = [{} for _ in flows]
         if [id(f) for f in flows] != list(self._index):
             structure = _structure(tuple(flows))
@@ -200,10 +210,12 @@ class SharingNetwork:
         env = self._env
         if env is None:
             raise RuntimeError("SharingNetwork.start must be called before a transfer")
-        return self._transfer(self._index[id(flow)], duration_s, latency_s, not_before_s)
+        return self._transfer(self._index[id(flow)], duration_s, latency_s, not_before_s, attached=False)
 
-    def _transfer(self, k: int, duration_s: float, latency_s: float, not_before_s: float) -> simpy.Event:
-        """:meth:`transfer` of flow index ``k`` (-1: a plain wait)."""
+    def _transfer(self, k: int, duration_s: float, latency_s: float, not_before_s: float,
+                  attached: bool = True) -> simpy.Event:
+        """:meth:`transfer` of flow index ``k`` (-1: a plain wait); ``attached``: the caller
+        attaches every waiter of the event at once (:class:`Transfer`)."""
         env = self._env
         assert env is not None
         spb, now = self._spb[k] if k >= 0 else 0.0, env.now
@@ -212,12 +224,13 @@ class SharingNetwork:
             return env.timeout(max(duration_s, not_before_s), now + duration_s)
         done = env.event()
         t = Transfer(flow=k, remaining=work / spb, latency_s=latency_s, not_before_s=now + not_before_s,
-                     done=done, since_s=now, constraints=self._constraints[k])
+                     done=done, since_s=now, attached=attached)
         active = self._active
         alone = self._quiet(self._neighbours[k], now)
         active[k][t] = None
+        self._busy.add(k)
         if alone:  # the common case: the component is this transfer, at its own rate
-            self._schedule(t, 1.0 / spb, alone=True)
+            self._schedule(t, 1.0 / spb, True, now)
         else:
             self._refill(self._component([k], now), now)
         return done
@@ -367,8 +380,9 @@ class SharingNetwork:
         if not train.live:
             return
         plan, begun = train.plan, train.start_s
-        j = next((j for j, end in enumerate(plan.ends) if begun + end > now), None)
-        if j is None:  # ends now: its timer fires next
+        ends = plan.ends
+        j = bisect_right(ends, now, key=partial(add, begun))  # the first phase ending after now
+        if j == len(ends):  # ends now: its timer fires next
             return
         self._drop(train)
         start = begun + plan.ends[j - 1] if j else begun
@@ -377,10 +391,10 @@ class SharingNetwork:
         fluid_end = start + max(duration - latency, 0.0)
         if spb > 0.0 and fluid_end > now:
             t = Transfer(flow=k, remaining=(fluid_end - now) / spb, latency_s=latency,
-                         not_before_s=start + not_before, done=env.event(), since_s=now,
-                         constraints=self._constraints[k])
+                         not_before_s=start + not_before, done=env.event(), since_s=now, attached=True)
             self._active[k][t] = None
-            self._schedule(t, 1.0 / spb, alone=True)
+            self._busy.add(k)
+            self._schedule(t, 1.0 / spb, True, now)
             current = t.done
         else:
             current = env.timeout(begun + plan.ends[j] - now, start + duration)
@@ -391,9 +405,11 @@ class SharingNetwork:
         self._moved[timer] = done
         current.callbacks.append(partial(self._resumed, train, j, start, done))
         if spb > 0.0 and fluid_end > now:  # a transfer, which may be slowed from now on
+            trains = self._trains
             for n in self._neighbours[k]:
-                for other in list(self._trains[n]):
-                    self._materialise(other, now)
+                if trains[n]:
+                    for other in list(trains[n]):
+                        self._materialise(other, now)
 
     def _resumed(self, train: _Train, j: int, start: float, done: simpy.Event, current: simpy.Event) -> None:
         """Phase ``j`` of a materialised train (started at ``start``) has ended: run the rest."""
@@ -410,57 +426,77 @@ class SharingNetwork:
         """Whether flow ``k`` has transfers still moving bytes at ``now`` (forgetting those whose
         bytes have all moved: a transfer alone ends its bytes without an event of its own)."""
         active = self._active[k]
+        for t in active:
+            if t.fluid_end_s <= now:
+                break
+        else:
+            return bool(active)
+        for t in [t for t in active if t.fluid_end_s <= now]:
+            del active[t]
         if active:
-            for t in [t for t in active if t.fluid_end_s <= now]:
-                del active[t]
-        return bool(active)
+            return True
+        self._busy.discard(k)
+        return False
 
     def _component(self, seeds: list[int], now: float) -> list[Transfer]:
         """Active transfers of the flows connected to flows ``seeds`` through flows with active
-        transfers that share constraints."""
-        active, neighbours = self._active, self._neighbours
+        transfers that share constraints, by flow (each flow's in the order they started).
+        ``seeds`` must have live transfers only (:meth:`_live`)."""
+        near, busy, live = self._near_sets, self._busy, self._live
         seen = set(seeds)
         stack = list(seeds)
         while stack:
-            for n in neighbours[stack.pop()]:
-                if active[n] and n not in seen and self._live(n, now):
+            for n in near[stack.pop()] & busy:
+                if n not in seen and live(n, now):
                     seen.add(n)
                     stack.append(n)
-        return [t for k in seen for t in active[k]]
+        active = self._active
+        if len(seen) == 1:
+            return list(active[seeds[0]])
+        return [t for k in sorted(seen) for t in active[k]]
 
     def _refill(self, transfers: list[Transfer], now: float) -> None:
-        """Bring ``transfers`` to ``now``, give them their max-min rates and schedule their ends."""
+        """Bring ``transfers`` (by flow, as :meth:`_component` lists them) to ``now``, give them
+        their max-min rates and schedule their ends."""
         for t in transfers:
-            t.remaining = max(t.remaining - t.rate * (now - t.since_s), 0.0)
+            left = t.remaining - t.rate * (now - t.since_s)
+            t.remaining = left if left >= 0.0 else 0.0
             t.since_s = now
         alone = len(transfers) == 1
-        transfers = sorted(transfers, key=_flow_of)
-        rates = self._rates(tuple(t.flow for t in transfers))
+        rates = self._rates(tuple([t.flow for t in transfers]))
         for t, rate in zip(transfers, rates, strict=True):
             if rate != t.rate or alone != t.alone:
-                self._schedule(t, rate, alone)
+                self._schedule(t, rate, alone, now)
 
-    def _schedule(self, t: Transfer, rate: float, alone: bool) -> None:
-        """Move ``t`` at ``rate`` from now on and schedule its end (earlier ends are void). A
-        transfer ``alone`` in its component needs no event when its bytes have moved (nothing
-        else's rate changes then): one timer fires its event; otherwise a timer at the end of its
-        bytes frees its share for the others first."""
+    def _schedule(self, t: Transfer, rate: float, alone: bool, now: float) -> None:
+        """Move ``t`` at ``rate`` from ``now`` (the environment's time) on and schedule its end
+        (earlier ends are void). A transfer ``alone`` in its component needs no event when its
+        bytes have moved (nothing else's rate changes then): one timer fires its event; otherwise
+        a timer at the end of its bytes frees its share for the others first."""
         env = self._env
         assert env is not None
-        t.rate, t.alone, t.version = rate, alone, t.version + 1
-        now = env.now
-        t.fluid_end_s = now + t.remaining / rate
+        version = t.version + 1
+        t.rate, t.alone, t.version = rate, alone, version
+        fluid_end = t.fluid_end_s = now + t.remaining / rate
         if alone:
-            end = max(t.fluid_end_s + t.latency_s, t.not_before_s)
-            env.timeout(end - now).callbacks.append(partial(self._arrive, t, t.version))
+            end = arrival = fluid_end + t.latency_s
+            not_before = t.not_before_s
+            if not_before > end:  # max(arrival, not_before)
+                end = not_before
+            env.timeout(end - now, arrival).callbacks.append(partial(self._arrive, t, version))
         else:
-            env.timeout(t.fluid_end_s - now).callbacks.append(partial(self._finish, t, t.version))
+            env.timeout(fluid_end - now).callbacks.append(partial(self._finish, t, version))
 
-    def _arrive(self, t: Transfer, version: int, _event: simpy.Event) -> None:
-        """A transfer scheduled alone arrives (unless rescheduled since)."""
+    def _arrive(self, t: Transfer, version: int, timer: simpy.Event) -> None:
+        """A transfer scheduled alone arrives (unless rescheduled since): ``timer``, whose value
+        is the arrival time, fires its event (:func:`_fire`)."""
         if version == t.version:
-            self._active[t.flow].pop(t, None)
-            t.done.succeed(t.fluid_end_s + t.latency_s)
+            k = t.flow
+            active = self._active[k]
+            active.pop(t, None)
+            if not active:
+                self._busy.discard(k)
+            _fire(t, timer)
 
     def _finish(self, t: Transfer, version: int, _event: simpy.Event) -> None:
         """A shared transfer's bytes have moved: free its share, then fire its event after its
@@ -471,15 +507,23 @@ class SharingNetwork:
         assert env is not None
         now = env.now
         t.version = -1
-        active = self._active
-        active[t.flow].pop(t, None)
-        touched = [n for n in self._neighbours[t.flow] if active[n] and self._live(n, now)]
+        k = t.flow
+        active = self._active[k]
+        active.pop(t, None)
+        busy = self._busy
+        if not active:
+            busy.discard(k)
+        live = self._live
+        touched = [n for n in self._near_sets[k] & busy if live(n, now)]
         if touched:
             self._refill(self._component(touched, now), now)
-        arrived = now + t.latency_s
-        delay = max(t.latency_s, t.not_before_s - now)
+        latency = t.latency_s
+        arrived = now + latency
+        delay = t.not_before_s - now
+        if not delay > latency:  # max(latency, not_before - now)
+            delay = latency
         if delay > 0.0:
-            env.timeout(delay).callbacks.append(partial(_fire, t.done, arrived))
+            env.timeout(delay, arrived).callbacks.append(partial(_fire, t))
         else:
             t.done.succeed(arrived)
 
@@ -527,13 +571,21 @@ def _nothing_near(_flows: frozenset[int]) -> tuple[int, ...]:
     raise RuntimeError("SharingNetwork.start must be called before a plan")
 
 
-def _flow_of(t: Transfer) -> int:
-    return t.flow
-
-
-def _fire(event: simpy.Event, value: float, _cause: simpy.Event) -> None:
-    """Trigger ``event`` with ``value`` (a callback must return None)."""
-    event.succeed(value)
+def _fire(t: Transfer, timer: simpy.Event) -> None:
+    """Fire ``t``'s event with the value of ``timer``, from the timer's callback (its only one,
+    and the last thing that callback does). Triggered, the event would be processed in the
+    next step if no other event is due now: then, for a transfer whose waiters are all
+    ``attached``, they are called now with ``timer`` (the same value) and the event stays
+    untriggered, which processes every event in the same order with one SimPy step fewer.
+    Otherwise it is triggered, to be processed in its turn among the events due now."""
+    env, done = timer.env, t.done
+    if t.attached and env.peek() > env.now:
+        waiters = list(done.callbacks)
+        done.callbacks.clear()
+        for waiter in waiters:
+            waiter(timer)
+    else:
+        done.succeed(timer.value)
 
 
 def max_min_rates(constraints: Sequence[Sequence[tuple[int, float]]]) -> list[float]:

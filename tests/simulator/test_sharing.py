@@ -73,6 +73,29 @@ def test_a_late_flow_slows_the_early_one_only_while_both_run():
     assert _run(flows, [(0.0, 0, 1.0), (0.5, 1, 1.0)]) == pytest.approx([1.5, 2.0], rel=1e-12)
 
 
+def test_an_event_of_transfer_fires_with_its_arrival_time_for_a_waiter_that_comes_after_it_ended():
+    # The network calls the waiters of its own transfers (a sequence's phases) without triggering
+    # their events when nothing else is due; transfer()'s event is triggered, alone (f0 at t = 0,
+    # 1 s + 0.25 s of latency) or shared (f1 and f2 from t = 3, 2 s each at half rate + 0.25 s).
+    flows = [make_flow(TOPO, f"f{k}", "p2p", [(0, 1)], 1.0) for k in range(3)]
+    env = simpy.Environment()
+    net = SharingNetwork()
+    net.start(env, flows)
+    seen = []
+
+    def late(events: list[simpy.Event]):
+        yield env.timeout(10.0)
+        for event in events:
+            seen.append((event.processed, (yield event)))
+
+    env.process(late([net.transfer(flows[0], 1.25, 0.25)]))
+    env.run(until=3.0)
+    env.process(late([net.transfer(flows[1], 1.25, 0.25), net.transfer(flows[2], 1.25, 0.25)]))
+    env.run()
+    assert seen == [(True, pytest.approx(1.25, rel=1e-12)), (True, pytest.approx(5.25, rel=1e-12)),
+                    (True, pytest.approx(5.25, rel=1e-12))]
+
+
 def test_a_train_ending_as_a_transfer_starts_on_its_flow_leaves_it_alone_and_is_forgotten():
     # The train's timer fires at t = 1 after the transfer has started there: the train has ended
     # (its bytes all moved), so the transfer runs alone (1 s), and the train is dropped from its
