@@ -24,8 +24,8 @@ import pandas as pd
 from joblib import Parallel, delayed
 from optuna.trial import FixedTrial
 
-from palm_search.search.screen import spearman, start_screen
-from palm_search.search.space import candidate_builder, enumerate_candidates
+from palm_search.search.screen import SCREEN_LIMIT, spearman, start_screen
+from palm_search.search.space import DegreeWalk, candidate_builder, enumerate_candidates
 from palm_search.search.study import StudySpec
 from simulator import load_hardware, load_model, simulate
 
@@ -71,20 +71,21 @@ def main() -> None:
     times = {n: rows[f"{n}_s"].median() * 1e3 for n in NETWORKS}
     print("median CPU per evaluation: " + ", ".join(f"{n} {t:.1f} ms" for n, t in times.items()))
     if args.certify:
-        certify(walk, args.certify, args.jobs)
+        certify(args.certify, args.jobs)
 
 
-def certify(walk: list, margin: float, jobs: int) -> None:
-    """Simulate every point of the ``walk`` whose estimate is within ``margin`` of the best estimate."""
-    screening = start_screen(load_model("T-145B"), walk, len(walk), jobs)
-    assert screening is not None  # the walk has exactly its limit of points
+def certify(margin: float, jobs: int) -> None:
+    """Screen the default space as ``optimize`` does (its walk's blocks) and simulate every point
+    whose estimate is within ``margin`` of the best estimate."""
+    model, hardware = load_model("T-145B"), load_hardware("wafer")
+    screening = start_screen(model, DegreeWalk(SPEC, model, hardware).blocks(), SCREEN_LIMIT, jobs)
+    assert screening is not None  # the default space is under the screen's limits
     ranked, seconds = screening.ranked()
-    points = [params for params, _ in walk]
     top = ranked[0][1]
-    near = [(p, v) for p, v in ranked if v >= (1 - margin) * top]
+    near = ranked[:int((ranked.values >= (1 - margin) * top).sum())]
     simulated = Parallel(n_jobs=jobs)(delayed(evaluate)(p) for p, _ in near)
     best = max(range(len(near)), key=lambda i: simulated[i]["sharing"])
-    print(f"certify: {len(points)} points estimated in {seconds:.1f} s; {len(near)} within {margin:.0%} of the"
+    print(f"certify: {len(ranked)} points estimated in {seconds:.1f} s; {len(near)} within {margin:.0%} of the"
           f" best estimate ({top:.4f}) simulated: optimum {simulated[best]['sharing']:.4f} samples/s, rank"
           f" {best + 1} by estimate: {near[best][0]}")
 

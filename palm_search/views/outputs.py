@@ -6,6 +6,8 @@ import copy
 import dataclasses
 import json
 import math
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -119,10 +121,24 @@ def write_outputs(search: Search, run_dir: Path) -> dict:
 def dashboard_command(run_dir: Path, storage: str | None) -> str:
     """The shell command that opens the study in optuna-dashboard with the mappings' pictures:
     ``palm-search dashboard RUN_DIR`` for a journal, ``optuna-dashboard URL --artifact-dir`` for
-    an RDB study."""
+    an RDB study, each program named as it runs from here (:func:`installed`)."""
     if storage:
-        return f"optuna-dashboard {storage} --artifact-dir {run_dir / ARTIFACTS}"
-    return f"palm-search dashboard {run_dir}"
+        return f"{installed('optuna-dashboard')} {storage} --artifact-dir {run_dir / ARTIFACTS}"
+    return f"{installed('palm-search')} dashboard {run_dir}"
+
+
+def installed(program: str) -> str:
+    """``program`` as a shell runs it from the working directory: the script installed beside
+    this Python (a virtual environment's ``bin/``, e.g. ``.venv/bin/palm-search`` after ``make
+    demo``), relative to the working directory when under it; the bare name (from ``PATH``)
+    when there is none."""
+    script = Path(sys.executable).parent / program
+    if not script.exists():
+        return program
+    if not script.is_relative_to(Path.cwd()):
+        return str(script)
+    relative = os.path.relpath(script)
+    return relative if os.sep in relative else os.path.join(".", relative)
 
 
 def _summary(search: Search, frame: pd.DataFrame, top: pd.DataFrame, run_dir: Path) -> dict:

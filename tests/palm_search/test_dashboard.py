@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -88,6 +89,9 @@ def test_a_busy_port_is_one_line_and_exit_code_2(tmp_path):
 def test_the_printed_dashboard_command_serves_the_pictures(tmp_path):
     from palm_search.views.outputs import dashboard_command
 
-    assert dashboard_command(tmp_path, None) == f"palm-search dashboard {tmp_path}"
+    program, *rest = dashboard_command(tmp_path, None).split()
+    assert shutil.which(program) and Path(program).name == "palm-search" and rest == ["dashboard", str(tmp_path)]
     url = "postgresql://palm@db/palm"
-    assert dashboard_command(tmp_path, url) == f"optuna-dashboard {url} --artifact-dir {tmp_path / 'artifacts'}"
+    program, *rest = dashboard_command(tmp_path, url).split()
+    assert shutil.which(program) and Path(program).name == "optuna-dashboard"
+    assert rest == [url, "--artifact-dir", str(tmp_path / "artifacts")]
