@@ -46,7 +46,7 @@ def optimize_command(
                                           " default 300, or 50 after a screen.")] = None,
     sampler: Annotated[str | None, Opt(help="auto, tpe, random, exhaustive or nsga2.")] = None,
     seed: Annotated[int | None, Opt(help="Sampler seed.")] = None,
-    objective: Annotated[list[str] | None, Opt(help="throughput and/or memory (repeat).")] = None,
+    objective: Annotated[list[str] | None, Opt(help="throughput, memory or tokens_per_s_per_user (repeat).")] = None,
     network: Annotated[str | None, Opt(help=f"{', '.join(NETWORKS)} (simulate --help).")] = None,
     fidelity: Annotated[str | None, Opt(help=(
         "screen: estimate every point of the space in closed form (ms each), simulate the best --trials;"
