@@ -5,7 +5,8 @@ recompute, sequence parallelism and ZeRO stage (activations: Korthikanti et al.,
 model states: Rajbhandari et al., SC'20, §3; microbatches in flight per schedule: Narayanan et
 al., SC'21, §2.2). Placement, comm groups and the transfer strategy do not change it.
 :func:`feasible_plans` checks plans with :func:`simulator.check_memory` (the simulator's own test,
-no engine run) and keeps those that fit as a tree that the ``suggest_*`` steps of
+no engine run; a serving plan's decode step and its batch's prefill both) and keeps those that
+fit as a tree that the ``suggest_*`` steps of
 :mod:`spaces.training` walk: each step offers only values that lead to a fitting plan, so the
 search spends no simulation (and no sampler step) on a mapping over memory.
 
@@ -230,8 +231,12 @@ def _fitting_memory_choices(model: ModelSpec, hardware: Hardware, fields: dict[s
 
 
 def _fits(model: ModelSpec, hardware: Hardware, fields: dict[str, object], stack: Stack) -> bool:
+    """Whether the plan fits; a serving plan (a decode step) with its batch's prefill too, which
+    each of its trials also simulates (a serving search evaluates both)."""
     try:
-        return not check_memory(model, hardware, Strategy.from_dict(fields), stack)
+        strategy = Strategy.from_dict(fields)
+        passes = (strategy, strategy.with_fields(decode_context_length=0)) if strategy.decoding else (strategy,)
+        return not any(check_memory(model, hardware, s, stack) for s in passes)
     except InputError:
         return False
 

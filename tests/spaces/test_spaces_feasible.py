@@ -116,6 +116,24 @@ def test_the_prescreen_checks_memory_under_the_stack_the_plans_run_under():
     assert default.fitting == 0 < served.fitting
 
 
+def test_a_serving_plan_fits_only_if_its_batch_s_prefill_fits_too():
+    # 128 users of Llama 3.1 8B at TP 16 / PP 4 on an n150: the decode step fits at microbatch 64
+    # and 128, the prefill of the batch's 128-token prompts only at 64 (13.26 GiB at 128 against
+    # the card's 11.18); each serving trial simulates both, so the pre-screen keeps only 64
+    model, hardware = simulator.load_model("Llama-3.1-8B"), simulator.load_hardware("wormhole-n150")
+    fixed = dict(mode="inference", precision="bfloat8_b", prompt_length=128, decode_context_length=129,
+                 global_batch_size=128, attention_split="users")
+    degrees = [parallelism.ParallelDegrees(tp=16, pp=4, dp=1, attention_split="users")]
+    for size in (64, 128):
+        decode = simulator.Strategy(tp=16, pp=4, microbatch_size=size, **fixed)
+        assert simulator.check_memory(model, hardware, decode) == ""
+    prefill = simulator.Strategy(tp=16, pp=4, microbatch_size=128, **{**fixed, "decode_context_length": 0})
+    assert "13.26 GiB" in simulator.check_memory(model, hardware, prefill)
+    plans = feasible_plans(model, hardware, degrees, searched=frozenset({"degrees", "microbatch_size"}), fixed=fixed,
+                           microbatch_choices=[64, 128])
+    assert sorted({plan[1] for plan in _plans(plans)}) == [64]
+
+
 def test_the_sets_of_degrees_trees_join_into_the_tree_of_all_their_plans():
     # each set of degrees builds the tree of its own plans (on a worker); joined, they are the
     # tree of every fitting plan, the degrees in the same order (labels such as 1x1x8 and
