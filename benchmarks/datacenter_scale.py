@@ -305,7 +305,8 @@ def main() -> None:
     for name, degrees in T1T_CASES.items():
         row = json.loads(subprocess.run([sys.executable, __file__, "--t1t", name, "--repeat", str(args.repeat)],
                                         check=True, capture_output=True, text=True).stdout)
-        verdict = "meets" if max(row["first_s"], row["again_s"]) <= TARGET_T1T_S else "misses"
+        verdict = " and ".join(f"{when} {'meets' if row[key] <= TARGET_T1T_S else 'misses'}"
+                               for when, key in (("the first", "first_s"), ("a repeat", "again_s")))
         print(f"T-1T TP {degrees['tp']} / PP {degrees['pp']} / DP {degrees['dp']} on {Path(name).stem}: "
               f"first simulation {row['first_s'] * 1e3:.0f} ms CPU, again {row['again_s'] * 1e3:.0f} ms (median); "
               f"{row['samples_per_s']:.4f} samples/s, {row['events']:,} events, {row['microbatches']} microbatches "
