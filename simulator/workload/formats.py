@@ -22,7 +22,7 @@ from simulator.hardware.spec import Hardware
 from simulator.network.mesh import Mesh
 from simulator.stacks.spec import Serving, Stack
 from simulator.strategy import FORMAT_BYTES, WORKING_PRECISION, Strategy
-from simulator.workload.operators import Operator, kv_cache_bytes
+from simulator.workload.operators import Operator, key_length, kv_cache_bytes
 from simulator.workload.roofline import format_peak_flop_per_s
 from simulator.workload.spec import ModelSpec
 
@@ -57,9 +57,10 @@ def operator_class(op: Operator, strategy: Strategy) -> str | None:
 
 
 def serve(ops: tuple[Operator, ...], model: ModelSpec, hardware: Hardware, strategy: Strategy,
-          stack: Stack) -> tuple[Operator, ...]:
+          stack: Stack, window: int = 0) -> tuple[Operator, ...]:
     """``ops`` as ``stack``'s serving part runs them (the module's docstring); unchanged in
-    training or without serving keys.
+    training or without serving keys. ``window``: the tokens the layer's attention is windowed
+    to (0: none), whose cache a decode step reads.
 
     Raises:
         InputError: a format or fidelity the hardware has no peak for (naming the stack, the
@@ -68,10 +69,11 @@ def serve(ops: tuple[Operator, ...], model: ModelSpec, hardware: Hardware, strat
     serving = stack.serving
     if strategy.training or not serving.active:
         return ops
-    return tuple(_served(op, model, hardware, strategy, stack) for op in ops)
+    return tuple(_served(op, model, hardware, strategy, stack, window) for op in ops)
 
 
-def _served(op: Operator, model: ModelSpec, hardware: Hardware, strategy: Strategy, stack: Stack) -> Operator:
+def _served(op: Operator, model: ModelSpec, hardware: Hardware, strategy: Strategy, stack: Stack,
+            window: int) -> Operator:
     serving, kind = stack.serving, operator_class(op, strategy)
     changes: dict[str, Any] = {}
     weight_format = dict(serving.weight_formats).get(kind or "") if op.weight_bytes else None
@@ -91,7 +93,7 @@ def _served(op: Operator, model: ModelSpec, hardware: Hardware, strategy: Strate
         except InputError as error:
             raise InputError(f"stack {stack.name!r}: class {kind!r}: {error}") from None
     if (serving.kv_cache_format or serving.decode_key_chunk) and strategy.decoding and op.name in CORE_OPERATORS:
-        changes.update(_kv_read(op, model, strategy, serving))
+        changes.update(_kv_read(op, model, strategy, serving, window))
     tile = serving.gemm_tile(op.rows) if op.kind == "gemm" else None
     if tile:
         changes["tile"] = tile
@@ -121,7 +123,8 @@ def _need_fp8(hardware: Hardware, stack: Stack, kind: str | None) -> None:
                          f" fp8_gemm_efficiency, hardware {hardware.name!r} has none")
 
 
-def _kv_read(op: Operator, model: ModelSpec, strategy: Strategy, serving: Serving) -> dict[str, float]:
+def _kv_read(op: Operator, model: ModelSpec, strategy: Strategy, serving: Serving,
+             window: int) -> dict[str, float]:
     """The input bytes of an attention-core product of a decode step with its cached keys
     (scores) and values (values), or both (fused), in the KV-cache format, and that format's
     bytes per element as its second operand's; with a key chunk, the context rounded up to whole
@@ -129,10 +132,10 @@ def _kv_read(op: Operator, model: ModelSpec, strategy: Strategy, serving: Servin
     k_num_chunks*Sk_chunk_t = PSt", the padded length; tenstorrent/tt-metal
     ``sdpa_decode/device/kernels/dataflow/writer_decode_all.cpp``, 2024), its flops with it."""
     element = FORMAT_BYTES[serving.kv_cache_format or strategy.precision]
-    context = strategy.decode_context_length
+    context = key_length(model, strategy, window)
     chunk = serving.decode_key_chunk or context
     padded = math.ceil(context / chunk) * chunk / context
-    cached = kv_cache_bytes(model, strategy)
+    cached = kv_cache_bytes(model, strategy, window=window)
     keys = cached if model.uses_latent_attention else cached / 2.0
     read = {"fused_attention": cached, "attention_scores": keys, "attention_values": cached - keys}[op.name]
     return {"input_bytes": op.input_bytes + read * (padded * element / strategy.bytes_per_element - 1.0),

@@ -22,8 +22,9 @@ Mixture-of-Experts models (``llama`` only: SwiGLU experts) add ``num_experts``,
 ``experts_per_token``, ``expert_ffn_hidden_size`` and optionally ``num_shared_experts``,
 ``shared_expert_ffn_hidden_size``, ``first_dense_layers``, ``moe_layer_period`` and
 ``expert_load_imbalance``; multi-head latent attention adds ``kv_lora_rank``,
-``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim`` and optionally ``q_lora_rank``
-(:class:`~simulator.workload.spec.ModelSpec` describes each).
+``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim`` and optionally ``q_lora_rank``;
+sliding-window attention (a causal ``gpt`` or ``llama``) adds ``sliding_window`` and optionally
+``sliding_window_pattern`` (:class:`~simulator.workload.spec.ModelSpec` describes each).
 
 A user file holds one table ``[model]`` with the same keys; the model is named after the file.
 """
@@ -70,6 +71,8 @@ MAX_COUNTS = {
     "qk_nope_head_dim": 2**16,     # as head_dim
     "qk_rope_head_dim": 2**16,     # as head_dim
     "v_head_dim": 2**16,           # as head_dim
+    "sliding_window": 2**27,       # as sequence_length
+    "sliding_window_pattern": 20_000,  # as num_layers
 }
 """Largest value a model file may give each count: about 100x what any published model has (in
 the comments), so a typo or a wrong unit is refused instead of simulated for hours."""
@@ -178,6 +181,7 @@ def _build(table: Table, name: str) -> tuple[ModelSpec, list[str]]:
     model = ModelSpec(name=name, architecture=architecture, image_size=image_size, num_kv_heads=kv_heads,
                       expert_load_imbalance=imbalance, num_classes=classes, **counts, **extra)
     _check_experts(model, table)
+    _check_window(model, table)
     return model, aliases
 
 
@@ -186,7 +190,8 @@ MAX_IMBALANCE = 1000.0
 
 _OPTIONAL_COUNTS = ("head_dim", "num_experts", "experts_per_token", "expert_ffn_hidden_size", "num_shared_experts",
                     "shared_expert_ffn_hidden_size", "first_dense_layers", "moe_layer_period", "q_lora_rank",
-                    "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+                    "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "sliding_window",
+                    "sliding_window_pattern")
 _EXPERT_KEYS = _OPTIONAL_COUNTS[2:8]
 _LATENT_KEYS = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
@@ -201,6 +206,21 @@ def _optional_counts(table: Table) -> dict[str, int]:
 def table_gave(key: str, model: ModelSpec) -> bool:
     """True if ``model``'s ``key`` is not the :class:`ModelSpec` default (the file gave it)."""
     return bool(getattr(model, key) != ModelSpec.__dataclass_fields__[key].default)
+
+
+def _check_window(model: ModelSpec, table: Table) -> None:
+    """Sliding-window keys belong to a causal transformer, the pattern to a window.
+
+    Raises:
+        InputError: naming the table and key.
+    """
+    if model.sliding_window and not model.is_causal:
+        raise table.error(f"key 'sliding_window' needs a causal architecture ('gpt' or 'llama'), got"
+                          f" {model.architecture!r}")
+    if model.sliding_window_pattern and not model.sliding_window:
+        raise table.error("key 'sliding_window_pattern' needs sliding_window > 0")
+    if model.sliding_window and model.uses_latent_attention:
+        raise table.error("key 'sliding_window' is not modelled with kv_lora_rank (latent attention)")
 
 
 def _check_experts(model: ModelSpec, table: Table) -> None:

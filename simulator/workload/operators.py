@@ -177,25 +177,48 @@ def tokens_per_sample(model: ModelSpec, strategy: Strategy) -> int:
     return 1 if strategy.decoding else sequence_length(model, strategy)
 
 
-def key_length(model: ModelSpec, strategy: Strategy) -> int:
-    """Keys each query attends to: a decode step's context (its KV cache), else the sequence."""
-    return strategy.decode_context_length or sequence_length(model, strategy)
+def key_length(model: ModelSpec, strategy: Strategy, window: int = 0) -> int:
+    """Keys each query attends to: a decode step's context (its KV cache), else the sequence; a
+    decode step of a layer windowed to ``window`` tokens (:meth:`ModelSpec.attention_window`)
+    only the last ``window`` of its context (a whole sequence's queries meet all its keys, the
+    window masking some: :func:`executed_fraction`)."""
+    keys = strategy.decode_context_length or sequence_length(model, strategy)
+    return min(keys, window) if window and strategy.decoding else keys
 
 
-def kv_cache_bytes(model: ModelSpec, strategy: Strategy, bytes_per_element: float | None = None) -> float:
+def executed_fraction(model: ModelSpec, strategy: Strategy, window: int = 0) -> float:
+    """The part of a whole sequence's ``s x s`` query-key products a causal decoder's fused
+    attention executes, the kernel skipping masked blocks: half (a query meets itself and the
+    ones before it), and under a ``window`` of ``W < s`` tokens ``(W (W + 1) / 2 + (s - W) W) /
+    s^2`` (the first ``W`` queries meet ``1 ... W`` keys, the others ``W``: Beltagy et al.,
+    "Longformer", arXiv 2004.05150, §3.1, ``O(n w)``); 1 for an encoder or a decode step, whose
+    query meets every key it reads (:func:`key_length`)."""
+    if not model.is_causal or strategy.decoding:
+        return 1.0
+    s = sequence_length(model, strategy)
+    if not window or window >= s:
+        return 0.5
+    return (window * (window + 1) / 2.0 + (s - window) * window) / (s * s)
+
+
+def kv_cache_bytes(model: ModelSpec, strategy: Strategy, bytes_per_element: float | None = None,
+                   window: int = 0) -> float:
     """One layer's KV cache of one microbatch on one device (bytes): keys and values of
     :func:`key_length` tokens for each of its ``b`` samples, ``2 b c h_kv / t`` elements
     (``h_kv = h kv_heads / a``, grouped-query attention; Pope et al. MLSys'23 §2.1); under
     multi-head latent attention the ``b c (d_c + d_rope)`` latent, whole on every device of the
-    group (:func:`latent_cache_width`). 0 in training, and for an encoder, which keeps no cache.
-    Each element takes ``bytes_per_element`` (a serving stack's KV-cache format), by default the
-    strategy's."""
+    group (:func:`latent_cache_width`). A layer windowed to ``window`` tokens keeps the last
+    ``window`` (Mistral 7B, arXiv 2310.06825, §2, "Rolling Buffer Cache"). 0 in training, and
+    for an encoder, which keeps no cache. Each element takes ``bytes_per_element`` (a serving
+    stack's KV-cache format), by default the strategy's."""
     if strategy.training or not model.is_causal:
         return 0.0
     element = strategy.bytes_per_element if bytes_per_element is None else bytes_per_element
+    tokens = key_length(model, strategy)
+    tokens = min(tokens, window) if window else tokens
     if model.uses_latent_attention:
-        return strategy.microbatch_size * key_length(model, strategy) * latent_cache_width(model) * element
-    return 2.0 * strategy.microbatch_size * key_length(model, strategy) * kv_width(model, strategy) * element
+        return strategy.microbatch_size * tokens * latent_cache_width(model) * element
+    return 2.0 * strategy.microbatch_size * tokens * kv_width(model, strategy) * element
 
 
 def kv_width(model: ModelSpec, strategy: Strategy) -> float:
@@ -221,7 +244,7 @@ def _tokens(model: ModelSpec, strategy: Strategy, shard_elementwise: bool) -> tu
     return tokens, tokens / strategy.tp if sharded else float(tokens)
 
 
-def _attention(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
+def _attention(model: ModelSpec, strategy: Strategy, window: int = 0) -> tuple[Operator, ...]:
     """QKV (``h + 2 h_kv`` outputs: grouped-query attention's keys and values are ``h_kv =
     h kv_heads / a`` wide), the core, output projection. Unfused, the core is scores
     ``(b a/t, s, d) x (b a/t, d, s)``, softmax, dropout and ``x V``, the ``s x s`` scores written
@@ -233,7 +256,9 @@ def _attention(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     ``1/cp`` of the products, half of them executed in a causal decoder as Megatron-LM's
     balanced chunks give each rank (:func:`simulator.legality.check_workload`). A decode step
     (:attr:`~simulator.strategy.Strategy.decoding`) is one query token per sample against its
-    ``c`` cached keys and values, all of which it reads (nothing masked)."""
+    ``c`` cached keys and values, all of which it reads (nothing masked). A layer windowed to
+    ``window`` tokens executes :func:`executed_fraction` of a sequence's products and reads the
+    last ``window`` cached keys and values in a decode step (:func:`key_length`)."""
     if model.uses_latent_attention:
         return _latent_attention(model, strategy)
     b, s, h, t, bpe = strategy.microbatch_size, rank_sequence(model, strategy), model.hidden_size, strategy.tp, \
@@ -241,12 +266,12 @@ def _attention(model: ModelSpec, strategy: Strategy) -> tuple[Operator, ...]:
     tokens, kv = b * s, kv_width(model, strategy) * t  # kv / t: a device's share of the keys' width
     bias = 0 if model.architecture == "llama" else 1
     width = model.attention_width
-    keys = key_length(model, strategy)
+    keys = key_length(model, strategy, window)
     # a decode step reads every cached key and value; a whole sequence computes its own
     cached = b * keys * kv / t if strategy.decoding else tokens * kv / t
     core = _attention_core(model, strategy, _CoreShape(
         queries=tokens * width / t, keys=cached, values=cached, key_head=model.head_size,
-        value_head=model.head_size, outputs=tokens * width / t))
+        value_head=model.head_size, outputs=tokens * width / t), window)
     projected = kv if strategy.attention_split == "heads" else model.kv_hidden_size
     fp8, qkv = strategy.precision == "fp8", (width + 2 * projected) / t
     return (
@@ -269,19 +294,21 @@ class _CoreShape:
     outputs: float
 
 
-def _attention_core(model: ModelSpec, strategy: Strategy, shape: _CoreShape) -> tuple[Operator, ...]:
+def _attention_core(model: ModelSpec, strategy: Strategy, shape: _CoreShape,
+                    window: int = 0) -> tuple[Operator, ...]:
     """The attention core of :func:`_attention`: ``b a/t`` heads of ``s`` queries against
     :func:`key_length` keys, ``2 b a/t s c (d_k + d_v)`` flop (``4 b s^2 h / t`` for ``d = h/a``),
-    fused or unfused."""
+    fused (executing :func:`executed_fraction` of them) or unfused (every score computed, the
+    mask applied to them)."""
     b, s, t, bpe = strategy.microbatch_size, rank_sequence(model, strategy), strategy.tp, strategy.bytes_per_element
-    scores = b * (model.num_heads / t) * s * key_length(model, strategy)
+    keys = key_length(model, strategy, window)
+    scores = b * (model.num_heads / t) * s * keys
     if strategy.attention == "fused":
         return (Operator(
             name="fused_attention", kind="attention", flops=2.0 * scores * (shape.key_head + shape.value_head),
             weight_bytes=0.0, input_bytes=(shape.queries + shape.keys + shape.values) * bpe,
-            output_bytes=shape.outputs * bpe,
-            executed_fraction=0.5 if model.is_causal and not strategy.decoding else 1.0),)
-    rows, keys = b * (model.num_heads / t) * s, key_length(model, strategy)
+            output_bytes=shape.outputs * bpe, executed_fraction=executed_fraction(model, strategy, window)),)
+    rows = b * (model.num_heads / t) * s
     return (
         _gemm("attention_scores", rows, keys, shape.key_head, 0.0, shape.queries + shape.keys, bpe),
         _elementwise("attention_softmax", scores, 5.0, bpe),
@@ -424,7 +451,7 @@ def expert_parallel_collectives(model: ModelSpec, strategy: Strategy) -> tuple[C
 
 
 def transformer_layer(model: ModelSpec, strategy: Strategy, *, shard_elementwise: bool = False,
-                      moe: bool = False) -> tuple[Operator, ...]:
+                      moe: bool = False, window: int = 0) -> tuple[Operator, ...]:
     """Operators of one transformer layer, forward, one microbatch, one device.
 
     Pre-norm order (GPT-2/Megatron): layernorm, attention ``(b, s, h) -> (b, s, h)``, dropout +
@@ -444,6 +471,8 @@ def transformer_layer(model: ModelSpec, strategy: Strategy, *, shard_elementwise
             input, which every core of the group holds after the all-reduce, is read ``1/t``
             per core. Megatron on GPUs replicates them instead (Korthikanti et al. §4.2.2).
         moe: a Mixture-of-Experts layer: :func:`moe_mlp` replaces the MLP.
+        window: tokens its attention's queries attend to at most (0: the whole context;
+            :meth:`~simulator.workload.spec.ModelSpec.attention_window`).
 
     Returns:
         The layer's operators in execution order.
@@ -455,7 +484,7 @@ def transformer_layer(model: ModelSpec, strategy: Strategy, *, shard_elementwise
     norm = 4.0 if model.architecture == "llama" else 5.0
     return (
         _elementwise("input_norm", tokens * h, norm, bpe, weight=norm_weight),
-        *_attention(model, strategy),
+        *_attention(model, strategy, window),
         _elementwise("attention_dropout_residual", tokens * h, 3.0, bpe, inputs=2),
         _elementwise("mlp_norm", tokens * h, norm, bpe, weight=norm_weight),
         *(moe_mlp(model, strategy) if moe else _mlp(model, strategy)),

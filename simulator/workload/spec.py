@@ -60,6 +60,14 @@ class ModelSpec:
         qk_nope_head_dim, qk_rope_head_dim: a head's query/key width without and with rotary
             positions (MLA's decoupled RoPE).
         v_head_dim: a head's value width (MLA).
+        sliding_window: tokens a query of a windowed layer attends to, itself and the ones before
+            it (Beltagy et al., "Longformer", arXiv 2004.05150, §3.1; Mistral 7B, arXiv
+            2310.06825, §2: "each token can attend to at most W tokens from the previous
+            layer"); 0: every layer attends to the whole context.
+        sliding_window_pattern: every ``p``-th layer (index ``p - 1``, ``2p - 1``, ...) attends to
+            the whole context and the others within :attr:`sliding_window` (Hugging Face
+            ``Gemma3Config.sliding_window_pattern``; GPT-OSS's ``layer_types`` alternate from a
+            windowed first layer: ``p = 2``); 0: every layer is windowed (Mistral 7B v0.1).
     """
 
     name: str
@@ -88,6 +96,8 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    sliding_window: int = 0
+    sliding_window_pattern: int = 0
 
     @property
     def is_transformer(self) -> bool:
@@ -153,6 +163,15 @@ class ModelSpec:
         :attr:`first_dense_layers` and a multiple of :attr:`moe_layer_period` (DeepSeek-V3's
         ``modeling_deepseek.py`` rule)."""
         return self.is_moe and index >= self.first_dense_layers and index % self.moe_layer_period == 0
+
+    def attention_window(self, index: int) -> int:
+        """Tokens each query of layer ``index`` (0-based) attends to at most: the
+        :attr:`sliding_window` on a windowed layer (:attr:`sliding_window_pattern`), else 0 (the
+        whole context). An encoder attends both ways and takes none."""
+        if not self.sliding_window or not self.is_causal:
+            return 0
+        full = self.sliding_window_pattern and (index + 1) % self.sliding_window_pattern == 0
+        return 0 if full else self.sliding_window
 
     @property
     def num_moe_layers(self) -> int:

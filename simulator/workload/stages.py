@@ -78,12 +78,12 @@ def _recompute_collectives(collectives: UnitCollectives, strategy: Strategy, sta
 class Units:
     """A model's units, each costed once: the partitionable ``items``, the unit prepended to the
     first stage and the one appended to the last (a transformer's embedding and logits), and
-    one layer's KV cache of one microbatch (bytes; :func:`operators.kv_cache_bytes`)."""
+    the KV cache of one microbatch each item holds (bytes; :func:`operators.kv_cache_bytes`)."""
 
     items: list[Item]
     first: UnitCost | None = None
     last: UnitCost | None = None
-    kv_cache_bytes: float = 0.0
+    kv_cache_bytes: tuple[float, ...] = ()
 
 
 def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy, tied_on_one_stage: bool,
@@ -92,35 +92,38 @@ def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy,
     (:mod:`~simulator.workload.operators`), served in the stack's formats (:func:`formats.serve`),
     their stashed activations (:mod:`~simulator.workload.memory`), then their roofline
     (:func:`cost_unit`, with the fields of the strategy it takes: :class:`Costing`); its layers
-    alternate dense and Mixture-of-Experts as the model says."""
+    alternate dense and Mixture-of-Experts, and full and windowed attention, as the model says
+    (:func:`_layer_kind`)."""
     shard = hardware.memory.sram_dataflow() == "tiled"
     kv_format = stack.serving.kv_cache_format
     send = operators.boundary_bytes(model, strategy)
     traffic = stack.elementwise_bytes
-    raw_layers = {moe: operators.with_traffic(operators.transformer_layer(model, strategy, shard_elementwise=shard,
-                                                                          moe=moe), model, strategy, traffic)
-                  for moe in _layer_kinds(model)}
+    kinds = [_layer_kind(model, index) for index in range(model.num_layers)]
+    raw_layers = {kind: operators.with_traffic(operators.transformer_layer(
+        model, strategy, shard_elementwise=shard, moe=kind[0], window=kind[1]), model, strategy, traffic)
+        for kind in dict.fromkeys(kinds)}
     raw_embed = operators.embedding(model, strategy, shard_elementwise=shard)
     raw_logits = operators.with_traffic(operators.logits(model, strategy, shard_elementwise=shard), model, strategy,
                                         traffic)
-    collectives = {moe: _recompute_collectives(operators.layer_collectives(model, strategy, moe), strategy, stack)
-                   for moe in raw_layers}
+    collectives = {kind: _recompute_collectives(operators.layer_collectives(model, strategy, kind[0]), strategy,
+                                                stack) for kind in raw_layers}
     embed_collectives = UnitCollectives(forward=operators.embedding_collectives(model, strategy))
     logits_collectives = UnitCollectives(forward=operators.logits_collectives(model, strategy))
-    kv_cache = operators.kv_cache_bytes(model, strategy, FORMAT_BYTES[kv_format] if kv_format else None)
-    layers = {moe: (*formats.serve(ops, model, hardware, strategy, stack), *formats.data_movement(strategy, stack))
-              for moe, ops in raw_layers.items()}
+    layers = {kind: (*formats.serve(ops, model, hardware, strategy, stack, kind[1]),
+                     *formats.data_movement(strategy, stack)) for kind, ops in raw_layers.items()}
     embed_ops = formats.serve(raw_embed, model, hardware, strategy, stack)
     logits_ops = formats.serve(raw_logits, model, hardware, strategy, stack)
-    activations = {moe: memory.layer_activation_bytes(model, strategy, moe, stack.selective_recompute)
-                   for moe in layers}
+    activations = {kind: memory.layer_activation_bytes(model, strategy, kind[0], stack.selective_recompute)
+                   for kind in layers}
     embed_activation = memory.embedding_activation_bytes(model, strategy)
     logits_activation = memory.logits_activation_bytes(model, strategy)
     costing = Costing.of(hardware, strategy)
-    units = {moe: cost_unit(ops, recomputed=_recomputed(ops, model, strategy, stack), collectives=collectives[moe],
-                            activation_bytes=activations[moe], send_bytes=send, overlap=strategy.tp_overlap,
-                            costing=costing)
-             for moe, ops in layers.items()}
+    units = {kind: cost_unit(ops, recomputed=_recomputed(ops, model, strategy, stack), collectives=collectives[kind],
+                             activation_bytes=activations[kind], send_bytes=send, overlap=strategy.tp_overlap,
+                             costing=costing)
+             for kind, ops in layers.items()}
+    kv_cache = {kind: operators.kv_cache_bytes(model, strategy, FORMAT_BYTES[kv_format] if kv_format else None,
+                                               window=kind[1]) for kind in units}
     embed = cost_unit(embed_ops, recomputed=(), collectives=embed_collectives, activation_bytes=embed_activation,
                       send_bytes=send, costing=costing)
     logits_parameters = operators.parameter_count(logits_ops, strategy.bytes_per_element)
@@ -130,15 +133,14 @@ def _transformer_units(model: ModelSpec, hardware: Hardware, strategy: Strategy,
                        send_bytes=send, parameters=logits_parameters, costing=costing)
     if tied_on_one_stage and logits.parameter_bytes:
         logits = replace(logits, parameter_bytes=logits.parameter_bytes - logits_ops[1].parameter_bytes)
-    items = [(f"layer{index}", units[model.is_moe and model.is_moe_layer(index)]) for index in range(model.num_layers)]
-    return Units(items, embed, logits, kv_cache)
+    items = [(f"layer{index}", units[kind]) for index, kind in enumerate(kinds)]
+    return Units(items, embed, logits, tuple(kv_cache[kind] for kind in kinds))
 
 
-def _layer_kinds(model: ModelSpec) -> tuple[bool, ...]:
-    """Whether each kind of layer the model has is Mixture-of-Experts (dense first): only those
-    are built (every layer of Qwen3's MoE models is one)."""
-    moe = model.num_moe_layers
-    return tuple(kind for kind, count in ((False, model.num_layers - moe), (True, moe)) if count)
+def _layer_kind(model: ModelSpec, index: int) -> tuple[bool, int]:
+    """Layer ``index``'s kind: whether it is Mixture-of-Experts, and the window its attention
+    keeps (0: none); each kind the model has is built once."""
+    return model.is_moe_layer(index), model.attention_window(index)
 
 
 def _resnet_activation(ops: tuple[Operator, ...], training: bool, recompute: str) -> float:
@@ -190,7 +192,7 @@ class VirtualStage:
         parameters: parameters one device holds before ZeRO sharding (elements).
         expert_parameters: those of them in routed experts (elements).
         fp8_parameter_bytes: bytes of the parameters its FP8 GEMMs take (:attr:`Operator.fp8`).
-        layers: its transformer layers (each holds its KV cache).
+        kv_cache_bytes: its layers' KV cache of one microbatch (bytes; :attr:`Units.kv_cache_bytes`).
     """
 
     entries: tuple[Item, ...]
@@ -199,27 +201,28 @@ class VirtualStage:
     parameters: float
     expert_parameters: float
     fp8_parameter_bytes: float
-    layers: int
+    kv_cache_bytes: float
 
     @classmethod
-    def of(cls, entries: Sequence[Item], alike: dict[tuple[int, ...], VirtualStage] | None = None) -> VirtualStage:
-        """The stage of ``entries``; what it holds is taken from the stage in ``alike`` (by its
-        units' ids in order, added there if new) whose units are the same (a split's stages of
-        the same length)."""
+    def of(cls, entries: Sequence[Item], alike: dict[tuple[int, ...], VirtualStage] | None = None,
+           kv_cache_bytes: float = 0.0) -> VirtualStage:
+        """The stage of ``entries``, whose layers' KV cache of one microbatch is
+        ``kv_cache_bytes``; what it holds is taken from the stage in ``alike`` (by its units' ids
+        in order, added there if new) whose units are the same (a split's stages of the same
+        length)."""
         units = tuple(map(id, (unit for _, unit in entries)))
         same = None if alike is None else alike.get(units)
-        layers = sum(1 for name, _ in entries if name.startswith("layer"))
         if same is not None:
             return cls(entries=tuple(entries), groups=same.groups, key=same.key, parameters=same.parameters,
                        expert_parameters=same.expert_parameters, fp8_parameter_bytes=same.fp8_parameter_bytes,
-                       layers=layers)
+                       kv_cache_bytes=same.kv_cache_bytes)
         groups = tuple(_groups(entries))
         stage = cls(entries=tuple(entries), groups=groups, key=tuple((id(unit), n) for unit, n in groups),
                     parameters=sum(unit.parameters * count for unit, count in groups),
                     expert_parameters=sum(unit.expert_parameters * count for unit, count in groups),
                     fp8_parameter_bytes=sum(op.parameter_bytes * count for unit, count in groups for op in unit.ops
                                             if op.fp8),
-                    layers=layers)
+                    kv_cache_bytes=kv_cache_bytes)
         if alike is not None:
             alike[units] = stage
         return stage
@@ -273,14 +276,15 @@ def _split(kept: _KeptUnits, strategy: Strategy) -> tuple[VirtualStage, ...]:
     key = (strategy.partition, strategy.pp * strategy.num_chunks, strategy.stage_layers)
     stages = kept.splits.get(key)
     if stages is None:
-        items, first, last = kept.units.items, kept.units.first, kept.units.last
+        items, first, last, cache = kept.units.items, kept.units.first, kept.units.last, kept.units.kv_cache_bytes
         counts = _partition(items, first, last, key[1], strategy.stage_layers, strategy.partition)
         starts = [sum(counts[:index]) for index in range(len(counts))]
         alike: dict[tuple[int, ...], VirtualStage] = {}
         stages = kept.splits[key] = tuple(VirtualStage.of(
             ([("embedding", first)] if first is not None and index == 0 else [])
             + items[start:start + count]
-            + ([("logits", last)] if last is not None and index == len(counts) - 1 else []), alike)
+            + ([("logits", last)] if last is not None and index == len(counts) - 1 else []), alike,
+            sum(cache[start:start + count]))
             for index, (start, count) in enumerate(zip(starts, counts, strict=True)))
     return stages
 
@@ -597,13 +601,13 @@ def expert_dp_collectives(experts: float, strategy: Strategy) -> tuple[Collectiv
 
 
 def _stage_memory(stage: VirtualStage, hardware: Hardware, strategy: Strategy, stack: Stack,
-                  kv_cache_per_layer_bytes: float, sram_resident_bytes: float = 0.0) -> MemoryBreakdown:
+                  cache_copies: int, sram_resident_bytes: float = 0.0) -> MemoryBreakdown:
     """Memory of one device of a virtual stage, from its units' parameters and stashes alone
     (no time): its model states under ZeRO (:func:`memory.stage_state_bytes`, weights in a
     serving stack's formats where it stores some), FP8 weight copies, ZeRO-3's gathered buffers
     (:func:`zero3_buffer_bytes`), live activations of one microbatch and the KV cache of its
-    layers (``kv_cache_per_layer_bytes`` each: :func:`operators.kv_cache_bytes` times the
-    replica's microbatches). ``sram_resident_bytes``: what a mesh's planner keeps in SRAM
+    layers (:attr:`VirtualStage.kv_cache_bytes` for each of ``cache_copies``, the replica's
+    microbatches). ``sram_resident_bytes``: what a mesh's planner keeps in SRAM
     (reported, not part of the capacity check)."""
     groups, parameters = stage.groups, stage.parameters
     fp8_parameters = stage.fp8_parameter_bytes / strategy.bytes_per_element
@@ -619,11 +623,11 @@ def _stage_memory(stage: VirtualStage, hardware: Hardware, strategy: Strategy, s
         optimizer_bytes=states.optimizer_bytes,
         activation_bytes_per_microbatch=_live_activation_bytes(groups, strategy.training),
         sram_resident_bytes=sram_resident_bytes,
-        kv_cache_bytes=kv_cache_per_layer_bytes * stage.layers)
+        kv_cache_bytes=stage.kv_cache_bytes * cache_copies)
 
 
 def _stage_cost(stage: VirtualStage, hardware: Hardware, strategy: Strategy, stack: Stack,
-                kv_cache_per_layer_bytes: float) -> StageCost:
+                cache_copies: int) -> StageCost:
     """Cost of one virtual stage, one way: its data-parallel and ZeRO-3 collectives (here), its
     memory (:func:`_stage_memory`), its update (:mod:`~simulator.workload.memory`), its DRAM
     traffic (the mesh's planner), the update's time (:func:`optimizer_step`), then its passes."""
@@ -655,7 +659,7 @@ def _stage_cost(stage: VirtualStage, hardware: Hardware, strategy: Strategy, sta
         model_flops_per_microbatch=gemm_flops * (3.0 if strategy.training else 1.0),
         hardware_flops_per_microbatch=gemm_flops * (3.0 if strategy.training else 1.0)
         + sum(unit.recompute_gemm_flops * count for unit, count in groups),
-        memory=_stage_memory(stage, hardware, strategy, stack, kv_cache_per_layer_bytes,
+        memory=_stage_memory(stage, hardware, strategy, stack, cache_copies,
                              plan.resident_bytes if plan else 0.0),
     )
 
@@ -680,9 +684,9 @@ def build_stage_costs(model: ModelSpec, hardware: Hardware, strategy: Strategy,
             explicit ``stage_layers`` not summing to the layers or with an empty stage,
             microbatch larger than the global batch, or no peak for the precision.
     """
-    strategy, stages, kv_cache = _virtual_stages(model, hardware, strategy, stack)
+    strategy, stages, copies = _virtual_stages(model, hardware, strategy, stack)
     costs = [replace(cost, units=tuple(name for name, _ in stage.entries)) for cost, stage in zip(
-        _once_per_stage(stages, lambda stage: _stage_cost(stage, hardware, strategy, stack, kv_cache)),
+        _once_per_stage(stages, lambda stage: _stage_cost(stage, hardware, strategy, stack, copies)),
         stages, strict=True)]
     host_s = formats.host_sampling_s(model, strategy, stack)
     if host_s:  # the last stage's logits go to the host, the device waiting
@@ -706,7 +710,7 @@ def build_stage_memory(model: ModelSpec, hardware: Hardware, strategy: Strategy,
     memory = kept.memory.get(sharding)
     if memory is None:  # the plan's own strategy: a stage's memory reads no attention (resolved for the split)
         memory = kept.memory[sharding] = tuple(_once_per_stage(
-            kept.stages, lambda stage: _stage_memory(stage, hardware, strategy, stack, kept.kv_cache_bytes)))
+            kept.stages, lambda stage: _stage_memory(stage, hardware, strategy, stack, kept.cache_copies)))
     return memory
 
 
@@ -721,14 +725,14 @@ _SPLIT_KEY = attrgetter(*(f.name for f in fields(Strategy) if f.name not in SPLI
 
 @dataclass(frozen=True, slots=True)
 class _KeptSplit:
-    """A plan's virtual stages and KV cache per layer (:func:`_virtual_stages`), with the model
+    """A plan's virtual stages and KV-cache copies (:func:`_virtual_stages`), with the model
     and machine they were built for (held so their ids stay theirs), and each ZeRO sharding's
     memory of them, by (ZeRO stage, shard group size)."""
 
     model: ModelSpec
     hardware: Hardware
     stages: tuple[VirtualStage, ...]
-    kv_cache_bytes: float
+    cache_copies: int
     memory: dict[tuple[int, int | None], tuple[MemoryBreakdown, ...]]
 
 
@@ -749,8 +753,8 @@ def _memory_split(model: ModelSpec, hardware: Hardware, strategy: Strategy, stac
     key = (id(model), id(hardware), stack, _SPLIT_KEY(strategy))
     kept = _SPLITS.get(key)
     if kept is None:
-        _, stages, kv_cache = _virtual_stages(model, hardware, strategy, stack)
-        kept = _SPLITS[key] = _KeptSplit(model, hardware, stages, kv_cache, {})
+        _, stages, copies = _virtual_stages(model, hardware, strategy, stack)
+        kept = _SPLITS[key] = _KeptSplit(model, hardware, stages, copies, {})
         if len(_SPLITS) > _SPLITS_KEPT:
             _SPLITS.popitem(last=False)
     return kept
@@ -766,11 +770,11 @@ def _once_per_stage(stages: Sequence[VirtualStage], build: Callable[[VirtualStag
 
 
 def _virtual_stages(model: ModelSpec, hardware: Hardware, strategy: Strategy,
-                    stack: Stack) -> tuple[Strategy, tuple[VirtualStage, ...], float]:
+                    stack: Stack) -> tuple[Strategy, tuple[VirtualStage, ...], int]:
     """The checked strategy (its attention resolved), its virtual stages in model order
-    (:func:`_split`), and each layer's KV cache for every microbatch of the replica (bytes; each
-    user's cache stays resident between steps: :func:`operators.kv_cache_bytes`, in the stack's
-    KV-cache format where it gives one).
+    (:func:`_split`), and the copies of each stage's KV cache of one microbatch its devices
+    hold: one per microbatch of the replica, as each user's cache stays resident between steps
+    (:attr:`VirtualStage.kv_cache_bytes`, in the stack's KV-cache format where it gives one).
 
     Raises:
         InputError: as :func:`build_stage_costs`.
@@ -780,7 +784,7 @@ def _virtual_stages(model: ModelSpec, hardware: Hardware, strategy: Strategy,
     if attention != strategy.attention:
         strategy = replace(strategy, attention=attention)  # type: ignore[arg-type]
     kept = _units(model, hardware, strategy, stack)
-    return strategy, _split(kept, strategy), kept.units.kv_cache_bytes * num_microbatches(model, strategy)
+    return strategy, _split(kept, strategy), num_microbatches(model, strategy)
 
 
 def model_flops_per_iteration(model: ModelSpec, global_batch_size: int, *, recompute: bool = False) -> float:
