@@ -287,18 +287,34 @@ def check_workload(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> 
             stages than units, explicit ``stage_layers`` not summing to the units, or a
             microbatch larger than the global batch, or context parallelism off a transformer,
             with a sequence ``2 cp`` does not split, or without fused attention, or ``ep`` not
-            dividing the routed experts.
+            dividing the routed experts, or a recompute module the model does not have.
     """
     _check_precision(hardware, strategy)
     attention_of(model, hardware, strategy)
     _check_context_parallel(model, hardware, strategy)
     _check_tensor_parallel(model, strategy)
     _check_expert_parallel(model, strategy)
+    _check_recompute_modules(model, strategy)
     _check_pipeline(model, strategy)
     _check_generation(model, strategy)
     batch = global_batch(model, strategy.global_batch_size)
     if strategy.microbatch_size > batch:
         raise InputError(f"strategy: `microbatch_size` = {strategy.microbatch_size} exceeds the global batch {batch}")
+
+
+_MODULE_NEEDS = {"moe_act": ("is_moe", "Mixture-of-Experts layers"), "moe": ("is_moe", "Mixture-of-Experts layers"),
+                 "shared_experts": ("num_shared_experts", "shared experts"),
+                 "mla_up_proj": ("uses_latent_attention", "multi-head latent attention")}
+"""What each model-specific recompute module needs (as Megatron-Core refuses ``moe_act`` without
+grouped-GEMM experts and ``mla_up_proj`` without latent attention)."""
+
+
+def _check_recompute_modules(model: ModelSpec, strategy: Strategy) -> None:
+    for module in sorted(strategy.recomputed_modules & _MODULE_NEEDS.keys()):
+        attribute, what = _MODULE_NEEDS[module]
+        if not getattr(model, attribute):
+            raise InputError(f"strategy: `recompute_modules` names {module!r}, which needs {what}; model"
+                             f" {model.name!r} has none")
 
 
 def check_plan(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> int:

@@ -53,6 +53,12 @@ AttentionSplit = Literal["heads", "users"]
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
 ATTENTION_SPLITS: tuple[str, ...] = get_args(AttentionSplit)
 RECOMPUTES: tuple[str, ...] = get_args(Recompute)
+RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts",
+                                      "mla_up_proj")
+"""What selective recompute may re-run, Megatron-Core's ``recompute_modules`` (``TransformerConfig``,
+``megatron/core/transformer/transformer_config.py``): the attention core, the two norms, the
+routed experts' activation, the dense MLP, the MoE layer, its shared experts, MLA's up-projections;
+default ``core_attn``."""
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 MODES: tuple[str, ...] = get_args(Mode)
@@ -113,6 +119,19 @@ def _spoken(values: tuple[object, ...]) -> str:
     return f"{', '.join(words[:-1])} or {words[-1]}" if len(words) > 1 else "".join(words)
 
 
+def _check_recompute_modules(strategy: Strategy) -> None:
+    """``recompute_modules`` names :data:`RECOMPUTE_MODULES` and, other than the default, goes
+    with selective recompute."""
+    modules = strategy.recompute_modules
+    names = modules.split(",") if isinstance(modules, str) else []
+    if not names or any(name not in RECOMPUTE_MODULES for name in names):
+        raise InputError(f"strategy: `recompute_modules` must be a comma-separated list of {list(RECOMPUTE_MODULES)},"
+                         f" got {modules!r}")
+    if modules != "core_attn" and strategy.recompute != "selective":
+        raise InputError(f"strategy: `recompute_modules` = {modules!r} needs recompute 'selective', got"
+                         f" {strategy.recompute!r}")
+
+
 def _choice(name: str, value: object, allowed: tuple[object, ...]) -> None:
     if value not in allowed:
         raise InputError(f"strategy: `{name}` must be one of {list(allowed)}, got {value!r}")
@@ -167,8 +186,12 @@ class Strategy:
         schedule: ``gpipe``, ``1f1b`` or ``interleaved-1f1b`` (Narayanan et al. SC'21 §2.2), or
             ``zb-h1`` (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24 §2.1).
         num_chunks: model chunks per device ``v`` for ``interleaved-1f1b`` (1 otherwise).
-        recompute: activation recomputation ``none``, ``selective`` (attention core only) or
-            ``full`` (Korthikanti et al., MLSys'23).
+        recompute: activation recomputation ``none``, ``selective`` (the ``recompute_modules``)
+            or ``full`` (Korthikanti et al., MLSys'23).
+        recompute_modules: under ``selective``, the comma-separated :data:`RECOMPUTE_MODULES`
+            whose activations are dropped in the forward and recomputed in the backward
+            (Megatron-Core's ``--recompute-modules``; default ``core_attn``, Korthikanti's
+            selective recompute).
         sequence_parallel: shard layernorm/dropout activations over the TP group (same source).
         tp_overlap: hide each transformer layer's backward TP collectives behind its
             weight-gradient GEMMs, as Megatron-LM overlaps the input-gradient all-reduce with
@@ -247,6 +270,8 @@ class Strategy:
     schedule: Schedule = _field("1f1b", help="{choices}.", column=True, dimension="schedule")
     num_chunks: int = _field(1, help="Model chunks per stage (interleaved).", column=True, dimension="schedule")
     recompute: Recompute = _field("none", help="{choices}.", column=True, dimension="recompute")
+    recompute_modules: str = _field("core_attn", help="Selective recompute: modules re-run in the backward,"
+                                    f" comma-separated, of {', '.join(RECOMPUTE_MODULES)}.")
     sequence_parallel: bool = _field(False, help="Shard layernorm and dropout activations over the TP group.",
                                      column=True, dimension="sequence_parallel")
     tp_overlap: bool = _field(False, help="Hide backward TP collectives behind weight-gradient GEMMs.")
@@ -288,6 +313,12 @@ class Strategy:
 
     def __post_init__(self) -> None:
         _check(self)
+
+    @property
+    def recomputed_modules(self) -> frozenset[str]:
+        """The modules a selective recompute re-runs (:attr:`recompute_modules`; empty under
+        ``none`` or ``full``, whose full recompute re-runs the whole layer)."""
+        return frozenset(self.recompute_modules.split(",")) if self.recompute == "selective" else frozenset()
 
     @property
     def num_devices(self) -> int:
@@ -428,6 +459,7 @@ def _check(strategy: Strategy) -> None:
                          f" weights gathered over the expert-data-parallel group); use zero_stage <= 2")
     _choice("schedule", strategy.schedule, SCHEDULES)
     _choice("recompute", strategy.recompute, RECOMPUTES)
+    _check_recompute_modules(strategy)
     _choice("optimizer", strategy.optimizer, OPTIMIZERS)
     _choice("precision", strategy.precision, PRECISIONS)
     _choice("mode", strategy.mode, MODES)

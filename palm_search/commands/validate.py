@@ -111,6 +111,8 @@ def _describe(strategy: Strategy | None) -> str:
     zero = f" ZeRO-{strategy.zero_stage}" if strategy.zero_stage else ""
     training = strategy.training
     recompute = f" {strategy.recompute} recompute" if training and strategy.recompute != "none" else ""
+    if training and strategy.recompute == "selective" and strategy.recompute_modules != "core_attn":
+        recompute += f" ({strategy.recompute_modules})"
     flags = ((strategy.sequence_parallel, " SP"), (strategy.tp_overlap, " overlap"),
              (strategy.p2p_blocking, " blocking-p2p"))
     extras = "".join(text for on, text in flags if on)
@@ -225,7 +227,9 @@ def _bridge_strategy(record: dict, ep: int = 1, etp: int | None = None) -> Strat
     ``tp``), GBS and MBS, DP = GPUs / (TP PP CP);
     Megatron-core's distributed optimizer (ZeRO-1) or, FSDP printed 1, its FSDP (ZeRO-3);
     sequence parallelism and overlapped TP communication with TP, FlashAttention, even layers per
-    (virtual) stage.
+    (virtual) stage; selective recompute of the recipe's ``recompute_modules`` where the record
+    names them (Megatron-Bridge ``scripts/performance/utils/overrides.py``: "recompute_granularity
+    = 'selective'" with them).
 
     Raises:
         InputError: a mapping the strategy cannot express (e.g. ``ep`` not dividing ``dp * cp``).
@@ -236,7 +240,16 @@ def _bridge_strategy(record: dict, ep: int = 1, etp: int | None = None) -> Strat
                     microbatch_size=int(record["mbs"]), global_batch_size=int(record["gbs"]),
                     schedule="interleaved-1f1b" if vp > 1 else "1f1b", num_chunks=vp, precision=record["precision"],
                     zero_stage=3 if int(record["fsdp"]) else 1, sequence_parallel=tp > 1, tp_overlap=tp > 1,
-                    attention="fused", partition="uniform", recompute=record.get("recompute", "none"))
+                    attention="fused", partition="uniform", **_recompute(record))
+
+
+def _recompute(record: dict) -> dict[str, str]:
+    """The record's ``recompute`` (default ``none``), selective of its ``recompute_modules`` where
+    it names some."""
+    modules = record.get("recompute_modules")
+    if modules:
+        return {"recompute": "selective", "recompute_modules": modules}
+    return {"recompute": record.get("recompute", "none")}
 
 
 def _tokens_per_s_per_gpu(model: ModelSpec, strategy: Strategy, gpus: int) -> tuple[float, str]:

@@ -222,7 +222,9 @@ def layer_activation_bytes(model: ModelSpec, strategy: Strategy, moe: bool = Fal
     other precisions. Under ``fp8`` the four linear layers' saved inputs are FP8, one byte each
     (:func:`_fp8_saved_per_sbh`).
     Under a stack's ``selective = "alternate_matmuls"`` policy (torchtitan's per-op checkpointing,
-    :func:`alternate_matmuls_saved_per_sbh`) selective recompute keeps what that policy saves.
+    :func:`alternate_matmuls_saved_per_sbh`) selective recompute keeps what that policy saves;
+    else it drops what its recompute modules re-run (:func:`recomputed_per_sbh`; the scores'
+    ``5 a s/(h t)`` under ``core_attn``).
     Inference stashes nothing but the layer output in flight: ``s b h`` elements (a causal
     decoder's KV cache is static memory: :func:`~simulator.workload.operators.kv_cache_bytes`). Under context
     parallelism ``s`` is a rank's ``s / cp`` tokens (fused attention, whose scores term is absent).
@@ -238,9 +240,46 @@ def layer_activation_bytes(model: ModelSpec, strategy: Strategy, moe: bool = Fal
         return scale * sbh * alternate_matmuls_saved_per_sbh(model, strategy)
     split = _attention_split_terms(model) + _mlp_split_terms(model, moe)
     per_sbh = (10.0 + split) / t if strategy.sequence_parallel else 10.0 + split / t
-    if strategy.recompute == "none" and strategy.attention != "fused":
+    if "core_attn" not in strategy.recomputed_modules and strategy.attention != "fused":
         per_sbh += 5.0 * a * s / (h * t)
-    return scale * sbh * (per_sbh - _fp8_saved_per_sbh(model, strategy, moe))
+    return scale * sbh * (per_sbh - _fp8_saved_per_sbh(model, strategy, moe) - recomputed_per_sbh(model, strategy, moe))
+
+
+def recomputed_per_sbh(model: ModelSpec, strategy: Strategy, moe: bool = False) -> float:
+    """Bytes per ``s b h`` a layer's stash loses to its selective recompute modules
+    (:attr:`~simulator.strategy.Strategy.recomputed_modules`, Megatron-Core's
+    ``recompute_modules``), of :func:`layer_activation_bytes`' terms net of what FP8 already
+    saves (:func:`_fp8_saved_per_sbh`):
+
+    * ``layernorm``: the two norms' outputs, the QKV and MLP (or router) inputs, ``2 + 2``
+      (``/ t`` with sequence parallelism), their 1-byte copies under FP8;
+    * ``mlp`` (a dense layer) or ``moe`` (an MoE layer): every tensor of the MLP but its input,
+      :func:`_mlp_split_terms` ``/ t`` (less its FP8-saved down-projection inputs);
+    * ``moe_act``: the routed experts' activation outputs, ``2 k f_e / (h t)`` (1 byte each
+      under FP8); ``shared_experts``: the shared experts' three tensors ``6 n_s f_s / (h t)``;
+    * ``mla_up_proj``: MLA's up-projected queries, keys and values, ``2 a (2 d_qk + d_v) / (h t)``;
+    * ``core_attn``: the unfused scores (in :func:`layer_activation_bytes`), nothing else.
+
+    ``moe`` takes in ``moe_act`` and ``shared_experts``. Under FP8 a recomputed linear input's
+    1-byte copy is dropped with it (Megatron-Core needs Transformer Engine 2.6 for ``layernorm``
+    and ``moe_act`` recompute in FP8: ``transformer_config.py``)."""
+    modules = strategy.recomputed_modules
+    if not modules:
+        return 0.0
+    t, h, fp8 = strategy.tp, model.hidden_size, strategy.precision == "fp8"
+    unsplit = 1.0 / t if strategy.sequence_parallel else 1.0
+    routed = model.experts_per_token * model.expert_ffn_hidden_size if moe else 0.0
+    shared = model.num_shared_experts * model.shared_expert_size if moe else 0.0
+    dropped = (2.0 if fp8 else 4.0) * unsplit if "layernorm" in modules else 0.0
+    if "moe" in modules if moe else "mlp" in modules:
+        inner = routed + shared if moe else model.ffn_hidden_size
+        dropped += (_mlp_split_terms(model, moe) - (inner / h if fp8 else 0.0)) / t
+    elif moe:
+        dropped += ((1.0 if fp8 else 2.0) * routed / h if "moe_act" in modules else 0.0) / t
+        dropped += ((6.0 - (1.0 if fp8 else 0.0)) * shared / h if "shared_experts" in modules else 0.0) / t
+    if "mla_up_proj" in modules and model.uses_latent_attention:
+        dropped += 2.0 * model.num_heads * (2.0 * model.head_size + model.value_head_size) / (h * t)
+    return dropped
 
 
 def alternate_matmuls_saved_per_sbh(model: ModelSpec, strategy: Strategy) -> float:

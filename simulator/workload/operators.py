@@ -34,6 +34,24 @@ OperatorKind = Literal["gemm", "memory", "attention"]
 ATTENTION_CORE = frozenset({"attention_scores", "attention_softmax", "attention_dropout", "attention_values"})
 """Operators recomputed by selective recompute (Korthikanti et al., MLSys'23, §4.2.1)."""
 
+_SHARED_EXPERT = frozenset({"shared_expert_gate", "shared_expert_up", "shared_expert_silu_multiply",
+                            "shared_expert_out"})
+RECOMPUTED_OPERATORS: dict[str, frozenset[str]] = {
+    "core_attn": ATTENTION_CORE,
+    "layernorm": frozenset({"input_norm", "mlp_norm"}),
+    "moe_act": frozenset({"expert_silu_multiply"}),
+    "mlp": frozenset({"mlp_in", "gelu", "mlp_out", "mlp_gate", "mlp_up", "silu_multiply"}),
+    "moe": frozenset({"router", "router_top_k", "token_permute", "expert_gate", "expert_up", "expert_silu_multiply",
+                      "expert_out", "token_unpermute"}) | _SHARED_EXPERT,
+    "shared_experts": _SHARED_EXPERT,
+    "mla_up_proj": frozenset({"q_up", "kv_up"}),
+}
+"""The operators each of :data:`simulator.strategy.RECOMPUTE_MODULES` re-runs in the backward
+(Megatron-Core ``recompute_modules``: the unfused attention core, the input and pre-MLP norms,
+the routed experts' activation, the dense MLP, the MoE layer with its shared experts, the shared
+experts, MLA's query and key/value up-projections; a fused attention core keeps no scores and is
+not re-run)."""
+
 TOKEN_ID_BYTES = 4
 """Bytes of one token id (int32) read by the embedding lookup."""
 

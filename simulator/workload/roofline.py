@@ -86,15 +86,15 @@ class UnitCost:
 class Costing:
     """What :func:`cost_unit` takes beyond a unit's operators: the device, its peak at the
     strategy's working precision (flop/s; :func:`peak_flop_per_s`), whether the strategy trains
-    (else backward costs are 0), whether its backward recomputes the whole forward (its
-    expert-parallel all-to-alls again), the working precision's bytes per element and the
+    (else backward costs are 0), whether its backward re-runs the expert-parallel all-to-alls
+    (a full recompute, or selective recompute of the MoE layer), the working precision's bytes per element and the
     cores of one die a tensor-parallel group spans (the grid a tiled chip's GEMM runs on: across
     chips the group's input moves by its collectives, not by the chip's multicast)."""
 
     hardware: Hardware
     peak_flop_per_s: float
     training: bool
-    full_recompute: bool
+    recompute_experts: bool
     bytes_per_element: float
     group: int = 1
 
@@ -105,7 +105,8 @@ class Costing:
         Raises:
             InputError: the hardware states no peak for the strategy's precision.
         """
-        return cls(hardware, peak_flop_per_s(hardware, strategy), strategy.training, strategy.recompute == "full",
+        return cls(hardware, peak_flop_per_s(hardware, strategy), strategy.training,
+                   strategy.recompute == "full" or "moe" in strategy.recomputed_modules,
                    strategy.bytes_per_element, _die_group(hardware, strategy.tp))
 
 
@@ -271,7 +272,7 @@ def cost_unit(ops: tuple[Operator, ...], *, recomputed: tuple[Operator, ...], co
         parameters = parameter_count(ops, bytes_per_element)
     attention_forward_s, attention_backward_s = _pass_times([op for op in ops if op.kind == "attention"],
                                                             hardware, peak)
-    recompute_experts = collectives.expert if costing.full_recompute else ()
+    recompute_experts = collectives.expert if costing.recompute_experts else ()
     overhead = hardware.calibration.kernel_overhead_s
     forward_launches, backward_launches = _launches(ops)
     backward_launches += _launches(recomputed)[0]

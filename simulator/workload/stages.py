@@ -31,6 +31,7 @@ from operator import attrgetter
 from typing import TypeVar
 
 from simulator.costs import Collective, CollectiveKind, MemoryBreakdown, PassCost, StageCost
+from simulator.errors import InputError
 from simulator.hardware.spec import Hardware
 from simulator.legality import attention_of, check_workload, num_microbatches
 from simulator.network.mesh import Mesh
@@ -54,14 +55,21 @@ _Built = TypeVar("_Built")
 
 def _recomputed(ops: tuple[Operator, ...], model: ModelSpec, strategy: Strategy, stack: Stack) -> tuple[Operator, ...]:
     """Operators re-run in a layer's backward under ``recompute``: all (full), under selective
-    the attention core or the stack's policy (:attr:`Stack.selective_recompute`), none."""
+    the stack's policy (:attr:`Stack.selective_recompute`) or the strategy's recompute modules
+    (:data:`operators.RECOMPUTED_OPERATORS`), none.
+
+    Raises:
+        InputError: recompute modules other than the default under a stack with its own policy.
+    """
     if strategy.recompute == "full":
         return ops
     if strategy.recompute == "selective" and stack.selective_recompute == "alternate_matmuls":
+        if strategy.recompute_modules != "core_attn":
+            raise InputError(f"strategy: `recompute_modules` = {strategy.recompute_modules!r} is Megatron-Core's;"
+                             f" stack {stack.name!r} recomputes by its own policy ({stack.selective_recompute!r})")
         return operators.alternate_matmuls(ops, model, strategy)
-    if strategy.recompute == "selective":
-        return tuple(op for op in ops if op.name in operators.ATTENTION_CORE)
-    return ()
+    names = frozenset().union(*(operators.RECOMPUTED_OPERATORS[m] for m in strategy.recomputed_modules))
+    return tuple(op for op in ops if op.name in names)
 
 
 def _recompute_collectives(collectives: UnitCollectives, strategy: Strategy, stack: Stack) -> UnitCollectives:
