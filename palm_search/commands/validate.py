@@ -247,7 +247,7 @@ def _recompute(record: dict) -> dict[str, str]:
     """The record's ``recompute`` (default ``none``), selective of its ``recompute_modules`` where
     it names some."""
     modules = record.get("recompute_modules")
-    if modules:
+    if isinstance(modules, str) and modules:  # an empty cell reads as NaN
         return {"recompute": "selective", "recompute_modules": modules}
     return {"recompute": record.get("recompute", "none")}
 
