@@ -107,39 +107,50 @@ _QWEN = ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
 _WINDOWED, _FULL = "sliding_attention", "full_attention"
 
 
-def _window(config: dict[str, Any], architecture: str, layers: int, name: str) -> dict[str, int]:
+def _window(config: dict[str, Any], architecture: str, layers: object, name: str) -> dict[str, Any]:
     """``sliding_window`` and ``sliding_window_pattern`` of the config's windowed layers: those
     ``layer_types`` names ``sliding_attention`` (``transformers`` >= 4.53 writes the list; layer
     ``i`` attends to the whole context when ``(i + 1) % p == 0``, 0: every layer windowed);
     without the list, ``GptOssConfig``'s default alternation from a windowed first layer (``p =
     2``), Mistral's and Mixtral's ``sliding_window`` on every layer, and none for Qwen unless
-    ``use_sliding_window`` (``Qwen2Config``: layers from ``max_window_layers`` on).
+    ``use_sliding_window`` (``Qwen2Config``: the layers from ``max_window_layers`` on). The
+    window itself is checked as every count is (:func:`simulator.workload.loader.load_model`);
+    nothing is derived where ``num_hidden_layers`` is not a count, which the loader refuses.
 
     Raises:
-        InputError: naming the key: ``layer_types`` not a list of the two kinds per layer, or a
-            layout no pattern gives (Qwen's windowed last layers).
+        InputError: naming the key: ``layer_types`` not a list of the two kinds per layer,
+            ``max_window_layers`` not an integer, or a layout no pattern gives (Qwen's windowed
+            last layers).
     """
     window = config.get("sliding_window")
+    if not window or not isinstance(layers, int) or isinstance(layers, bool):
+        return {}
     types = config.get("layer_types")
     if types is not None:
-        if not isinstance(types, list) or len(types) != layers or not set(types) <= {_WINDOWED, _FULL}:
+        if not isinstance(types, list) or len(types) != layers or any(kind not in (_WINDOWED, _FULL) for kind in types):
             raise InputError(f"{name}: key 'layer_types' must list {_WINDOWED!r} or {_FULL!r} for each of the"
                              f" {layers} layers, got {types!r}")
         windowed = [kind == _WINDOWED for kind in types]
+        if not any(windowed):
+            return {}
+        pattern = 0 if all(windowed) else next(
+            (p for p in range(2, layers + 1) if windowed == [(index + 1) % p != 0 for index in range(layers)]), None)
+        if pattern is None:
+            raise InputError(f"{name}: key 'layer_types': windowed layers {[i for i, w in enumerate(windowed) if w]}"
+                             " follow no pattern of full-attention layers every p-th layer (not modelled)")
     elif architecture in _QWEN:
         stop = config.get("max_window_layers", layers) if config.get("use_sliding_window") else layers
-        windowed = [index >= stop for index in range(layers)]
+        if not isinstance(stop, int) or isinstance(stop, bool):
+            raise InputError(f"{name}: key 'max_window_layers' must be an integer, got {stop!r}")
+        if stop >= layers:
+            return {}
+        if stop > 0:
+            raise InputError(f"{name}: key 'max_window_layers' = {stop}: windowed layers from {stop} of {layers}"
+                             " follow no pattern of full-attention layers every p-th layer (not modelled)")
+        pattern = 0
     else:
-        windowed = [bool((index + 1) % 2) if architecture == "GptOssForCausalLM" else True
-                    for index in range(layers)]
-    if not window or not any(windowed):
-        return {}
-    pattern = 0 if all(windowed) else next(
-        (p for p in range(2, layers + 1) if windowed == [(index + 1) % p != 0 for index in range(layers)]), None)
-    if pattern is None:
-        raise InputError(f"{name}: key 'layer_types': windowed layers {[i for i, w in enumerate(windowed) if w]}"
-                         " follow no pattern of full-attention layers every p-th layer (not modelled)")
-    return {"sliding_window": int(window), **({"sliding_window_pattern": pattern} if pattern else {})}
+        pattern = 2 if architecture == "GptOssForCausalLM" else 0
+    return {"sliding_window": window, **({"sliding_window_pattern": pattern} if pattern else {})}
 
 
 def _check_qwen_layers(config: dict[str, Any], name: str) -> None:

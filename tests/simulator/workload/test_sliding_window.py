@@ -109,7 +109,7 @@ def test_hugging_face_layer_types_give_the_window_and_its_pattern(tmp_path):
      "key 'layer_types': windowed layers \\[31\\]"),
     ("Llama-3.1-8B", {"sliding_window": 512, "layer_types": ["sliding_attention"] * 3}, "key 'layer_types' must list"),
     ("Qwen3-30B-A3B", {"sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 28},
-     "key 'layer_types': windowed layers"),
+     "key .max_window_layers. = 28: windowed layers from 28"),
 ])
 def test_a_window_layout_not_modelled_is_a_one_line_error(tmp_path, name, changes, message):
     path = _config(tmp_path, name, **changes)
