@@ -65,7 +65,11 @@ class PassCost:
             its last unit's reduce-scatter: :func:`simulator.workload.stages.zero3_collectives`).
         ep_collectives: expert-parallel all-to-alls over the stage's ``ep`` groups (token
             dispatch and combine of its Mixture-of-Experts layers), exposed (Megatron-Core runs
-            them between the router and the experts and after the experts).
+            them between the router and the experts and after the experts) but what
+            ``ep_overlap_s`` hides.
+        ep_overlap_s: compute of the pass merged with this one that hides its
+            ``ep_collectives`` (s; :attr:`simulator.strategy.Strategy.ep_overlap`: a 1F1B
+            forward's and the next backward's, each the other's); 0: none.
         host_s: host time after the pass that the device waits for, in series with everything
             above (s): a decode step's logits read back and sampled on the host
             (:func:`simulator.workload.formats.host_sampling_s`).
@@ -88,6 +92,7 @@ class PassCost:
     cp_overlap_s: float = 0.0
     exposed_dp_collectives: tuple[Collective, ...] = ()
     ep_collectives: tuple[Collective, ...] = ()
+    ep_overlap_s: float = 0.0
     host_s: float = 0.0
     launch_s: float = 0.0
 

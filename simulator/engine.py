@@ -29,7 +29,8 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import simpy
@@ -94,6 +95,7 @@ class Engine:
         self.flows = self.machine.flows
         self.timing = timing_model(network, self.machine)
         self.closed_form = ClosedForm(self.machine, schedule, training)
+        self._alone: dict[int, PassCost] = {}
 
     @property
     def record(self) -> bool:
@@ -149,7 +151,7 @@ class Engine:
             self.schedule.forward_order(i, num_microbatches)
         last = len(self.costs) - 1
         steps: list[_Step] = []
-        for p in order:
+        for k, p in enumerate(order):
             j = p.chunk * self.pp + i
             stage = self.costs[j]
             awaited: tuple[str, int, int] | None = None
@@ -161,8 +163,18 @@ class Engine:
                 awaited = ("grad", j, p.microbatch) if j < last else None
                 send = (j - 1, "grad", stage.gradient_send_bytes) if j > 0 else None
             cost = stage.pass_cost(p.kind)
+            if cost.ep_overlap_s and not _merged(order, k):
+                cost = self._unmerged(cost)
             steps.append((p, cost, awaited, send, cost.busy_s, cost.host_s))
         return steps
+
+    def _unmerged(self, cost: PassCost) -> PassCost:
+        """``cost`` run alone, its expert all-to-alls exposed (one object per cost, as the
+        machine remembers a cost's segments by its ``id``)."""
+        alone = self._alone.get(id(cost))
+        if alone is None:
+            alone = self._alone[id(cost)] = replace(cost, ep_overlap_s=0.0)
+        return alone
 
     def _stage(self, i: int, num_microbatches: int) -> Generator[simpy.Event, Any, None]:
         machine = self.machine
@@ -231,6 +243,15 @@ class Engine:
         machine.stats[i].optimizer_s += sum(c.optimizer_step.compute_s for c in chunks)
         if machine.record:
             machine.records.append(PassRecord(i, PassKind.OPTIMIZER_UPDATE, -1, 0, now, machine.env.now))
+
+
+def _merged(order: Sequence[Pass], k: int) -> bool:
+    """Whether pass ``k`` of a stage's ``order`` is one of a 1F1B phase's merged pairs, a forward
+    followed by a backward (:attr:`simulator.strategy.Strategy.ep_overlap`): not a warm-up
+    forward, nor one of the last backwards."""
+    if order[k].kind is PassKind.FORWARD:
+        return k + 1 < len(order) and order[k + 1].kind.is_backward
+    return k > 0 and order[k - 1].kind is PassKind.FORWARD
 
 
 def _succeed(event: simpy.Event) -> None:

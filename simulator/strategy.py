@@ -197,6 +197,13 @@ class Strategy:
             weight-gradient GEMMs, as Megatron-LM overlaps the input-gradient all-reduce with
             the linear weight's gradient (Korthikanti et al., MLSys'23, §6.2; the sequence-
             parallel all-gather, §4.2.2). Recompute and forward collectives stay exposed.
+        ep_overlap: Megatron-Core's expert-parallel all-to-all overlap
+            (``--overlap-moe-expert-parallel-comm``): in the 1F1B phase a forward and the next
+            backward run merged, each one's all-to-alls under the other's compute ("backward
+            all-to-all for one micro-batch overlaps with forward attention/MLP for another",
+            NVIDIA, "Scalable Training of Mixture-of-Experts Models with Megatron Core", arXiv
+            2603.07685, §4.2.3); the warm-up forwards and the last backwards keep theirs exposed.
+            Needs ``ep > 1``, training and a 1F1B schedule.
         p2p_blocking: a stage waits for each of its pipeline sends to end before it computes
             on, as Megatron-LM's ``p2p_communication._communicate`` waits on every
             ``batch_isend_irecv`` request and synchronises the device; False lets sends overlap
@@ -275,6 +282,8 @@ class Strategy:
     sequence_parallel: bool = _field(False, help="Shard layernorm and dropout activations over the TP group.",
                                      column=True, dimension="sequence_parallel")
     tp_overlap: bool = _field(False, help="Hide backward TP collectives behind weight-gradient GEMMs.")
+    ep_overlap: bool = _field(False, help="Hide each expert all-to-all of a 1F1B forward and the next backward"
+                              " behind the other's compute (Megatron-Core --overlap-moe-expert-parallel-comm).")
     p2p_blocking: bool = _field(False, help="Stages wait for their pipeline sends (Megatron-LM).", where=True)
     zero_stage: int = _field(0, help="ZeRO stage 0-3.", placed=True, column=True, dimension="zero_stage")
     shard_group_size: int | None = _field(None, help="Hybrid sharding with ZeRO-3: shard over groups of this many DP"
@@ -473,9 +482,13 @@ def _check(strategy: Strategy) -> None:
     _choice("transfer_strategy", strategy.transfer_strategy, TRANSFER_STRATEGIES)
     _choice("zero_stage", strategy.zero_stage, ZERO_STAGES)
     _choice("math_fidelity", strategy.math_fidelity, (None, *MATH_FIDELITIES))
-    for name in ("sequence_parallel", "tp_overlap", "p2p_blocking"):
+    for name in ("sequence_parallel", "tp_overlap", "ep_overlap", "p2p_blocking"):
         if not isinstance(getattr(strategy, name), bool):
             raise InputError(f"strategy: `{name}` must be true or false, got {getattr(strategy, name)!r}")
+    if strategy.ep_overlap and (strategy.ep == 1 or not strategy.training
+                                or strategy.schedule not in ("1f1b", "interleaved-1f1b")):
+        raise InputError(f"strategy: `ep_overlap` needs ep > 1, mode 'training' and schedule '1f1b' or"
+                         f" 'interleaved-1f1b', got ep {strategy.ep}, {strategy.mode!r}, {strategy.schedule!r}")
     if strategy.prompt_length is not None:
         _positive("prompt_length", strategy.prompt_length)
     if not isinstance(strategy.decode_context_length, int) or strategy.decode_context_length < 0:

@@ -120,6 +120,7 @@ def _describe(strategy: Strategy | None) -> str:
     context += " attention by users" if strategy.attention_split == "users" else ""
     experts = f" ep={strategy.ep}" if strategy.ep > 1 else ""
     experts += f" etp={strategy.etp}" if strategy.etp is not None and strategy.etp != strategy.tp else ""
+    experts += " EP overlap" if strategy.ep_overlap else ""
     precision = f" {strategy.precision}" if strategy.precision == "fp8" else ""
     return (f"tp={strategy.tp} pp={strategy.pp} dp={strategy.dp}{context}{experts} b={strategy.microbatch_size} "
             f"{strategy.schedule}{chunks}{zero}{recompute}{extras}{precision}")
@@ -229,7 +230,8 @@ def _bridge_strategy(record: dict, ep: int = 1, etp: int | None = None) -> Strat
     sequence parallelism and overlapped TP communication with TP, FlashAttention, even layers per
     (virtual) stage; selective recompute of the recipe's ``recompute_modules`` where the record
     names them (Megatron-Bridge ``scripts/performance/utils/overrides.py``: "recompute_granularity
-    = 'selective'" with them).
+    = 'selective'" with them), and the expert all-to-all overlap where its ``ep_overlap`` says the
+    recipe sets ``moe_a2a_overlap`` (the same file: ``overlap_moe_expert_parallel_comm = True``).
 
     Raises:
         InputError: a mapping the strategy cannot express (e.g. ``ep`` not dividing ``dp * cp``).
@@ -240,7 +242,8 @@ def _bridge_strategy(record: dict, ep: int = 1, etp: int | None = None) -> Strat
                     microbatch_size=int(record["mbs"]), global_batch_size=int(record["gbs"]),
                     schedule="interleaved-1f1b" if vp > 1 else "1f1b", num_chunks=vp, precision=record["precision"],
                     zero_stage=3 if int(record["fsdp"]) else 1, sequence_parallel=tp > 1, tp_overlap=tp > 1,
-                    attention="fused", partition="uniform", **_recompute(record))
+                    attention="fused", partition="uniform", ep_overlap=str(record.get("ep_overlap")).lower() == "true",
+                    **_recompute(record))
 
 
 def _recompute(record: dict) -> dict[str, str]:

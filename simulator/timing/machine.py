@@ -131,7 +131,8 @@ class Machine:
         collectives, plus what compute does not hide of the overlapped ones (TP multicasts and
         overlap; under the whole compute, the replicas' weight multicast and ZeRO-3's prefetched
         gathers; under the attention's compute, context parallelism's ring), and expert
-        parallelism's all-to-alls, split evenly over the segments."""
+        parallelism's all-to-alls (what the merged pass's compute does not hide of them, where
+        one is merged), split evenly over the segments."""
         flows = self.stage_flows[i]
         segments = cost.segments
         dram = 0.0
@@ -150,6 +151,8 @@ class Machine:
             collective, moved = collective + max(hidden - cost.cp_overlap_s, 0.0), moved + hidden_moved
         if cost.ep_collectives and flows.ep is not None:
             exposed, exposed_moved, exposed_latency = self.collectives_time(i, cost.ep_collectives, flows.ep)
+            if cost.ep_overlap_s:
+                exposed, exposed_latency = max(exposed - cost.ep_overlap_s, 0.0), 0.0
             collective, moved, latency = collective + exposed, moved + exposed_moved, latency + exposed_latency
         dram_bytes = cost.dram_bytes * flows.dram.num_edges / segments if flows.dram is not None else 0.0
         return Segments(segments, cost.compute_s / segments, dram, dram_bytes, collective / segments,

@@ -59,9 +59,10 @@ _STEPS = {(False, False): (FORWARD,), (False, True): (FORWARD,), (True, False): 
 SCALARS = ("compute_s", "segments", "dram_bytes", "idle_s")
 HIDDEN = 5
 """The groups of :data:`GROUPS` timed within the segments (ZeRO-3's exposed collectives after them)."""
-_FLOOR = np.array([-np.inf, 0.0, 0.0, 0.0, -np.inf])
+_FLOOR = np.array([-np.inf, 0.0, 0.0, 0.0, 0.0])
 """What each of those groups adds to a pass at least, less what hides it (:attr:`PlanTable.hides`):
-the TP and expert-parallel collectives all of their time, the others what is not hidden."""
+the TP collectives all of their time, the others what is not hidden (the expert-parallel ones
+all of it but under a merged pass's compute, :attr:`~simulator.costs.PassCost.ep_overlap_s`)."""
 _PROBE_BYTES = 2.0 ** 40
 """Size at which a flow's time is read to find its slope (large, so its latency is lost in it
 no more than rounding loses it; a power of two, so dividing by it is exact)."""
@@ -313,7 +314,7 @@ class PlanTable:
 def _values(cost: PassCost) -> tuple[float, ...]:
     """A pass's :data:`SCALARS`, what hides its groups' collectives and its busy and host time."""
     return (cost.compute_s, cost.segments, cost.dram_bytes, cost.idle_s, 0.0, cost.overlap_s, cost.compute_s,
-            cost.cp_overlap_s, 0.0, cost.busy_s, cost.host_s)
+            cost.cp_overlap_s, cost.ep_overlap_s, cost.busy_s, cost.host_s)
 
 
 def _groups(cost: PassCost) -> tuple[tuple[Collective, ...], ...]:

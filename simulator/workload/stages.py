@@ -652,12 +652,16 @@ def _stage_cost(stage: VirtualStage, hardware: Hardware, strategy: Strategy, sta
     plan = _sram_plan(groups, hardware, sram.PlanFields.of(strategy, _replicas_per_chip(hardware, strategy)))
     step = optimizer_step(updated, update_bytes, strategy.optimizer, plan.update_dram_bytes if plan else 0.0,
                           segments, hardware) if strategy.training else idle_pass(segments)
+    forward = _forward(groups, plan, segments, zero3_forward)
     backward = _backward(groups, plan, segments, strategy.training, zero3_backward)
     multicast = bool(plan and (plan.backward_multicast_bytes or plan.backward_replica_bytes))
     backward_input, backward_weight = _split_backward(backward, groups, multicast)
+    if strategy.ep_overlap:  # the 1F1B phase's merged pairs: each hides its all-to-alls under the other
+        forward, backward = (replace(forward, ep_overlap_s=backward.compute_s),
+                             replace(backward, ep_overlap_s=forward.compute_s))
     return StageCost(
         units=tuple(name for name, _ in entries),
-        forward=_forward(groups, plan, segments, zero3_forward),
+        forward=forward,
         backward=backward, backward_input=backward_input, backward_weight=backward_weight,
         optimizer_step=step,
         activation_send_bytes=entries[-1][1].send_bytes,
