@@ -337,7 +337,7 @@ def check_plan(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> int:
 
 def schedule_of(strategy: Strategy) -> PipelineSchedule:
     """The strategy's pipeline schedule."""
-    return make_schedule(strategy.schedule, strategy.pp, strategy.num_chunks)
+    return make_schedule(strategy.schedule, strategy.pp, strategy.num_chunks, int(strategy.ep_overlap))
 
 
 def microbatches_in_flight(strategy: Strategy, num_microbatches: int) -> list[list[int]]:
@@ -348,16 +348,17 @@ def microbatches_in_flight(strategy: Strategy, num_microbatches: int) -> list[li
     """
     if not strategy.training:
         return [[1] * strategy.num_chunks for _ in range(strategy.pp)]
-    peaks = _schedule_in_flight(strategy.schedule, strategy.pp, strategy.num_chunks, num_microbatches)
+    peaks = _schedule_in_flight(strategy.schedule, strategy.pp, strategy.num_chunks, num_microbatches,
+                                int(strategy.ep_overlap))
     return [list(chunks) for chunks in peaks]
 
 
 @lru_cache(maxsize=1024)
-def _schedule_in_flight(schedule: str, pp: int, num_chunks: int,
-                        num_microbatches: int) -> tuple[tuple[int, ...], ...]:
+def _schedule_in_flight(schedule: str, pp: int, num_chunks: int, num_microbatches: int,
+                        extra_warmup: int = 0) -> tuple[tuple[int, ...], ...]:
     """:meth:`PipelineSchedule.max_in_flight` of every stage, kept: a memory pre-screen asks the
     same schedule under many plans."""
-    order = make_schedule(schedule, pp, num_chunks)
+    order = make_schedule(schedule, pp, num_chunks, extra_warmup)
     return tuple(tuple(order.max_in_flight(stage, num_microbatches)) for stage in range(pp))
 
 

@@ -119,6 +119,20 @@ def _spoken(values: tuple[object, ...]) -> str:
     return f"{', '.join(words[:-1])} or {words[-1]}" if len(words) > 1 else "".join(words)
 
 
+def _check_ep_overlap(strategy: Strategy) -> None:
+    """``ep_overlap`` as Megatron-Core allows it (``TransformerConfig`` checks of
+    ``overlap_moe_expert_parallel_comm``): expert parallelism, training, interleaved 1F1B (or one
+    stage's 1F1B: "virtual_pipeline_model_parallel_size must be specified when
+    pipeline_model_parallel_size > 1"), neither full recompute nor the MoE layer's."""
+    one_stage = strategy.schedule == "1f1b" and strategy.pp == 1
+    if strategy.ep == 1 or not strategy.training or not (one_stage or strategy.schedule == "interleaved-1f1b"):
+        raise InputError(f"strategy: `ep_overlap` needs ep > 1, mode 'training' and schedule 'interleaved-1f1b'"
+                         f" (or '1f1b' with pp 1), got ep {strategy.ep}, {strategy.mode!r}, {strategy.schedule!r}"
+                         f" with pp {strategy.pp}")
+    if strategy.recompute == "full" or "moe" in strategy.recomputed_modules:
+        raise InputError("strategy: `ep_overlap` does not go with full recompute or recompute module 'moe'")
+
+
 def _check_recompute_modules(strategy: Strategy) -> None:
     """``recompute_modules`` names :data:`RECOMPUTE_MODULES` and, other than the default, goes
     with selective recompute."""
@@ -202,8 +216,9 @@ class Strategy:
             backward run merged, each one's all-to-alls under the other's compute ("backward
             all-to-all for one micro-batch overlaps with forward attention/MLP for another",
             NVIDIA, "Scalable Training of Mixture-of-Experts Models with Megatron Core", arXiv
-            2603.07685, §4.2.3); the warm-up forwards and the last backwards keep theirs exposed.
-            Needs ``ep > 1``, training and a 1F1B schedule.
+            2603.07685, §4.2.3); the warm-up forwards, one more than the schedule's own, and the
+            last backwards keep theirs exposed. Needs ``ep > 1``, training and interleaved 1F1B
+            (or 1F1B on one stage), without full recompute or the MoE layer's.
         p2p_blocking: a stage waits for each of its pipeline sends to end before it computes
             on, as Megatron-LM's ``p2p_communication._communicate`` waits on every
             ``batch_isend_irecv`` request and synchronises the device; False lets sends overlap
@@ -485,10 +500,8 @@ def _check(strategy: Strategy) -> None:
     for name in ("sequence_parallel", "tp_overlap", "ep_overlap", "p2p_blocking"):
         if not isinstance(getattr(strategy, name), bool):
             raise InputError(f"strategy: `{name}` must be true or false, got {getattr(strategy, name)!r}")
-    if strategy.ep_overlap and (strategy.ep == 1 or not strategy.training
-                                or strategy.schedule not in ("1f1b", "interleaved-1f1b")):
-        raise InputError(f"strategy: `ep_overlap` needs ep > 1, mode 'training' and schedule '1f1b' or"
-                         f" 'interleaved-1f1b', got ep {strategy.ep}, {strategy.mode!r}, {strategy.schedule!r}")
+    if strategy.ep_overlap:
+        _check_ep_overlap(strategy)
     if strategy.prompt_length is not None:
         _positive("prompt_length", strategy.prompt_length)
     if not isinstance(strategy.decode_context_length, int) or strategy.decode_context_length < 0:

@@ -35,9 +35,16 @@ class PipelineSchedule:
     :attr:`PassKind.BACKWARD`. The closed-form estimate (:meth:`simulator.engine.Engine.estimate`)
     reads it."""
 
-    def __init__(self, pp: int, num_chunks: int = 1) -> None:
+    def __init__(self, pp: int, num_chunks: int = 1, extra_warmup: int = 0) -> None:
         self.pp = pp
         self.num_chunks = num_chunks
+        self.extra_warmup = extra_warmup
+        """Forwards a 1F1B order runs before its first backward beyond the schedule's own: one
+        where the 1F1B phase merges each forward with the next backward (Megatron-Core's
+        ``--overlap-moe-expert-parallel-comm``: "we schedule one extra micro-batch forward step
+        before the 1f1b stages. This is needed to ensure the forward and backward computations
+        are independent", ``pipeline_parallel/schedules.py``; one stage's
+        ``combined_1f1b_schedule_for_no_pipelining`` likewise runs one forward first)."""
 
     def order(self, stage: int, num_microbatches: int) -> list[Pass]:
         """Passes of ``stage`` in execution order (training)."""
@@ -73,13 +80,14 @@ class GPipe(PipelineSchedule):
 
 
 class OneFOneB(PipelineSchedule):
-    """PipeDream-Flush 1F1B (Narayanan et al. SC'21 §2.2.1); stage i holds ``min(p - i, m)``."""
+    """PipeDream-Flush 1F1B (Narayanan et al. SC'21 §2.2.1); stage i holds ``min(p - i, m)``
+    (one more with an :attr:`~PipelineSchedule.extra_warmup` forward)."""
 
     name = "1f1b"
 
     def order(self, stage: int, num_microbatches: int) -> list[Pass]:
         m = num_microbatches
-        warmup = min(self.pp - stage - 1, m)
+        warmup = min(self.pp - stage - 1 + self.extra_warmup, m)
         passes = [Pass(F, i, 0) for i in range(warmup)]
         for i in range(m - warmup):
             passes += [Pass(F, warmup + i, 0), Pass(B, i, 0)]
@@ -87,7 +95,7 @@ class OneFOneB(PipelineSchedule):
         return passes
 
     def max_in_flight(self, stage: int, num_microbatches: int) -> list[int]:
-        return [min(self.pp - stage, num_microbatches)]
+        return [min(self.pp - stage + self.extra_warmup, num_microbatches)]
 
 
 class InterleavedOneFOneB(PipelineSchedule):
@@ -109,7 +117,7 @@ class InterleavedOneFOneB(PipelineSchedule):
     def order(self, stage: int, num_microbatches: int) -> list[Pass]:
         p, v = self.pp, self.num_chunks
         total = num_microbatches * v
-        warmup = min((p - stage - 1) * 2 + (v - 1) * p, total)
+        warmup = min((p - stage - 1) * 2 + (v - 1) * p + self.extra_warmup, total)
         passes = [Pass(F, *self._virtual(k, True)) for k in range(warmup)]
         for k in range(total - warmup):
             passes.append(Pass(F, *self._virtual(warmup + k, True)))
@@ -124,7 +132,7 @@ class InterleavedOneFOneB(PipelineSchedule):
         warm-up is every forward)."""
         p, v = self.pp, self.num_chunks
         total = num_microbatches * v
-        held = min((p - stage - 1) * 2 + (v - 1) * p + 1, total)
+        held = min((p - stage - 1) * 2 + (v - 1) * p + self.extra_warmup + 1, total)
         peak = [0] * v
         for k in range(held):
             peak[(k // p) % v] += 1
@@ -171,7 +179,7 @@ class ZeroBubbleH1(PipelineSchedule):
 SCHEDULE_CLASSES = {cls.name: cls for cls in (GPipe, OneFOneB, InterleavedOneFOneB, ZeroBubbleH1)}
 
 
-def make_schedule(name: str, pp: int, num_chunks: int = 1) -> PipelineSchedule:
+def make_schedule(name: str, pp: int, num_chunks: int = 1, extra_warmup: int = 0) -> PipelineSchedule:
     """The schedule named ``name`` for ``pp`` stages.
 
     Raises:
@@ -179,4 +187,4 @@ def make_schedule(name: str, pp: int, num_chunks: int = 1) -> PipelineSchedule:
     """
     if name not in SCHEDULE_CLASSES:
         raise InputError(f"strategy: `schedule` must be one of {sorted(SCHEDULE_CLASSES)}, got {name!r}")
-    return SCHEDULE_CLASSES[name](pp, num_chunks)
+    return SCHEDULE_CLASSES[name](pp, num_chunks, extra_warmup)

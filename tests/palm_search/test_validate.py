@@ -47,10 +47,10 @@ def test_suite_errors_within_their_tolerance(suite, rows, mean, worst):
 # megatron-bridge-h100-moe (Megatron-Bridge 25.11-26.04.01, the DGX-H100 MoE rows): the issue's
 # target (mean <= 15%, no row above 30%) is not met: a simulated MoE layer runs 2-3.4x faster
 # than the published ones wherever its all-to-all stays on NVLink or the recipe overlaps it
-# (the suite's SOURCE.md); held near what the model gives, 87.6% mean and 278.6% max over the 7
-# counted rows (GPT-OSS 25.11 does not fit as printed: -100%), as a regression guard.
-# Qwen3-235B-A22B (expert TP 1 under TP 2, EP 32 spanning TP ranks, the all-to-all overlapped as
-# its recipe does) lands 32% and 40% fast on its two counted rows.
+# (the suite's SOURCE.md); held near what the model gives, 61.5% mean and 100% max over the 7
+# counted rows (GPT-OSS 25.11 and Qwen3-30B-A3B 25.11 do not fit as printed: -100% each), as a
+# regression guard. Qwen3-235B-A22B (expert TP 1 under TP 2, EP 32 spanning TP ranks, the
+# all-to-all overlapped as its recipe does) lands 30% and 38% fast on its two counted rows.
 MOE_COUNTED = {"GPT-OSS-120B bf16 64 GPUs 26.04.01", "Qwen3-30B-A3B fp8 16 GPUs 26.04.01",
                "Qwen3-30B-A3B fp8 16 GPUs 26.02.01", "GPT-OSS-120B bf16 64 GPUs 25.11",
                "Qwen3-30B-A3B fp8 16 GPUs 25.11", "Qwen3-235B-A22B fp8 256 GPUs 26.04.01",
@@ -63,9 +63,9 @@ def test_megatron_bridge_moe_counts_each_configuration_once_within_its_guard():
     assert {r.case for r in rows if r.measured} == MOE_COUNTED
     reported = [r for r in rows if r.excluded_as == "reported"]
     assert len(reported) == 8 and all(r.predicted > 0 and not r.measured for r in reported)
-    assert all(abs(r.error) <= 0.41 for r in rows if r.case.startswith("Qwen3-235B-A22B") and r.measured)
+    assert all(abs(r.error) <= 0.39 for r in rows if r.case.startswith("Qwen3-235B-A22B") and r.measured)
     stats = summary(rows)["megatron-bridge-h100-moe"]
-    assert stats["rows"] == 15 and stats["mean_abs_error"] <= 0.88 and stats["max_abs_error"] <= 2.79
+    assert stats["rows"] == 15 and stats["mean_abs_error"] <= 0.62 and stats["max_abs_error"] <= 1.0
 
 
 def test_validation_data_is_read_from_the_running_checkout():
