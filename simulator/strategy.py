@@ -53,6 +53,10 @@ AttentionSplit = Literal["heads", "users"]
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
 ATTENTION_SPLITS: tuple[str, ...] = get_args(AttentionSplit)
 RECOMPUTES: tuple[str, ...] = get_args(Recompute)
+FP8_RECIPES: tuple[str, ...] = ("delayed", "current", "blockwise")
+"""Transformer Engine's FP8 scaling recipes on Hopper (``DelayedScaling``, TE's default;
+``Float8CurrentScaling``; ``Float8BlockScaling``): how each step computes its scaling factors,
+which the hardware prices (:meth:`simulator.hardware.spec.Calibration.fp8_efficiency`)."""
 RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "layernorm", "moe_act", "mlp", "moe", "shared_experts",
                                       "mla_up_proj")
 """What selective recompute may re-run, Megatron-Core's ``recompute_modules`` (``TransformerConfig``,
@@ -235,6 +239,7 @@ class Strategy:
         precision: ``fp16``, ``bf16``, ``fp32``, ``int8`` or a block float (``bfloat8_b``, ``bfloat4_b``)
             arithmetic and storage; ``fp8``: a transformer layer's linear GEMMs in FP8 and
             everything else in bfloat16 (Transformer Engine, :data:`BYTES_PER_ELEMENT`).
+        fp8_recipe: with ``fp8``, Transformer Engine's scaling recipe (:data:`FP8_RECIPES`).
         mode: ``training`` or ``inference`` (inference has no backward or gradient update).
         partition: ``balanced`` (by compute), ``uniform`` (by layer count) or ``explicit``.
         stage_layers: with ``partition="explicit"``, the number of layers on each of the
@@ -306,6 +311,8 @@ class Strategy:
                                           column=True, dimension="zero_stage")
     optimizer: Optimizer = _field("adam", help="{choices}.")
     precision: Precision = _field("fp16", help="{choices}.")
+    fp8_recipe: str = _field("delayed", help=f"With precision fp8, Transformer Engine's scaling recipe:"
+                             f" {', '.join(FP8_RECIPES)}.")
     mode: Mode = _field("training", help="{choices}.")
     partition: PartitionKind = _field("balanced", help="balanced or uniform (see --stage-layers).",
                                       dimension="partition")
@@ -486,6 +493,10 @@ def _check(strategy: Strategy) -> None:
     _check_recompute_modules(strategy)
     _choice("optimizer", strategy.optimizer, OPTIMIZERS)
     _choice("precision", strategy.precision, PRECISIONS)
+    _choice("fp8_recipe", strategy.fp8_recipe, FP8_RECIPES)
+    if strategy.fp8_recipe != FP8_RECIPES[0] and strategy.precision != "fp8":
+        raise InputError(f"strategy: `fp8_recipe` {strategy.fp8_recipe!r} needs precision 'fp8', got"
+                         f" {strategy.precision!r}")
     _choice("mode", strategy.mode, MODES)
     _choice("partition", strategy.partition, PARTITIONS)
     _choice("placement", strategy.placement, PLACEMENTS)

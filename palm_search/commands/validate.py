@@ -228,7 +228,9 @@ def _bridge_strategy(record: dict, ep: int = 1, etp: int | None = None) -> Strat
     ``tp``), GBS and MBS, DP = GPUs / (TP PP CP);
     Megatron-core's distributed optimizer (ZeRO-1) or, FSDP printed 1, its FSDP (ZeRO-3);
     sequence parallelism and overlapped TP communication with TP, FlashAttention, even layers per
-    (virtual) stage; selective recompute of the recipe's ``recompute_modules`` where the record
+    (virtual) stage; FP8 with the scaling recipe the page prints (``fp8_recipe``: "FP8-CS",
+    current scaling, from 25.11; NeMo 24.07's TE 1.x had delayed scaling only); selective
+    recompute of the recipe's ``recompute_modules`` where the record
     names them (Megatron-Bridge ``scripts/performance/utils/overrides.py``: "recompute_granularity
     = 'selective'" with them), and the expert all-to-all overlap where its ``ep_overlap`` says the
     recipe sets ``moe_a2a_overlap`` (the same file: ``overlap_moe_expert_parallel_comm = True``).
@@ -241,6 +243,7 @@ def _bridge_strategy(record: dict, ep: int = 1, etp: int | None = None) -> Strat
                     etp=None if etp == tp else etp,
                     microbatch_size=int(record["mbs"]), global_batch_size=int(record["gbs"]),
                     schedule="interleaved-1f1b" if vp > 1 else "1f1b", num_chunks=vp, precision=record["precision"],
+                    fp8_recipe=record["fp8_recipe"] if isinstance(record.get("fp8_recipe"), str) else "delayed",
                     zero_stage=3 if int(record["fsdp"]) else 1, sequence_parallel=tp > 1, tp_overlap=tp > 1,
                     attention="fused", partition="uniform", ep_overlap=str(record.get("ep_overlap")).lower() == "true",
                     **_recompute(record))

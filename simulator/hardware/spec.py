@@ -59,7 +59,12 @@ class Calibration:
         fused_attention_backward_efficiency: the same of the kernel's backward pass, on its
             flops (2.5 times the forward's); None: ``fused_attention_efficiency``.
         fp8_gemm_efficiency: achieved / peak flop/s of a large FP8 GEMM against the FP8 peak
-            (0, 1]; None where the hardware runs no FP8 GEMM (precision ``fp8`` is then refused).
+            (0, 1], its inputs' per-step quantization included under Transformer Engine's
+            default recipe (DelayedScaling); None where the hardware runs no FP8 GEMM (precision
+            ``fp8`` is then refused).
+        fp8_current_scaling_gemm_efficiency, fp8_blockwise_gemm_efficiency: the same under
+            Transformer Engine's Float8CurrentScaling and Float8BlockScaling recipes, whose
+            quantization costs more per step (:meth:`fp8_efficiency`); None: not stated.
         sources: the ``source`` string of each of the above, by attribute name.
     """
 
@@ -71,7 +76,19 @@ class Calibration:
     fused_attention_efficiency: float | None = None
     fused_attention_backward_efficiency: float | None = None
     fp8_gemm_efficiency: float | None = None
+    fp8_current_scaling_gemm_efficiency: float | None = None
+    fp8_blockwise_gemm_efficiency: float | None = None
     sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def fp8_efficiency(self, recipe: str) -> float | None:
+        """The FP8 GEMM efficiency under the FP8 scaling ``recipe`` (a key of
+        :data:`FP8_RECIPE_KEYS`); None where not stated."""
+        return getattr(self, FP8_RECIPE_KEYS[recipe])  # type: ignore[no-any-return]
+
+
+FP8_RECIPE_KEYS = {"delayed": "fp8_gemm_efficiency", "current": "fp8_current_scaling_gemm_efficiency",
+                   "blockwise": "fp8_blockwise_gemm_efficiency"}
+"""The :class:`Calibration` key of each FP8 scaling recipe (:data:`simulator.strategy.FP8_RECIPES`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

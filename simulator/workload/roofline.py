@@ -14,11 +14,11 @@ the attention core (selective) to the backward (same source).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.costs import Collective, PassCost
 from simulator.errors import InputError
-from simulator.hardware.spec import Hardware
+from simulator.hardware.spec import FP8_RECIPE_KEYS, Hardware
 from simulator.network.mesh import Mesh
 from simulator.strategy import WORKING_PRECISION, Strategy
 from simulator.workload.gemm_pipeline import k_loop_s
@@ -105,9 +105,25 @@ class Costing:
         Raises:
             InputError: the hardware states no peak for the strategy's precision.
         """
+        if strategy.fp8_recipe != "delayed":  # the recipe's FP8 GEMM efficiency stands for the default's
+            hardware = replace(hardware, calibration=replace(
+                hardware.calibration, fp8_gemm_efficiency=_recipe_efficiency(hardware, strategy.fp8_recipe)))
         return cls(hardware, peak_flop_per_s(hardware, strategy), strategy.training,
                    strategy.recompute == "full" or "moe" in strategy.recomputed_modules,
                    strategy.bytes_per_element, _die_group(hardware, strategy.tp))
+
+
+def _recipe_efficiency(hardware: Hardware, recipe: str) -> float:
+    """The hardware's FP8 GEMM efficiency under ``recipe``.
+
+    Raises:
+        InputError: the hardware states none for it.
+    """
+    efficiency = hardware.calibration.fp8_efficiency(recipe)
+    if efficiency is None:
+        raise InputError(f"strategy: `fp8_recipe` {recipe!r}: hardware {hardware.name!r} states no"
+                         f" {FP8_RECIPE_KEYS[recipe]}")
+    return efficiency
 
 
 def _die_group(hardware: Hardware, tp: int) -> int:

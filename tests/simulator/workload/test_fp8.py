@@ -91,3 +91,28 @@ def test_fp8_speeds_training_up_by_less_than_its_gemm_speedup():
     gemm = (H100.compute.peak_flop_per_s["fp8"] * H100.calibration.fp8_gemm_efficiency
             / (H100.compute.peak_flop_per_s["bf16"] * H100.calibration.gemm_efficiency))
     assert 1.2 < fp8.samples_per_s / bf16.samples_per_s < gemm
+
+
+@pytest.mark.parametrize("recipe", ["current", "blockwise"])
+def test_a_scaling_recipe_prices_its_fp8_gemms_at_its_stated_efficiency(recipe):
+    # a stage's forward is its operators' sum: the FP8 GEMMs' compute (compute-bound at this
+    # size) scales by the ratio of the recipes' efficiencies, nothing else moves
+    delayed = build_stage_costs(MODEL, H100, Strategy(tp=2, precision="fp8", attention="fused"))[0]
+    other = build_stage_costs(MODEL, H100, Strategy(tp=2, precision="fp8", attention="fused", fp8_recipe=recipe))[0]
+    ops = _ops("fp8", attention="fused")
+    peak = peak_flop_per_s(H100, Strategy(precision="fp8"))
+    gemms = sum(operator_s(op, 1.0, 0, H100, peak) for op in ops.values() if op.fp8) * MODEL.num_layers
+    ratio = H100.calibration.fp8_gemm_efficiency / H100.calibration.fp8_efficiency(recipe)
+    assert ratio > 1.0
+    assert other.forward.compute_s - delayed.forward.compute_s == pytest.approx(gemms * (ratio - 1.0), rel=1e-9)
+
+
+def test_a_recipe_needs_fp8_and_a_stated_efficiency():
+    with pytest.raises(InputError, match="`fp8_recipe` 'current' needs precision 'fp8'"):
+        Strategy(precision="bf16", fp8_recipe="current")
+    with pytest.raises(InputError, match="`fp8_recipe` must be one of"):
+        Strategy(precision="fp8", fp8_recipe="mxfp8")
+    bare = dataclasses.replace(H100, calibration=dataclasses.replace(H100.calibration,
+                                                                     fp8_current_scaling_gemm_efficiency=None))
+    with pytest.raises(InputError, match="states no fp8_current_scaling_gemm_efficiency"):
+        simulate(MODEL, bare, Strategy(tp=2, precision="fp8", fp8_recipe="current"))
