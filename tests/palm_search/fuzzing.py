@@ -64,6 +64,14 @@ BASES["classifier model"] = {"model": {k: v for k, v in MODELS["BERT-base-SST-2"
 """A model with a classification head (``num_classes``)."""
 BASES["hf config"] = json.loads((ROOT / "tests/simulator/workload/hf_configs/Mixtral-8x7B.json").read_text())
 """A Hugging Face ``config.json`` given to ``simulate --model`` (a JSON file, not TOML)."""
+BASES["windowed model"] = {"model": {**BASES["model"]["model"], "sliding_window": 512, "sliding_window_pattern": 2}}
+"""A model with sliding-window attention on every other layer."""
+BASES["windowed hf config"] = {**BASES["hf config"], "sliding_window": 4096,
+                               "layer_types": ["sliding_attention", "full_attention"] * 16}
+"""A Hugging Face config whose ``layer_types`` list windowed and full-attention layers."""
+BASES["recompute strategy"] = {"strategy": {**BASES["strategy"]["strategy"], "recompute": "selective",
+                                            "recompute_modules": "layernorm,mlp"}}
+"""A strategy recomputing Megatron-Core modules (its comma-separated ``recompute_modules``)."""
 BASES["stack"] = tomllib.loads((ROOT / "simulator/stacks/presets/deepspeed-0.3-zero3.toml").read_text())
 """A software stack file, given to ``simulate --stack``."""
 BASES["serving stack"] = tomllib.loads((ROOT / "simulator/stacks/presets/tt-transformers-performance.toml").read_text())
@@ -179,12 +187,12 @@ def optimize_case(study: bytes | str, source: str) -> Case:
 
 @st.composite
 def schema_cases(draw) -> Case:
-    kind = draw(st.sampled_from(["model", "moe model", "classifier model", "hf config", "hardware",
-                                 "multi-chip hardware", "multi-wafer hardware", "gpu hardware", "strategy",
-                                 "decode strategy", "stack",
+    kind = draw(st.sampled_from(["model", "moe model", "classifier model", "windowed model", "hf config",
+                                 "windowed hf config", "hardware", "multi-chip hardware", "multi-wafer hardware",
+                                 "gpu hardware", "strategy", "decode strategy", "recompute strategy", "stack",
                                  "serving stack", "training stack",
                                  "study", "serving study"]), label="kind")
-    if kind == "hf config":
+    if kind.endswith("hf config"):
         case = simulate_case({"config": json.dumps(draw(mutated(kind))).encode()}, f"schema {kind}")
         return replace(case, argv=[a.replace("{model}", "{config}") for a in case.argv])
     text = to_toml(draw(mutated(kind))).encode()

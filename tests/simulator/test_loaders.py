@@ -67,7 +67,8 @@ def test_every_hardware_preset_loads_with_a_source_per_number(name):
     assert hardware.name == name
     assert hardware.num_devices > 0
     assert all(text.strip() for text in hardware.sources.values())
-    stated = {f for f in ("fused_attention_efficiency", "fused_attention_backward_efficiency", "fp8_gemm_efficiency")
+    stated = {f for f in ("fused_attention_efficiency", "fused_attention_backward_efficiency", "fp8_gemm_efficiency",
+                          "fp8_current_scaling_gemm_efficiency", "fp8_blockwise_gemm_efficiency")
               if getattr(hardware.calibration, f) is not None}
     assert set(hardware.calibration.sources) == {
         "gemm_efficiency", "memory_bound_efficiency", "collective_efficiency", "p2p_efficiency",
