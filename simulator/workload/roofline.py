@@ -84,12 +84,15 @@ class UnitCost:
 
 @dataclass(frozen=True, slots=True)
 class Costing:
-    """What :func:`cost_unit` takes beyond a unit's operators: the device, its peak at the
-    strategy's working precision (flop/s; :func:`peak_flop_per_s`), whether the strategy trains
-    (else backward costs are 0), whether its backward re-runs the expert-parallel all-to-alls
-    (a full recompute, or selective recompute of the MoE layer), the working precision's bytes per element and the
-    cores of one die a tensor-parallel group spans (the grid a tiled chip's GEMM runs on: across
-    chips the group's input moves by its collectives, not by the chip's multicast)."""
+    """What :func:`cost_unit` takes beyond a unit's operators: the device (its FP8 GEMM
+    efficiency the strategy's FP8 scaling recipe's,
+    :meth:`~simulator.hardware.spec.Calibration.fp8_efficiency`), its peak at the strategy's
+    working precision (flop/s; :func:`peak_flop_per_s`), whether the strategy trains (else
+    backward costs are 0), whether its backward re-runs the expert-parallel all-to-alls (a full
+    recompute, or selective recompute of the MoE layer), the working precision's bytes per
+    element and the cores of one die a tensor-parallel group spans (the grid a tiled chip's GEMM
+    runs on: across chips the group's input moves by its collectives, not by the chip's
+    multicast)."""
 
     hardware: Hardware
     peak_flop_per_s: float
