@@ -31,10 +31,15 @@ def print_result(result: SimulationResult, console: Console | None = None, machi
     context = f" cp={s['cp']}" if s.get("cp", 1) > 1 else ""
     context += f" ep={s['ep']}" if s.get("ep", 1) > 1 else ""
     context += f" etp={s['etp']}" if s.get("etp") not in (None, s["tp"]) else ""
+    context += " ep-overlap" if s.get("ep_overlap") else ""
     zero = f" zero={s['zero_stage']}" + (f"/{s['shard_group_size']}" if s.get("shard_group_size") else "")
+    modules = s.get("recompute_modules", "core_attn")
+    recompute = s["recompute"] + (f"({modules})" if s["recompute"] == "selective" and modules != "core_attn" else "")
+    recipe = s.get("fp8_recipe", "delayed")
+    precision = s["precision"] + (f"/{recipe} scaling" if recipe != "delayed" else "")
     console.print(f"[bold]{result.model}[/] on [bold]{result.hardware}[/]  tp={s['tp']} pp={s['pp']} "
                   f"dp={s['dp']}{context} microbatch={s['microbatch_size']} schedule={s['schedule']} "
-                  f"recompute={s['recompute']}{zero if s['zero_stage'] else ''} precision={s['precision']} "
+                  f"recompute={recompute}{zero if s['zero_stage'] else ''} precision={precision} "
                   f"placement={_placement(s)} groups={s['group_layout']}")
     used = s["tp"] * s.get("cp", 1) * s["pp"] * s["dp"]
     if machine_devices and used < machine_devices:
