@@ -54,7 +54,6 @@ def test_warm_up_forwards_and_the_last_backwards_keep_their_all_to_alls():
             (r.kind is PassKind.BACKWARD and first[k - 1].kind is PassKind.FORWARD)
         took, was = r.end_s - r.start_s, before[(r.kind, r.microbatch, r.chunk)]
         assert took < was * (1 - 1e-6) if merged else took == pytest.approx(was, rel=1e-9)
-    assert sum(1 for k, r in enumerate(first) if k < warm_up) == warm_up
 
 
 def test_the_overlap_never_slows_an_iteration():

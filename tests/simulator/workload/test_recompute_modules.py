@@ -8,7 +8,9 @@ import dataclasses
 import pytest
 
 from simulator import InputError, Strategy, load_hardware, load_model, load_stack, simulate
+from simulator.strategy import RECOMPUTE_MODULES
 from simulator.workload import memory
+from simulator.workload.operators import RECOMPUTED_OPERATORS
 from simulator.workload.stages import build_stage_costs
 
 QWEN = load_model("Qwen3-30B-A3B")      # h 2048, 128 experts, top-8, f_e 768
@@ -60,6 +62,11 @@ def test_mla_up_projection_and_shared_experts_drop_their_outputs():
     assert _drop(DEEPSEEK, "mla_up_proj", False) == pytest.approx(qkv, rel=1e-12)
     shared = DEEPSEEK.num_shared_experts * DEEPSEEK.shared_expert_size
     assert _drop(DEEPSEEK, "shared_experts", True) == pytest.approx(6 * shared / h, rel=1e-12)
+
+
+def test_every_recompute_module_names_the_operators_it_reruns():
+    assert set(RECOMPUTED_OPERATORS) == set(RECOMPUTE_MODULES)
+    assert all(RECOMPUTED_OPERATORS[m] for m in RECOMPUTE_MODULES)
 
 
 def test_recompute_modules_rerun_their_operators_and_moe_its_all_to_alls():
