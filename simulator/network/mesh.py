@@ -28,14 +28,19 @@ it stay on one wafer (``Strategy.wafer_stages``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from simulator.errors import InputError
 from simulator.hardware.spec import DIE_COLLECTIVES, DieCollectives, Dram, Network, network_kind
-from simulator.network.topology import Drawing, Groups, Mark, Topology, topology_for
+from simulator.network.topology import Drawing, Edge, Groups, Mark, Topology, topology_for
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from simulator.network.mesh_loads import Runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +232,7 @@ class MeshTopology(Topology):
         self.mesh, self.dram = mesh, dram
         self.num_devices, self._width = mesh.num_devices, mesh.width  # the width: read on every coordinate
         self._links: dict[tuple[int, int], int] = {}
+        self._table: np.ndarray | None = None
         self._wafer_ids = [self._wafer_index(self.coord(d)) for d in range(self.num_devices)]
         self._die_ids = [self._die_index(self.coord(d)) for d in range(self.num_devices)]
         for device in range(self.num_devices):
@@ -256,11 +262,11 @@ class MeshTopology(Topology):
         """Device id at mesh position (x, y)."""
         return y * self._width + x
 
-    def device_orders(self) -> dict[str, Sequence[int]]:
+    def device_orders(self) -> Mapping[str, Sequence[int]]:
         """Every named order of the mesh's cores (:func:`mesh_orders`), over all its wafers as one grid."""
         return mesh_orders(self)
 
-    def wafer_device_orders(self) -> dict[str, Sequence[int]]:
+    def wafer_device_orders(self) -> Mapping[str, Sequence[int]]:
         """Every named order walked wafer by wafer (:func:`wafer_orders`)."""
         return wafer_orders(self)
 
@@ -439,6 +445,164 @@ class MeshTopology(Topology):
             latency += wafer_hops * mesh.inter_wafer_hop_latency_s
         return tuple(links), latency
 
+    def route_loads(self, routes: Sequence[Edge]) -> tuple[dict[int, float], float, float]:
+        """:meth:`Topology.route_loads` counted by runs of links (:mod:`simulator.network.mesh_loads`)
+        rather than a route at a time: the XY legs of every pair on one wafer, the legs and links
+        of pairs on two wafers (:meth:`_waypoints`), and each DRAM stream's legs from its ports'
+        cores and the ports (:meth:`dram_routes`). The same loads, in the same order, latency and
+        edges."""
+        import numpy as np
+
+        from simulator.network.mesh_loads import Runs
+
+        count = len(routes)
+        if not count:
+            return {}, 0.0, 0.0
+        src = np.fromiter((r[0] for r in routes), dtype=np.int64, count=count)
+        dst = np.fromiter((r[1] for r in routes), dtype=np.int64, count=count)
+        share = np.fromiter((r[2] if len(r) == 3 else 1.0 for r in routes), dtype=float, count=count)
+        to_dram = dst < 0
+        across = np.zeros(count, dtype=bool)
+        if self.mesh.wafers > 1:
+            wafer = np.asarray(self._wafer_ids)
+            across = ~to_dram & (wafer[src] != wafer[np.where(to_dram, src, dst)])
+        runs = Runs()
+        plain = np.flatnonzero(~to_dram & ~across)
+        latencies = [self._leg_latencies(runs, plain, 0, src[plain], dst[plain], share[plain])]
+        latencies.append(self._dram_runs(runs, np.flatnonzero(to_dram), src[to_dram], share[to_dram]))
+        latencies.append(self._across_runs(runs, np.flatnonzero(across), src[across], dst[across], share[across]))
+        latency = max((float(lat.max()) for lat in latencies if len(lat)), default=0.0)
+        return runs.loads(self._run_table()), latency, sum(share.tolist())
+
+    def _run_table(self) -> np.ndarray:
+        """The lookup table of :mod:`simulator.network.mesh_loads`: the link east, west, south and
+        north of every device (-1 where none), then every resource by id."""
+        import numpy as np
+
+        if self._table is None:
+            links = self._east + self._west + self._south + self._north
+            self._table = np.concatenate([np.asarray(links), np.arange(self.num_resources)]).astype(np.int64)
+        return self._table
+
+    def _legs(self, runs: Runs, route: np.ndarray, piece: int | np.ndarray, src: np.ndarray, dst: np.ndarray,
+              weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Add the XY legs from ``src`` to ``dst`` (each the ``piece``-th and next runs of its
+        route); their hops and die crossings."""
+        from simulator.network.mesh_loads import die_crossings, xy_runs
+
+        row, column = xy_runs(src, dst, self._width, self.num_devices)
+        runs.add(route, piece, *row, weight)
+        runs.add(route, piece + 1, *column, weight)
+        return row[3] + column[3], die_crossings(src, dst, self._width, self.mesh.cores_x, self.mesh.cores_y)
+
+    def _latency(self, hops: np.ndarray, crossing: np.ndarray) -> np.ndarray:
+        """Latency (s) of routes of ``hops`` mesh hops, ``crossing`` of them across dies (:meth:`_route`)."""
+        mesh = self.mesh
+        if mesh.inter_die_hop_latency_s is None:
+            return hops * mesh.hop_latency_s
+        return (hops - crossing) * mesh.hop_latency_s + crossing * mesh.inter_die_hop_latency_s  # type: ignore[no-any-return]
+
+    def _leg_latencies(self, runs: Runs, route: np.ndarray, piece: int, src: np.ndarray, dst: np.ndarray,
+                       weight: np.ndarray) -> np.ndarray:
+        """Add one XY leg per route; the routes' latencies (s)."""
+        return self._latency(*self._legs(runs, route, piece, src, dst, weight))
+
+    def _dram_runs(self, runs: Runs, route: np.ndarray, device: np.ndarray, share: np.ndarray) -> np.ndarray:
+        """Add the DRAM streams of ``device``: each part (:meth:`dram_routes`) the leg from its
+        port's core to the device, then the port; the parts' latencies (s)."""
+        import numpy as np
+
+        mesh, width = self.mesh, self._width
+        ports = len(mesh.port_cores)
+        y, x = np.divmod(device, width)
+        x0, y0 = x // mesh.cores_x * mesh.cores_x, y // mesh.cores_y * mesh.cores_y
+        px, py = (np.asarray([c[i] for c in mesh.port_cores], dtype=np.int64) for i in (0, 1))
+        cores = (y0[:, None] + py) * width + x0[:, None] + px
+        die = np.asarray(self._die_ids)[device]
+        port = np.asarray(self._ports, dtype=np.int64)[die[:, None] * ports + np.arange(ports)]
+        if self.dram.access == "nearest":
+            nearest = np.argmin(np.abs(x0[:, None] + px - x[:, None]) + np.abs(y0[:, None] + py - y[:, None]), axis=1)
+            chosen = np.arange(len(device)), nearest
+            cores, port, part = cores[chosen][:, None], port[chosen][:, None], 1.0
+        else:
+            part = 1.0 / ports
+        latencies = []
+        for p in range(cores.shape[1]):
+            weight = share * part
+            latencies.append(self._leg_latencies(runs, route, 3 * p, cores[:, p], device, weight) + self.dram.latency_s)
+            runs.add(route, 3 * p + 2, 4 * self.num_devices, port[:, p], 0, 1, weight)
+        return np.concatenate(latencies) if latencies else np.zeros(0)
+
+    def _across_runs(self, runs: Runs, route: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                     share: np.ndarray) -> np.ndarray:
+        """Add the routes between wafers: XY legs between their waypoints (:meth:`_gateways_crossed`)
+        and the links between wafers; the routes' latencies (s)."""
+        import numpy as np
+
+        from simulator.network.mesh_loads import EAST, NORTH, SOUTH, WEST
+
+        if not len(route):
+            return np.zeros(0)
+        near, far, hops = self._gateways_crossed(src, dst)
+        count, deepest = len(route), near.shape[1]
+        starts = np.concatenate([src[:, None], far], axis=1)
+        ends = np.concatenate([near, np.zeros((count, 1), dtype=np.int64)], axis=1)
+        ends[np.arange(count), hops] = dst
+        leg_route, leg = np.nonzero(np.arange(deepest + 1) <= hops[:, None])
+        mesh_hops, crossing = self._legs(runs, route[leg_route], 3 * leg, starts[leg_route, leg], ends[leg_route, leg],
+                                         share[leg_route])
+        link_route, link = np.nonzero(np.arange(deepest) < hops[:, None])
+        a, b = near[link_route, link], far[link_route, link]
+        block = np.select([b - a == 1, b - a == -1, b > a], [EAST, WEST, SOUTH], NORTH)
+        runs.add(route[link_route], 3 * link + 2, block * self.num_devices, a, 0, 1, share[link_route])
+        on_wafer = np.bincount(leg_route, weights=mesh_hops, minlength=count)
+        crossed = np.bincount(leg_route, weights=crossing, minlength=count)
+        assert self.mesh.inter_wafer_hop_latency_s is not None  # Mesh requires it with several wafers
+        latency: np.ndarray = self._latency(on_wafer, crossed) + hops * self.mesh.inter_wafer_hop_latency_s
+        return latency
+
+    def _gateways_crossed(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_waypoints` of many pairs on different wafers at once: the near and far end of
+        the ``h``-th link between wafers each route crosses (``(routes, most crossed)`` arrays of
+        device ids, -1 past a route's end) and how many each crosses. Gateways are chosen as
+        :meth:`_waypoints` chooses them (shortest two legs, ties to the current row, then to
+        the target's column, then the first along the edge)."""
+        import numpy as np
+
+        mesh, width = self.mesh, self._width
+        y, x = np.divmod(src, width)
+        ty, tx = np.divmod(dst, width)
+        wx, wy = x // mesh.wafer_width, y // mesh.wafer_height
+        gx, gy = tx // mesh.wafer_width, ty // mesh.wafer_height
+        hops = np.abs(gx - wx) + np.abs(gy - wy)
+        deepest = int(hops.max())
+        near, far = np.full((len(src), deepest), -1, dtype=np.int64), np.full((len(src), deepest), -1, dtype=np.int64)
+        along_y = np.asarray([die * mesh.cores_y + o for die in range(mesh.dies_y)
+                              for o in mesh.wafer_link_offsets(mesh.cores_y)], dtype=np.int64)
+        along_x = np.asarray([die * mesh.cores_x + o for die in range(mesh.dies_x)
+                              for o in mesh.wafer_link_offsets(mesh.cores_x)], dtype=np.int64)
+        tie = mesh.width + mesh.height + 1  # above every tie-break term
+        for h in range(deepest):
+            east_west = np.flatnonzero((hops > h) & (wx != gx))
+            north_south = np.flatnonzero((hops > h) & (wx == gx))
+            i, step = east_west, np.sign(gx[east_west] - wx[east_west])
+            edge = np.where(step > 0, (wx[i] + 1) * mesh.wafer_width - 1, wx[i] * mesh.wafer_width)
+            rows = wy[i, None] * mesh.wafer_height + along_y
+            key = (np.abs(x[i] - edge)[:, None] + np.abs(y[i, None] - rows) + np.abs(edge + step - tx[i])[:, None]
+                   + np.abs(rows - ty[i, None])) * tie + np.abs(rows - y[i, None])
+            row = rows[np.arange(len(i)), np.argmin(key, axis=1)]
+            near[i, h], far[i, h] = row * width + edge, row * width + edge + step
+            x[i], y[i], wx[i] = edge + step, row, wx[i] + step
+            j, step = north_south, np.sign(gy[north_south] - wy[north_south])
+            edge = np.where(step > 0, (wy[j] + 1) * mesh.wafer_height - 1, wy[j] * mesh.wafer_height)
+            columns = wx[j, None] * mesh.wafer_width + along_x
+            key = (np.abs(x[j, None] - columns) + np.abs(y[j] - edge)[:, None] + np.abs(columns - tx[j, None])
+                   + np.abs(edge + step - ty[j])[:, None]) * tie + np.abs(columns - tx[j, None])
+            column = columns[np.arange(len(j)), np.argmin(key, axis=1)]
+            near[j, h], far[j, h] = edge * width + column, (edge + step) * width + column
+            x[j], y[j], wy[j] = column, edge + step, wy[j] + step
+        return near, far, hops
+
     def collective_levels(self, groups: tuple[tuple[int, ...], ...]) -> tuple[Groups, Groups] | None:
         """With ``hierarchical`` die collectives, groups spanning several dies with the same number
         of cores on each: the cores of each die (within), and the ``j``-th core of every die
@@ -554,7 +718,7 @@ def _by_dies(topology: MeshTopology, *, snake: bool, transpose: bool = False) ->
             for x, y in walk(mesh.cores_x, mesh.cores_y, snake=snake, transpose=transpose)]
 
 
-def _mirrored(topology: MeshTopology, order: list[int], *, flip_x: bool, flip_y: bool) -> list[int]:
+def _mirrored(topology: MeshTopology, order: Sequence[int], *, flip_x: bool, flip_y: bool) -> list[int]:
     """``order`` with every device reflected east-west and/or north-south."""
     width, height = topology.mesh.width, topology.mesh.height
     def reflect(device: int) -> int:
@@ -563,24 +727,51 @@ def _mirrored(topology: MeshTopology, order: list[int], *, flip_x: bool, flip_y:
     return [reflect(d) for d in order]
 
 
+class _Orders(Mapping[str, Sequence[int]]):
+    """Named device orders, each walked the first time it is read (a placement reads one: the
+    Hilbert walk of four wafers alone takes milliseconds)."""
+
+    def __init__(self, builders: dict[str, Callable[[], Sequence[int]]]) -> None:
+        self._builders = builders
+        self._walked: dict[str, Sequence[int]] = {}
+
+    def __getitem__(self, name: str) -> Sequence[int]:
+        order = self._walked.get(name)
+        if order is None:
+            order = self._walked[name] = self._builders[name]()
+        return order
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._builders)
+
+    def __len__(self) -> int:
+        return len(self._builders)
+
+
 @cache
-def mesh_orders(topology: MeshTopology) -> dict[str, Sequence[int]]:
-    """Every named order of the mesh's cores (see the module docstring), PALM's two first."""
-    mesh, s_shape = topology.mesh, _by_dies(topology, snake=True)
-    cells = {
-        "row-snake": walk(mesh.width, mesh.height, snake=True),
-        "column-snake": walk(mesh.width, mesh.height, snake=True, transpose=True),
-        "hilbert": hilbert_cells(mesh.width, mesh.height),
-    }
-    return {
-        "line": _by_dies(topology, snake=False),
-        "s-shape": s_shape,
-        "s-shape-transposed": _by_dies(topology, snake=True, transpose=True),
-        "s-shape-east": _mirrored(topology, s_shape, flip_x=True, flip_y=False),
-        "s-shape-south": _mirrored(topology, s_shape, flip_x=False, flip_y=True),
-        "s-shape-rotated": _mirrored(topology, s_shape, flip_x=True, flip_y=True),
-        **{name: [topology.device_at(x, y) for x, y in c] for name, c in cells.items()},
-    }
+def mesh_orders(topology: MeshTopology) -> Mapping[str, Sequence[int]]:
+    """Every named order of the mesh's cores (see the module docstring), PALM's two first, each
+    walked when first read."""
+    mesh = topology.mesh
+
+    def cells(walked: Callable[[], list[tuple[int, int]]]) -> Callable[[], list[int]]:
+        return lambda: [topology.device_at(x, y) for x, y in walked()]
+
+    def mirrored(flip_x: bool, flip_y: bool) -> Callable[[], list[int]]:
+        return lambda: _mirrored(topology, orders["s-shape"], flip_x=flip_x, flip_y=flip_y)
+
+    orders = _Orders({
+        "line": lambda: _by_dies(topology, snake=False),
+        "s-shape": lambda: _by_dies(topology, snake=True),
+        "s-shape-transposed": lambda: _by_dies(topology, snake=True, transpose=True),
+        "s-shape-east": mirrored(True, False),
+        "s-shape-south": mirrored(False, True),
+        "s-shape-rotated": mirrored(True, True),
+        "row-snake": cells(lambda: walk(mesh.width, mesh.height, snake=True)),
+        "column-snake": cells(lambda: walk(mesh.width, mesh.height, snake=True, transpose=True)),
+        "hilbert": cells(lambda: hilbert_cells(mesh.width, mesh.height)),
+    })
+    return orders
 
 
 @cache
@@ -590,17 +781,22 @@ def _one_wafer(mesh: Mesh, dram: Dram) -> MeshTopology:
 
 
 @cache
-def wafer_orders(topology: MeshTopology) -> dict[str, Sequence[int]]:
+def wafer_orders(topology: MeshTopology) -> Mapping[str, Sequence[int]]:
     """Every named order of :func:`mesh_orders` taken inside each wafer, the wafers visited as
     a boustrophedon of their grid (as PALM's s-shape visits dies): a run of whole wafers' worth
-    of devices, or of a divisor of it, stays on one wafer. On one wafer: :func:`mesh_orders`."""
+    of devices, or of a divisor of it, stays on one wafer. On one wafer: :func:`mesh_orders`.
+    Each is walked when first read."""
     mesh = topology.mesh
     if mesh.wafers == 1:
         return mesh_orders(topology)
     one = _one_wafer(mesh, topology.dram)
     wafers = walk(mesh.wafers_x, mesh.wafers_y, snake=True)
-    def on_wafers(order: Sequence[int]) -> list[int]:
-        cells = [one.coord(d) for d in order]
-        return [topology.device_at(wx * mesh.wafer_width + c.x, wy * mesh.wafer_height + c.y)
-                for wx, wy in wafers for c in cells]
-    return {name: on_wafers(order) for name, order in mesh_orders(one).items()}
+
+    def on_wafers(name: str) -> Callable[[], list[int]]:
+        def walked() -> list[int]:
+            cells = [one.coord(d) for d in mesh_orders(one)[name]]
+            return [topology.device_at(wx * mesh.wafer_width + c.x, wy * mesh.wafer_height + c.y)
+                    for wx, wy in wafers for c in cells]
+        return walked
+
+    return _Orders({name: on_wafers(name) for name in mesh_orders(one)})

@@ -17,7 +17,7 @@ geometry; kinds override what differs.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Literal, TypeVar
@@ -207,13 +207,13 @@ class Topology:
         """The die (mesh), node (cluster) or chip holding ``device``."""
         return device
 
-    def device_orders(self) -> dict[str, Sequence[int]]:
+    def device_orders(self) -> Mapping[str, Sequence[int]]:
         """Named orders of all devices that pipeline stages are cut from. Without geometry,
         PALM's ``line`` and ``s-shape`` are both the devices by id."""
         ids = range(self.num_devices)
         return {"line": ids, "s-shape": ids}
 
-    def wafer_device_orders(self) -> dict[str, Sequence[int]]:
+    def wafer_device_orders(self) -> Mapping[str, Sequence[int]]:
         """The named orders walked wafer by wafer (a multi-wafer mesh); a machine of one wafer
         (every kind but the mesh) has :meth:`device_orders`."""
         return self.device_orders()

@@ -1,0 +1,89 @@
+"""The loads of many XY routes on a mesh counted at once (numpy), not a route at a time.
+
+A route on a mesh is a sequence of *runs*: the links of one row or one column crossed in one
+direction (an XY leg is a row run then a column run, PALM §IV-C), and single resources (a link
+between two wafers, a DRAM port). A run is four integers: where its resources sit in a lookup
+table of the mesh's links by direction and then every resource by id (``base``), its first
+device (``start``), the step between devices (``step``: 1 or -1 along a row, the mesh width
+along a column; 0 for a single resource) and its length (``count``). :class:`Runs` gathers the
+runs of every route, keyed by the route's position and the run's position in it, and expands
+them all at once: the resources crossed come out in exactly the order a loop over the routes
+would cross them, so the loads are summed in the same order (the same floats) and kept in the
+order the routes first cross the resources (:meth:`~simulator.network.topology.Topology.route_loads`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+EAST, WEST, SOUTH, NORTH, SINGLE = range(5)
+"""Blocks of the lookup table, each ``num_devices`` long but the last (every resource by id)."""
+
+
+@dataclass
+class Runs:
+    """Runs of resources (see the module docstring) gathered from many routes, with the weight
+    each adds to every resource it crosses (the share of an edge's bytes it carries)."""
+
+    columns: list[tuple[np.ndarray, ...]] = field(default_factory=list)
+
+    def add(self, route: np.ndarray, piece: int | np.ndarray, base: int | np.ndarray, start: np.ndarray,
+            step: int | np.ndarray, count: int | np.ndarray, weight: np.ndarray) -> None:
+        """Runs of routes ``route`` (their positions in the routes counted), each the ``piece``-th
+        run of its route; the rest as the module docstring says (arrays of one length, or scalars)."""
+        import numpy as np
+
+        size = len(route)
+        self.columns.append(tuple(np.broadcast_to(np.asarray(c), (size,)) for c in
+                                  (route, piece, base, start, step, count, weight)))
+
+    def loads(self, table: np.ndarray) -> dict[int, float]:
+        """Each resource crossed and the weights of the runs crossing it summed, in the order of
+        first crossing (routes in order, each route's runs in order, each run from its start)."""
+        import numpy as np
+
+        if not self.columns:
+            return {}
+        route, piece, base, start, step, count, weight = (np.concatenate(c) for c in zip(*self.columns, strict=True))
+        order = np.lexsort((piece, route))
+        base, start, step, count, weight = base[order], start[order], step[order], count[order], weight[order]
+        run = np.repeat(np.arange(len(count)), count)
+        offset = np.arange(len(run)) - np.repeat(np.cumsum(count) - count, count)
+        crossed = table[base[run] + start[run] + step[run] * offset]
+        sums = np.bincount(crossed, weights=weight[run])
+        resources, first = np.unique(crossed, return_index=True)
+        kept = resources[np.argsort(first)]
+        return dict(zip(kept.tolist(), sums[kept].tolist(), strict=True))
+
+
+Run = tuple["np.ndarray", "np.ndarray", "np.ndarray", "np.ndarray"]
+"""A run's ``base, start, step, count``, one entry per route."""
+
+
+def xy_runs(src: np.ndarray, dst: np.ndarray, width: int, num_devices: int) -> tuple[Run, Run]:
+    """The row run then the column run (``base, start, step, count``) of the XY leg from each of
+    ``src`` to the device of ``dst`` at the same position (devices of one wafer; ids run along x
+    in steps of 1 and along y in steps of ``width``): east or west along ``src``'s row to the
+    corner below or above ``dst``, then south or north down or up ``dst``'s column."""
+    import numpy as np
+
+    (ay, ax), (by, bx) = np.divmod(src, width), np.divmod(dst, width)
+    corner = src + bx - ax
+    east, south = bx >= ax, by >= ay
+    row = (np.where(east, EAST, WEST) * num_devices, src, np.where(east, 1, -1), np.abs(bx - ax))
+    column = (np.where(south, SOUTH, NORTH) * num_devices, corner, np.where(south, width, -width), np.abs(by - ay))
+    return row, column
+
+
+def die_crossings(src: np.ndarray, dst: np.ndarray, width: int, cores_x: int, cores_y: int) -> np.ndarray:
+    """Die boundaries each XY leg from ``src`` to ``dst`` crosses (dies of ``cores_x x cores_y``
+    cores tile the grid)."""
+    import numpy as np
+
+    (ay, ax), (by, bx) = np.divmod(src, width), np.divmod(dst, width)
+    crossings: np.ndarray = np.abs(ax // cores_x - bx // cores_x) + np.abs(ay // cores_y - by // cores_y)
+    return crossings
