@@ -231,17 +231,8 @@ class MeshTopology(Topology):
             raise InputError("mesh: a mesh's cores reach their DRAM through its ports; this machine has no DRAM")
         self.mesh, self.dram = mesh, dram
         self.num_devices, self._width = mesh.num_devices, mesh.width  # the width: read on every coordinate
-        self._links: dict[tuple[int, int], int] = {}
         self._table: np.ndarray | None = None
-        self._wafer_ids = [self._wafer_index(self.coord(d)) for d in range(self.num_devices)]
-        self._die_ids = [self._die_index(self.coord(d)) for d in range(self.num_devices)]
-        for device in range(self.num_devices):
-            for neighbour in self._neighbours(device):
-                bandwidth = self._link_bandwidth(device, neighbour)
-                self._links[(device, neighbour)] = self._add(f"link {device}->{neighbour}", "link", bandwidth)
-        link, width = self._links.get, self._width
-        self._east, self._west, self._south, self._north = (
-            [link((d, d + step), -1) for d in range(self.num_devices)] for step in (1, -1, width, -width))
+        self._add_links()
         port_bandwidth = dram.bandwidth_bytes_per_s / mesh.dram_ports_per_die
         self._ports = [
             self._add(f"dram die{die} port{p}", "dram", port_bandwidth)
@@ -331,45 +322,44 @@ class MeshTopology(Topology):
         """The wafer holding ``device`` (wafers numbered row by row)."""
         return self._wafer_ids[device]
 
-    def _die_index(self, c: Coord) -> int:
-        return (c.y // self.mesh.cores_y) * self.mesh.grid_dies_x + c.x // self.mesh.cores_x
-
-    def _wafer_index(self, c: Coord) -> int:
-        x, y = self._wafer_cell(c)
-        return y * self.mesh.wafers_x + x
-
     def _wafer_cell(self, c: Coord) -> tuple[int, int]:
         return c.x // self.mesh.wafer_width, c.y // self.mesh.wafer_height
 
-    def _neighbours(self, device: int) -> list[int]:
-        """Devices one link away: the four grid neighbours, across a wafer boundary only where a
-        link joins the two edge cores (:meth:`Mesh.wafer_link_offsets`)."""
-        c, mesh = self.coord(device), self.mesh
-        steps = ((1, 0), (-1, 0), (0, 1), (0, -1))
-        return [
-            self.device_at(c.x + dx, c.y + dy)
-            for dx, dy in steps
-            if 0 <= c.x + dx < mesh.width and 0 <= c.y + dy < mesh.height
-            and (mesh.wafers == 1 or self._joined(c, Coord(c.x + dx, c.y + dy)))
-        ]
+    def _add_links(self) -> None:
+        """A link each way between grid neighbours, device by device east, west, south then north
+        (ids in that order), across a wafer boundary only where a link joins the two edge cores
+        (:meth:`Mesh.wafer_link_offsets`); each at the bandwidth between two wafers, within a die
+        or across dies. Sets the wafer and die of every device and the link east, west, south and
+        north of each (-1 where none)."""
+        import numpy as np
 
-    def _joined(self, a: Coord, b: Coord) -> bool:
-        """Whether grid neighbours ``a`` and ``b`` share a link: always within a wafer; across
-        two wafers where :meth:`Mesh.wafer_link_offsets` places one on the die's edge."""
-        mesh = self.mesh
-        if self._wafer_cell(a) == self._wafer_cell(b):
-            return True
-        if a.x != b.x:
-            return a.y % mesh.cores_y in mesh.wafer_link_offsets(mesh.cores_y)
-        return a.x % mesh.cores_x in mesh.wafer_link_offsets(mesh.cores_x)
-
-    def _link_bandwidth(self, a: int, b: int) -> float:
-        if self.mesh.inter_wafer_link_bandwidth_bytes_per_s is not None and self.wafer_of(a) != self.wafer_of(b):
-            return self.mesh.inter_wafer_link_bandwidth_bytes_per_s
-        same_die = self.node_of(a) == self.node_of(b)
-        if same_die:
-            return self.mesh.intra_die_link_bandwidth_bytes_per_s
-        return self.mesh.inter_die_link_bandwidth_bytes_per_s
+        mesh, n = self.mesh, self.num_devices
+        y, x = np.divmod(np.arange(n), mesh.width)
+        wafer_x, wafer_y = x // mesh.wafer_width, y // mesh.wafer_height
+        wafer = wafer_y * mesh.wafers_x + wafer_x
+        die = (y // mesh.cores_y) * mesh.grid_dies_x + x // mesh.cores_x
+        self._wafer_ids: list[int] = wafer.tolist()
+        self._die_ids: list[int] = die.tolist()
+        joined = np.zeros((n, 4), dtype=bool)
+        for k, (dx, dy) in enumerate(((1, 0), (-1, 0), (0, 1), (0, -1))):
+            nx, ny = x + dx, y + dy
+            joined[:, k] = (0 <= nx) & (nx < mesh.width) & (0 <= ny) & (ny < mesh.height)
+            if mesh.wafers > 1:
+                edge = (np.isin(y % mesh.cores_y, mesh.wafer_link_offsets(mesh.cores_y)) if dx
+                        else np.isin(x % mesh.cores_x, mesh.wafer_link_offsets(mesh.cores_x)))
+                joined[:, k] &= ((nx // mesh.wafer_width == wafer_x) & (ny // mesh.wafer_height == wafer_y)) | edge
+        device, direction = np.nonzero(joined)
+        neighbour = device + np.asarray([1, -1, mesh.width, -mesh.width])[direction]
+        bandwidth = np.where(die[device] == die[neighbour], mesh.intra_die_link_bandwidth_bytes_per_s,
+                             mesh.inter_die_link_bandwidth_bytes_per_s)
+        if mesh.inter_wafer_link_bandwidth_bytes_per_s is not None:
+            bandwidth = np.where(wafer[device] != wafer[neighbour], mesh.inter_wafer_link_bandwidth_bytes_per_s, bandwidth)
+        pairs = list(zip(device.tolist(), neighbour.tolist(), strict=True))
+        ids = self._add_many([f"link {a}->{b}" for a, b in pairs], "link", bandwidth.tolist())
+        self._links = dict(zip(pairs, ids, strict=True))
+        table = np.full((4, n), -1, dtype=np.int64)
+        table[direction, device] = ids
+        self._east, self._west, self._south, self._north = table.tolist()
 
     def _xy_links(self, src: int, dst: int) -> list[int]:
         """Links crossed from ``src`` to ``dst`` on one wafer, X first then Y, in order: the run

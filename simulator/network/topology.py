@@ -107,6 +107,15 @@ class Topology:
         self._efficiencies.append(efficiency)
         return len(self._names) - 1
 
+    def _add_many(self, names: list[str], kind: str, bandwidths_bytes_per_s: list[float]) -> range:
+        """:meth:`_add` of resources of one kind at once; their ids."""
+        first = len(self._names)
+        self._names.extend(names)
+        self._kinds.extend([kind] * len(names))
+        self._bandwidths.extend(bandwidths_bytes_per_s)
+        self._efficiencies.extend([None] * len(names))
+        return range(first, len(self._names))
+
     def occupancy(self, loads: dict[int, float], efficiency: float) -> dict[int, float]:
         """Seconds per byte each resource of ``loads`` (edges crossing it) is busy: the load over
         its bandwidth times its own efficiency, else ``efficiency`` (the flow's calibration)."""
