@@ -268,10 +268,10 @@ class MeshTopology(Topology):
 
     def stage_walk(self, devices: Sequence[int], group_order: str) -> list[int]:
         """The stage's cores walked x first (``tp-major``) or y first (``dp-major``)."""
-        def key(d: int) -> tuple[int, int]:
-            c = self.coord(d)
-            return (c.y, c.x) if group_order == "tp-major" else (c.x, c.y)
-        return sorted(devices, key=key)
+        if group_order == "tp-major":
+            return sorted(devices)  # ids run along x, then along y
+        width = self._width
+        return sorted(devices, key=lambda d: (d % width, d // width))
 
     def _ring_order(self, devices: tuple[int, ...]) -> tuple[int, ...]:
         """``devices`` ordered so that ring neighbours are close on the mesh (:meth:`ring_order`,
@@ -283,11 +283,12 @@ class MeshTopology(Topology):
         """
         if len(devices) < 3:
             return tuple(devices)
-        coords = {self.coord(d): d for d in devices}
-        xs = sorted({c.x for c in coords})
-        ys = sorted({c.y for c in coords})
-        rows = [[coords[c] for c in sorted(coords, key=lambda c: c.x) if c.y == y] for y in ys]
-        full = len(coords) == len(xs) * len(ys)
+        width, distinct = self._width, sorted(set(devices))  # ids run along x, then along y
+        by_row: dict[int, list[int]] = {}
+        for d in distinct:
+            by_row.setdefault(d // width, []).append(d)
+        rows, xs, ys = list(by_row.values()), {d % width for d in distinct}, by_row
+        full = len(distinct) == len(xs) * len(ys)
         if full and len(ys) % 2 == 0 and len(xs) >= 2:
             return _cycle(rows)
         if full and len(xs) % 2 == 0 and len(ys) >= 2:
@@ -448,9 +449,13 @@ class MeshTopology(Topology):
         count = len(routes)
         if not count:
             return {}, 0.0, 0.0
-        src = np.fromiter((r[0] for r in routes), dtype=np.int64, count=count)
-        dst = np.fromiter((r[1] for r in routes), dtype=np.int64, count=count)
-        share = np.fromiter((r[2] if len(r) == 3 else 1.0 for r in routes), dtype=float, count=count)
+        if {len(r) for r in routes} == {2}:  # the common edges: whole ones
+            src, dst = np.asarray(routes, dtype=np.int64).T
+            share = np.ones(count)
+        else:
+            src = np.fromiter((r[0] for r in routes), dtype=np.int64, count=count)
+            dst = np.fromiter((r[1] for r in routes), dtype=np.int64, count=count)
+            share = np.fromiter((r[2] if len(r) == 3 else 1.0 for r in routes), dtype=float, count=count)
         to_dram = dst < 0
         across = np.zeros(count, dtype=bool)
         if self.mesh.wafers > 1:
@@ -502,6 +507,8 @@ class MeshTopology(Topology):
         port's core to the device, then the port; the parts' latencies (s)."""
         import numpy as np
 
+        if not len(route):
+            return np.zeros(0)
         mesh, width = self.mesh, self._width
         ports = len(mesh.port_cores)
         y, x = np.divmod(device, width)

@@ -38,7 +38,7 @@ class Runs:
         import numpy as np
 
         size = len(route)
-        self.columns.append(tuple(np.broadcast_to(np.asarray(c), (size,)) for c in
+        self.columns.append(tuple(c if isinstance(c, np.ndarray) else np.full(size, c) for c in
                                   (route, piece, base, start, step, count, weight)))
 
     def loads(self, table: np.ndarray) -> dict[int, float]:
