@@ -353,8 +353,9 @@ class MeshTopology(Topology):
         neighbour = device + np.asarray([1, -1, mesh.width, -mesh.width])[direction]
         bandwidth = np.where(die[device] == die[neighbour], mesh.intra_die_link_bandwidth_bytes_per_s,
                              mesh.inter_die_link_bandwidth_bytes_per_s)
-        if mesh.inter_wafer_link_bandwidth_bytes_per_s is not None:
-            bandwidth = np.where(wafer[device] != wafer[neighbour], mesh.inter_wafer_link_bandwidth_bytes_per_s, bandwidth)
+        between_wafers = mesh.inter_wafer_link_bandwidth_bytes_per_s
+        if between_wafers is not None:
+            bandwidth = np.where(wafer[device] != wafer[neighbour], between_wafers, bandwidth)
         pairs = list(zip(device.tolist(), neighbour.tolist(), strict=True))
         ids = self._add_many([f"link {a}->{b}" for a, b in pairs], "link", bandwidth.tolist())
         self._links = dict(zip(pairs, ids, strict=True))
