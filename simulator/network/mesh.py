@@ -240,9 +240,11 @@ class MeshTopology(Topology):
             for p in range(mesh.dram_ports_per_die)
         ]
         self._gateways = cache(self._edge_gateways)
-        self.route = cache(self._route)  # type: ignore[method-assign]
+        self._routed: set[tuple[int, int]] = set()
+        self._dram_routed: set[int] = set()
+        self.route = cache(self._route_kept)  # type: ignore[method-assign]
         self.dram_route = cache(self._dram_route)  # type: ignore[method-assign]
-        self.dram_routes = cache(self._dram_routes)  # type: ignore[method-assign]
+        self.dram_routes = cache(self._dram_routes_kept)  # type: ignore[method-assign]
         self.ring_order = cache(self._ring_order)  # type: ignore[method-assign]
 
     def coord(self, device: int) -> Coord:
@@ -438,18 +440,21 @@ class MeshTopology(Topology):
         return tuple(links), latency
 
     def route_loads(self, routes: Sequence[Edge]) -> tuple[dict[int, float], float, float]:
-        """:meth:`Topology.route_loads` counted by runs of links (:mod:`simulator.network.mesh_loads`)
-        rather than a route at a time: the XY legs of every pair on one wafer, the legs and links
-        of pairs on two wafers (:meth:`_waypoints`), and each DRAM stream's legs from its ports'
-        cores and the ports (:meth:`dram_routes`). The same loads, in the same order, latency and
-        edges."""
+        """:meth:`Topology.route_loads`, counted by runs of links (:mod:`simulator.network.mesh_loads`)
+        where at least :data:`BATCHED_ROUTES` of ``routes`` were never routed: the XY legs of
+        every pair on one wafer, the legs and links of pairs on two wafers
+        (:meth:`_gateways_crossed`), and each DRAM stream's legs from its ports' cores and the
+        ports (:meth:`dram_routes`); else route by route, the routes kept (a search revisiting
+        a placement finds them). The same loads, in the same order, latency and edges either way."""
         import numpy as np
 
         from simulator.network.mesh_loads import Runs
 
+        routed, dram_routed = self._routed, self._dram_routed
+        unrouted = sum(1 for r in routes if ((r[0], r[1]) not in routed if r[1] >= 0 else r[0] not in dram_routed))
+        if unrouted < BATCHED_ROUTES:
+            return super().route_loads(routes)
         count = len(routes)
-        if not count:
-            return {}, 0.0, 0.0
         if {len(r) for r in routes} == {2}:  # the common edges: whole ones
             src, dst = np.asarray(routes, dtype=np.int64).T
             share = np.ones(count)
@@ -469,6 +474,16 @@ class MeshTopology(Topology):
         latencies.append(self._across_runs(runs, np.flatnonzero(across), src[across], dst[across], share[across]))
         latency = max((float(lat.max()) for lat in latencies if len(lat)), default=0.0)
         return runs.loads(self._run_table()), latency, sum(share.tolist())
+
+    def _route_kept(self, src: int, dst: int) -> tuple[tuple[int, ...], float]:
+        """:meth:`_route`, the pair noted as routed (:meth:`route` keeps the route)."""
+        self._routed.add((src, dst))
+        return self._route(src, dst)
+
+    def _dram_routes_kept(self, device: int) -> list[tuple[tuple[int, ...], float, float]]:
+        """:meth:`_dram_routes`, the device noted as routed (:meth:`dram_routes` keeps them)."""
+        self._dram_routed.add(device)
+        return self._dram_routes(device)
 
     def _run_table(self) -> np.ndarray:
         """The lookup table of :mod:`simulator.network.mesh_loads`: the link east, west, south and
@@ -648,6 +663,12 @@ class MeshTopology(Topology):
             return super().dram_routes(device)
         ports = self._die_ports(device)
         return [(*self._port_route(device, port, core), 1.0 / len(ports)) for port, core in ports]
+
+
+BATCHED_ROUTES = 64
+"""Fewest never-routed routes for which :meth:`MeshTopology.route_loads` counts by runs of links
+(numpy): its arrays' set-up (0.3-0.9 ms a call) outweighs routing fewer one at a time (2-15 us a
+route, then about 2 us to count it)."""
 
 
 def _cycle(rows: list[list[int]]) -> tuple[int, ...]:
