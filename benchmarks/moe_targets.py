@@ -15,11 +15,12 @@
   parallelism, and its tokens/s per GPU against the published mapping's simulated figure
   (Megatron-Bridge 26.04.01, DGX-H100, Qwen3-30B-A3B: 16 GPUs, FP8, TP 1 / PP 1 / EP 16, MBS 1,
   GBS 1,024; ``studies/validation/megatron-bridge/h100-moe``, line 248, simulated as
-  ``palm-search validate`` does). With ``--devices 16`` the same search on the published
-  mapping's 16 GPUs at its FP8 (a study file), which compares like with like.
+  ``palm-search validate`` does). Then the same search on the published mapping's 16 GPUs at
+  its FP8 scaling recipe and batch (``studies/qwen3-30b-a3b-16-h100.toml``), which compares like
+  with like (the default search runs the default fp16).
 
-Usage: ``python benchmarks/moe_targets.py [--processes N] [--repeat N] [--timeout S] [--devices N]
-[--skip-search]``.
+Usage: ``python benchmarks/moe_targets.py [--processes N] [--repeat N] [--timeout S]
+[--skip-like-for-like] [--skip-search]``.
 
 Measured on this shared 2-core host (load average 3-5 from other sessions), before and after the
 speed work of branch ``moespeed`` (the figures printed unchanged):
@@ -114,31 +115,33 @@ def child(repeat: int) -> None:
                           mfu=result.model_flops_utilisation, replicas=result.replicas_simulated)))
 
 
-def published_tokens_per_s_per_gpu() -> tuple[float, float, str]:
-    """The published Qwen3-30B-A3B row: its measured and simulated tokens/s per GPU, its mapping."""
+def published_tokens_per_s_per_gpu(precision: str | None = None) -> tuple[float, float, str]:
+    """The published Qwen3-30B-A3B row: its measured and simulated tokens/s per GPU, its mapping;
+    simulated in ``precision`` (FP8's scaling recipe the row's only in FP8) if given."""
     import pandas as pd
 
     from palm_search.commands.validate import megatron_bridge_moe_row
 
     frame = pd.read_csv(MOE_ROWS, dtype={"version": str})
     record = frame[(frame.version == PUBLISHED[0]) & (frame.line == PUBLISHED[1])].to_dict(orient="records")[0]
+    if precision is not None and precision != record["precision"]:
+        record = {**record, "precision": precision, "fp8_recipe": record["fp8_recipe"] if precision == "fp8" else None}
     row = megatron_bridge_moe_row({**record, "suite": "megatron-bridge-h100-moe"})
     return row.published, row.predicted, row.chosen
 
 
-def optimize(timeout_s: float, jobs: int, devices: int | None) -> dict | None:
-    """Run the search in a subprocess; its wall time (s) and best result, or None past ``timeout_s``."""
+LIKE_FOR_LIKE = Path(__file__).parent.parent / "studies" / "qwen3-30b-a3b-16-h100.toml"
+"""The search on the published mapping's 16 GPUs at its precision, scaling recipe and batch."""
+
+
+def optimize(timeout_s: float, jobs: int, like_for_like: bool) -> dict | None:
+    """Run the search (the default one, or :data:`LIKE_FOR_LIKE`) in a subprocess; its wall time
+    (s) and best result, or None past ``timeout_s``."""
     with tempfile.TemporaryDirectory() as scratch:
         command = [sys.executable, "-m", "palm_search", "optimize", "--run-dir", f"{scratch}/run", "--jobs",
                    str(jobs), "--json"]
-        if devices is None:
-            command += ["--model", "Qwen3-30B-A3B", "--hw", "h100-cluster"]
-        else:
-            study = Path(scratch) / "study.toml"
-            study.write_text(f'[study]\nname = "qwen3-30b-a3b-{devices}"\nmodel = "Qwen3-30B-A3B"\n'
-                             f'hardware = "h100-cluster"\n\n[search]\ndevices = [{devices}]\n\n'
-                             '[fixed]\nprecision = "fp8"\n')
-            command += ["--study", str(study)]
+        command += ["--study", str(LIKE_FOR_LIKE)] if like_for_like else ["--model", "Qwen3-30B-A3B", "--hw",
+                                                                          "h100-cluster"]
         started = time.monotonic()
         try:
             subprocess.run(command, check=True, capture_output=True, text=True, timeout=timeout_s)
@@ -162,7 +165,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--timeout", type=float, default=600.0, help="Wall-clock budget of each search (s).")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--devices", type=int, default=16, help="GPUs of the like-for-like search (0: none).")
+    parser.add_argument("--skip-like-for-like", action="store_true", help="Skip the search on the published 16 GPUs.")
     parser.add_argument("--skip-search", action="store_true")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -185,9 +188,10 @@ def main() -> None:
     measured, simulated, chosen = published_tokens_per_s_per_gpu()
     print(f"published Qwen3-30B-A3B mapping ({chosen}): measured {measured:.0f}, simulated {simulated:.0f}"
           " tokens/s per GPU")
-    for devices in [None, *([args.devices] if args.devices else [])]:
-        name = "optimize --model Qwen3-30B-A3B --hw h100-cluster" + (f" on {devices} GPUs, fp8" if devices else "")
-        run = optimize(args.timeout, args.jobs, devices)
+    for like in [False, *([] if args.skip_like_for_like else [True])]:
+        name = (f"optimize --study {LIKE_FOR_LIKE.relative_to(LIKE_FOR_LIKE.parent.parent)}" if like
+                else "optimize --model Qwen3-30B-A3B --hw h100-cluster")
+        run = optimize(args.timeout, args.jobs, like)
         if run is None:
             print(f"{name}: not finished in {args.timeout:.0f} s on {args.jobs} workers; misses the"
                   f" {TARGET_OPTIMIZE_S:.0f} s target")
@@ -197,9 +201,11 @@ def main() -> None:
         per_gpu = result["tokens_per_s"] / gpus
         verdict = "meets" if run["wall_s"] <= TARGET_OPTIMIZE_S else "misses"
         expert = "proposed" if strategy["ep"] > 1 else "not chosen"
+        same = published_tokens_per_s_per_gpu(strategy["precision"])[1]
         print(f"{name}: {run['wall_s']:.0f} s wall ({verdict} the {TARGET_OPTIMIZE_S:.0f} s target); best"
               f" {_mapping(strategy)} on {gpus} GPUs: {per_gpu:.0f} tokens/s per GPU, {per_gpu / simulated:.2f}x the"
-              f" published mapping's simulated; expert parallelism {expert}")
+              f" published mapping's simulated, {per_gpu / same:.2f}x that mapping simulated in"
+              f" {strategy['precision']} ({same:.0f}); expert parallelism {expert}")
 
 
 if __name__ == "__main__":
