@@ -510,8 +510,10 @@ class MeshTopology(Topology):
         """Latency (s) of routes of ``hops`` mesh hops, ``crossing`` of them across dies (:meth:`_route`)."""
         mesh = self.mesh
         if mesh.inter_die_hop_latency_s is None:
-            return hops * mesh.hop_latency_s
-        return (hops - crossing) * mesh.hop_latency_s + crossing * mesh.inter_die_hop_latency_s  # type: ignore[no-any-return]
+            latency: np.ndarray = hops * mesh.hop_latency_s
+        else:
+            latency = (hops - crossing) * mesh.hop_latency_s + crossing * mesh.inter_die_hop_latency_s
+        return latency
 
     def _leg_latencies(self, runs: Runs, route: np.ndarray, piece: int, src: np.ndarray, dst: np.ndarray,
                        weight: np.ndarray) -> np.ndarray:
@@ -522,6 +524,8 @@ class MeshTopology(Topology):
         """Add the DRAM streams of ``device``: each part (:meth:`dram_routes`) the leg from its
         port's core to the device, then the port; the parts' latencies (s)."""
         import numpy as np
+
+        from simulator.network.mesh_loads import SINGLE
 
         if not len(route):
             return np.zeros(0)
@@ -543,7 +547,7 @@ class MeshTopology(Topology):
         for p in range(cores.shape[1]):
             weight = share * part
             latencies.append(self._leg_latencies(runs, route, 3 * p, cores[:, p], device, weight) + self.dram.latency_s)
-            runs.add(route, 3 * p + 2, 4 * self.num_devices, port[:, p], 0, 1, weight)
+            runs.add(route, 3 * p + 2, SINGLE * self.num_devices, port[:, p], 0, 1, weight)
         return np.concatenate(latencies) if latencies else np.zeros(0)
 
     def _across_runs(self, runs: Runs, route: np.ndarray, src: np.ndarray, dst: np.ndarray,
