@@ -343,6 +343,7 @@ class MeshTopology(Topology):
         die = (y // mesh.cores_y) * mesh.grid_dies_x + x // mesh.cores_x
         self._wafer_ids: list[int] = wafer.tolist()
         self._die_ids: list[int] = die.tolist()
+        self._wafer_array, self._die_array = wafer, die
         joined = np.zeros((n, 4), dtype=bool)
         for k, (dx, dy) in enumerate(((1, 0), (-1, 0), (0, 1), (0, -1))):
             nx, ny = x + dx, y + dy
@@ -465,7 +466,7 @@ class MeshTopology(Topology):
         to_dram = dst < 0
         across = np.zeros(count, dtype=bool)
         if self.mesh.wafers > 1:
-            wafer = np.asarray(self._wafer_ids)
+            wafer = self._wafer_array
             across = ~to_dram & (wafer[src] != wafer[np.where(to_dram, src, dst)])
         runs = Runs()
         plain = np.flatnonzero(~to_dram & ~across)
@@ -535,8 +536,7 @@ class MeshTopology(Topology):
         x0, y0 = x // mesh.cores_x * mesh.cores_x, y // mesh.cores_y * mesh.cores_y
         px, py = (np.asarray([c[i] for c in mesh.port_cores], dtype=np.int64) for i in (0, 1))
         cores = (y0[:, None] + py) * width + x0[:, None] + px
-        die = np.asarray(self._die_ids)[device]
-        port = np.asarray(self._ports, dtype=np.int64)[die[:, None] * ports + np.arange(ports)]
+        port = self._ports[0] + self._die_array[device][:, None] * ports + np.arange(ports)  # ports added in order
         if self.dram.access == "nearest":
             nearest = np.argmin(np.abs(x0[:, None] + px - x[:, None]) + np.abs(y0[:, None] + py - y[:, None]), axis=1)
             chosen = np.arange(len(device)), nearest
@@ -602,22 +602,24 @@ class MeshTopology(Topology):
         for h in range(deepest):
             east_west = np.flatnonzero((hops > h) & (wx != gx))
             north_south = np.flatnonzero((hops > h) & (wx == gx))
-            i, step = east_west, np.sign(gx[east_west] - wx[east_west])
-            edge = np.where(step > 0, (wx[i] + 1) * mesh.wafer_width - 1, wx[i] * mesh.wafer_width)
-            rows = wy[i, None] * mesh.wafer_height + along_y
-            key = (np.abs(x[i] - edge)[:, None] + np.abs(y[i, None] - rows) + np.abs(edge + step - tx[i])[:, None]
-                   + np.abs(rows - ty[i, None])) * tie + np.abs(rows - y[i, None])
-            row = rows[np.arange(len(i)), np.argmin(key, axis=1)]
-            near[i, h], far[i, h] = row * width + edge, row * width + edge + step
-            x[i], y[i], wx[i] = edge + step, row, wx[i] + step
-            j, step = north_south, np.sign(gy[north_south] - wy[north_south])
-            edge = np.where(step > 0, (wy[j] + 1) * mesh.wafer_height - 1, wy[j] * mesh.wafer_height)
-            columns = wx[j, None] * mesh.wafer_width + along_x
-            key = (np.abs(x[j, None] - columns) + np.abs(y[j] - edge)[:, None] + np.abs(columns - tx[j, None])
-                   + np.abs(edge + step - ty[j])[:, None]) * tie + np.abs(columns - tx[j, None])
-            column = columns[np.arange(len(j)), np.argmin(key, axis=1)]
-            near[j, h], far[j, h] = edge * width + column, (edge + step) * width + column
-            x[j], y[j], wy[j] = column, edge + step, wy[j] + step
+            if len(east_west):
+                i, step = east_west, np.sign(gx[east_west] - wx[east_west])
+                edge = np.where(step > 0, (wx[i] + 1) * mesh.wafer_width - 1, wx[i] * mesh.wafer_width)
+                rows = wy[i, None] * mesh.wafer_height + along_y
+                key = (np.abs(x[i] - edge)[:, None] + np.abs(y[i, None] - rows) + np.abs(edge + step - tx[i])[:, None]
+                       + np.abs(rows - ty[i, None])) * tie + np.abs(rows - y[i, None])
+                row = rows[np.arange(len(i)), np.argmin(key, axis=1)]
+                near[i, h], far[i, h] = row * width + edge, row * width + edge + step
+                x[i], y[i], wx[i] = edge + step, row, wx[i] + step
+            if len(north_south):
+                j, step = north_south, np.sign(gy[north_south] - wy[north_south])
+                edge = np.where(step > 0, (wy[j] + 1) * mesh.wafer_height - 1, wy[j] * mesh.wafer_height)
+                columns = wx[j, None] * mesh.wafer_width + along_x
+                key = (np.abs(x[j, None] - columns) + np.abs(y[j] - edge)[:, None] + np.abs(columns - tx[j, None])
+                       + np.abs(edge + step - ty[j])[:, None]) * tie + np.abs(columns - tx[j, None])
+                column = columns[np.arange(len(j)), np.argmin(key, axis=1)]
+                near[j, h], far[j, h] = edge * width + column, (edge + step) * width + column
+                x[j], y[j], wy[j] = column, edge + step, wy[j] + step
         return near, far, hops
 
     def collective_levels(self, groups: tuple[tuple[int, ...], ...]) -> tuple[Groups, Groups] | None:

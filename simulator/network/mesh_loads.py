@@ -55,8 +55,10 @@ class Runs:
         offset = np.arange(len(run)) - np.repeat(np.cumsum(count) - count, count)
         crossed = table[base[run] + start[run] + step[run] * offset]
         sums = np.bincount(crossed, weights=weight[run])
-        resources, first = np.unique(crossed, return_index=True)
-        kept = resources[np.argsort(first)]
+        first = np.full(len(sums), len(crossed))
+        np.minimum.at(first, crossed, np.arange(len(crossed)))  # where each resource is first crossed
+        touched = np.flatnonzero(first < len(crossed))
+        kept = touched[np.argsort(first[touched])]
         return dict(zip(kept.tolist(), sums[kept].tolist(), strict=True))
 
 
