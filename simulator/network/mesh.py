@@ -241,9 +241,10 @@ class MeshTopology(Topology):
         ]
         self._gateways = cache(self._edge_gateways)
         self._routed: set[tuple[int, int]] = set()
-        self._dram_routed: set[int] = set()
+        self._batched: dict[tuple[int, int], tuple[np.ndarray, int, int, float]] = {}
         self.route = cache(self._route_kept)  # type: ignore[method-assign]
         self.dram_route = cache(self._dram_route)  # type: ignore[method-assign]
+        self._dram_routed: set[int] = set()
         self.dram_routes = cache(self._dram_routes_kept)  # type: ignore[method-assign]
         self.ring_order = cache(self._ring_order)  # type: ignore[method-assign]
 
@@ -441,20 +442,32 @@ class MeshTopology(Topology):
         return tuple(links), latency
 
     def route_loads(self, routes: Sequence[Edge]) -> tuple[dict[int, float], float, float]:
-        """:meth:`Topology.route_loads`, counted by runs of links (:mod:`simulator.network.mesh_loads`)
-        where at least :data:`BATCHED_ROUTES` of ``routes`` were never routed: the XY legs of
-        every pair on one wafer, the legs and links of pairs on two wafers
-        (:meth:`_gateways_crossed`), and each DRAM stream's legs from its ports' cores and the
-        ports (:meth:`dram_routes`); else route by route, the routes kept (a search revisiting
-        a placement finds them). The same loads, in the same order, latency and edges either way."""
+        """:meth:`Topology.route_loads`, counted by runs of links (:meth:`_loads_by_runs`) where the
+        pairs and DRAM streams of ``routes`` never routed would take longer to route one at a time
+        than :data:`BATCHED_ROUTES` pairs on one wafer (a pair joining two wafers counts
+        :data:`ACROSS_WAFERS` times, a DRAM stream :data:`DRAM_STREAM`), as judged from the first
+        :data:`SAMPLED_ROUTES` of them; else route by route.
+        Either way the pairs are kept (a search revisiting a placement finds them): the same
+        loads, in the same order, latency and edges."""
+        routed, dram_routed, wafer = self._routed, self._dram_routed, self._wafer_ids
+        across = ACROSS_WAFERS if self.mesh.wafers > 1 else 1
+        sample = routes[:SAMPLED_ROUTES]  # a flow's edges are alike: its first ones tell (a warm flow costs no scan)
+        unrouted = sum((across if wafer[r[0]] != wafer[r[1]] else 1) if r[1] >= 0 else DRAM_STREAM
+                       for r in sample if ((r[0], r[1]) not in routed if r[1] >= 0 else r[0] not in dram_routed))
+        if unrouted * len(routes) < BATCHED_ROUTES * max(len(sample), 1):
+            return super().route_loads(routes)
+        return self._loads_by_runs(routes)
+
+    def _loads_by_runs(self, routes: Sequence[Edge]) -> tuple[dict[int, float], float, float]:
+        """:meth:`Topology.route_loads` of ``routes`` (at least one) counted by runs of links
+        (:mod:`simulator.network.mesh_loads`): the XY legs of every pair on one wafer, the legs
+        and links of pairs on two wafers (:meth:`_gateways_crossed`), and each DRAM stream's legs
+        from its ports' cores and the ports (:meth:`dram_routes`). Each pair's route is kept for
+        :meth:`route`."""
         import numpy as np
 
         from simulator.network.mesh_loads import Runs
 
-        routed, dram_routed = self._routed, self._dram_routed
-        unrouted = sum(1 for r in routes if ((r[0], r[1]) not in routed if r[1] >= 0 else r[0] not in dram_routed))
-        if unrouted < BATCHED_ROUTES:
-            return super().route_loads(routes)
         count = len(routes)
         if {len(r) for r in routes} == {2}:  # the common edges: whole ones
             src, dst = np.asarray(routes, dtype=np.int64).T
@@ -469,15 +482,35 @@ class MeshTopology(Topology):
             wafer = self._wafer_array
             across = ~to_dram & (wafer[src] != wafer[np.where(to_dram, src, dst)])
         runs = Runs()
-        plain = np.flatnonzero(~to_dram & ~across)
-        latencies = [self._leg_latencies(runs, plain, 0, src[plain], dst[plain], share[plain])]
-        latencies.append(self._dram_runs(runs, np.flatnonzero(to_dram), src[to_dram], share[to_dram]))
-        latencies.append(self._across_runs(runs, np.flatnonzero(across), src[across], dst[across], share[across]))
-        latency = max((float(lat.max()) for lat in latencies if len(lat)), default=0.0)
-        return runs.loads(self._run_table()), latency, sum(share.tolist())
+        plain, far = np.flatnonzero(~to_dram & ~across), np.flatnonzero(across)
+        pair_latency = np.zeros(count)
+        pair_latency[plain] = self._leg_latencies(runs, plain, 0, src[plain], dst[plain], share[plain])
+        pair_latency[far] = self._across_runs(runs, far, src[far], dst[far], share[far])
+        dram_latency = self._dram_runs(runs, np.flatnonzero(to_dram), src[to_dram], share[to_dram])
+        latency = max(float(pair_latency.max()), float(dram_latency.max()) if len(dram_latency) else 0.0)
+        loads, crossed, ends = runs.loads(self._run_table(), count)
+        self._keep(routes, to_dram.tolist(), crossed, ends, pair_latency.tolist())
+        return loads, latency, sum(share.tolist())
+
+    def _keep(self, routes: Sequence[Edge], to_dram: list[bool], crossed: np.ndarray, ends: list[int],
+              latency: list[float]) -> None:
+        """Keep the route of every pair of ``routes`` not routed yet (its resources
+        ``crossed[previous end:end]``), for :meth:`route` to find (:meth:`_route_kept`)."""
+        routed, batched = self._routed, self._batched
+        begin = 0
+        for r, dram, end, seconds in zip(routes, to_dram, ends, latency, strict=True):
+            if not dram and (r[0], r[1]) not in routed:
+                routed.add((r[0], r[1]))
+                batched[(r[0], r[1])] = (crossed, begin, end, seconds)
+            begin = end
 
     def _route_kept(self, src: int, dst: int) -> tuple[tuple[int, ...], float]:
-        """:meth:`_route`, the pair noted as routed (:meth:`route` keeps the route)."""
+        """:meth:`_route`, or the route :meth:`_loads_by_runs` kept; the pair noted as routed
+        (:meth:`route` keeps the route)."""
+        kept = self._batched.pop((src, dst), None)
+        if kept is not None:
+            crossed, begin, end, seconds = kept
+            return tuple(crossed[begin:end].tolist()), seconds
         self._routed.add((src, dst))
         return self._route(src, dst)
 
@@ -671,10 +704,19 @@ class MeshTopology(Topology):
         return [(*self._port_route(device, port, core), 1.0 / len(ports)) for port, core in ports]
 
 
-BATCHED_ROUTES = 64
-"""Fewest never-routed routes for which :meth:`MeshTopology.route_loads` counts by runs of links
-(numpy): its arrays' set-up (0.3-0.9 ms a call) outweighs routing fewer one at a time (2-15 us a
-route, then about 2 us to count it)."""
+BATCHED_ROUTES = 128
+"""Never-routed pairs on one wafer from which :meth:`MeshTopology.route_loads` counts by runs of
+links (numpy): its arrays' set-up (0.3-0.6 ms a call) outweighs routing fewer one at a time
+(about 2.4 us a pair, then 2 us to count it)."""
+ACROSS_WAFERS = 6
+"""What a never-routed pair joining two wafers counts toward :data:`BATCHED_ROUTES` (about 15 us
+to route it alone)."""
+SAMPLED_ROUTES = 16
+"""Routes of a flow :meth:`MeshTopology.route_loads` looks at to judge how many were never routed."""
+DRAM_STREAM = 3
+"""What a never-routed DRAM stream counts toward :data:`BATCHED_ROUTES` (its die's ports, the
+nearest chosen, then the route from the port's core: about 7 us). The runs do not keep DRAM
+streams: a device's stream is routed once for the topology's life when routed one at a time."""
 
 
 def _cycle(rows: list[list[int]]) -> tuple[int, ...]:
@@ -765,6 +807,9 @@ class _Orders(Mapping[str, Sequence[int]]):
         if order is None:
             order = self._walked[name] = self._builders[name]()
         return order
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._builders
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._builders)

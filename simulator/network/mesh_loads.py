@@ -41,16 +41,19 @@ class Runs:
         self.columns.append(tuple(c if isinstance(c, np.ndarray) else np.full(size, c) for c in
                                   (route, piece, base, start, step, count, weight)))
 
-    def loads(self, table: np.ndarray) -> dict[int, float]:
+    def loads(self, table: np.ndarray, routes: int) -> tuple[dict[int, float], np.ndarray, list[int]]:
         """Each resource crossed and the weights of the runs crossing it summed, in the order of
-        first crossing (routes in order, each route's runs in order, each run from its start)."""
+        first crossing (routes in order, each route's runs in order, each run from its start);
+        and every resource crossed in that order, with where each of the ``routes`` routes'
+        resources end in it (a route's resources are those since the previous route's end)."""
         import numpy as np
 
         if not self.columns:
-            return {}
+            return {}, np.zeros(0, dtype=np.int64), [0] * routes
         route, piece, base, start, step, count, weight = (np.concatenate(c) for c in zip(*self.columns, strict=True))
         order = np.lexsort((piece, route))
-        base, start, step, count, weight = base[order], start[order], step[order], count[order], weight[order]
+        route, base, start, step, count, weight = (route[order], base[order], start[order], step[order], count[order],
+                                                   weight[order])
         run = np.repeat(np.arange(len(count)), count)
         offset = np.arange(len(run)) - np.repeat(np.cumsum(count) - count, count)
         crossed = table[base[run] + start[run] + step[run] * offset]
@@ -59,7 +62,8 @@ class Runs:
         np.minimum.at(first, crossed, np.arange(len(crossed)))  # where each resource is first crossed
         touched = np.flatnonzero(first < len(crossed))
         kept = touched[np.argsort(first[touched])]
-        return dict(zip(kept.tolist(), sums[kept].tolist(), strict=True))
+        ends = np.cumsum(np.bincount(route, weights=count, minlength=routes)).astype(np.int64)
+        return dict(zip(kept.tolist(), sums[kept].tolist(), strict=True)), crossed, ends.tolist()
 
 
 Run = tuple["np.ndarray", "np.ndarray", "np.ndarray", "np.ndarray"]

@@ -1,6 +1,6 @@
-"""A mesh counts the loads of many never-routed routes at once (runs of links,
-simulator/network/mesh_loads.py): the same loads, in the same order, latency and edges as routing
-every edge (Topology.route_loads)."""
+"""A mesh counts the loads of many routes at once (runs of links, simulator/network/mesh_loads.py),
+where many never-routed ones join two wafers: the same loads, in the same order, latency and edges
+as routing every edge (Topology.route_loads)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from fixtures import mesh_hardware
 
 from simulator import load_hardware
 from simulator.hardware.spec import Dram
-from simulator.network.mesh import BATCHED_ROUTES, MeshTopology
+from simulator.network.mesh import ACROSS_WAFERS, BATCHED_ROUTES, MeshTopology
 from simulator.network.topology import Topology
 
 
@@ -56,24 +56,61 @@ def _fresh(name: str) -> MeshTopology:
 
 @pytest.mark.parametrize("name", list(MACHINES))
 @pytest.mark.parametrize("seed", range(6))
-def test_a_meshs_route_loads_counted_by_runs_are_those_of_routing_every_edge(name, seed):
+def test_loads_counted_by_runs_are_those_of_routing_every_edge(name, seed):
     topology = _fresh(name)
     routes = _routes(random.Random(seed), topology.num_devices)
-    counted = topology.route_loads(routes)
-    assert not topology._routed and not topology._dram_routed  # counted by runs, nothing routed
+    counted = topology._loads_by_runs(routes)
     routed = Topology.route_loads(topology, routes)
     assert list(counted[0].items()) == list(routed[0].items())
     assert counted[1] == routed[1]
     assert counted[2] == pytest.approx(routed[2], rel=1e-12)
 
 
-def test_routes_routed_before_are_counted_route_by_route_with_the_same_loads():
+def _between_wafers(topology: MeshTopology, count: int) -> list[tuple[int, int]]:
+    """``count`` pairs of cores on different wafers."""
+    rng = random.Random(0)
+    pairs: list[tuple[int, int]] = []
+    while len(pairs) < count:
+        a, b = rng.randrange(topology.num_devices), rng.randrange(topology.num_devices)
+        if topology.wafer_of(a) != topology.wafer_of(b):
+            pairs.append((a, b))
+    return pairs
+
+
+def test_pairs_counted_by_runs_are_kept_as_routing_each_would_route_them():
+    topology, alone = _fresh("2 x 2 wafers, 1 links a die"), _fresh("2 x 2 wafers, 1 links a die")
+    routes = _routes(random.Random(3), topology.num_devices)
+    topology._loads_by_runs(routes)
+    pairs = {(a, b) for a, b, *_ in routes if b >= 0}
+    assert topology._routed == pairs
+    assert all(topology.route(a, b) == alone.route(a, b) for a, b in pairs)
+    assert not topology._batched  # each kept route handed to route()
+
+
+def test_never_routed_pairs_are_counted_by_runs_from_a_threshold_those_between_wafers_weighing_more():
+    needed = -(-BATCHED_ROUTES // ACROSS_WAFERS)  # pairs between wafers that reach the threshold
+    for count, by_runs in ((needed - 1, False), (needed, True)):
+        topology = _fresh("2 x 2 wafers, 1 links a die")
+        routes = _between_wafers(topology, count)
+        assert topology.route_loads(routes) == Topology.route_loads(_fresh("2 x 2 wafers, 1 links a die"), routes)
+        assert topology._routed == set(routes)
+        assert bool(topology._batched) == by_runs  # kept by the runs, not yet asked for one by one
+
+
+def test_pairs_routed_before_are_counted_route_by_route_with_the_same_loads():
+    # pairs only: the runs keep no DRAM stream
     topology = _fresh("2 x 2 wafers, 1 links a die")
-    routes = _routes(random.Random(1), topology.num_devices)
-    first = topology.route_loads(routes)
-    Topology.route_loads(topology, routes)  # routes and keeps every one
-    assert topology._routed
-    assert topology.route_loads(routes) == first
+    routes = [r for r in _routes(random.Random(1), topology.num_devices) if r[1] >= 0]
+    first = topology._loads_by_runs(routes)
+    assert topology.route_loads(routes) == first  # nothing new: route by route
+    assert not topology._batched
+
+
+def test_on_one_wafer_fewer_pairs_than_the_threshold_are_routed_one_at_a_time_and_kept():
+    topology = _fresh("one wafer")
+    routes = [(a, b) for a in range(8) for b in range(8, 8 + (BATCHED_ROUTES - 1) // 8)]
+    topology.route_loads(routes)
+    assert topology._routed == set(routes) and not topology._batched
 
 
 def test_a_route_between_wafers_crosses_each_wafer_link_it_names_once():
@@ -81,7 +118,7 @@ def test_a_route_between_wafers_crosses_each_wafer_link_it_names_once():
     topology = _fresh("2 x 2 wafers, 1 links a die")
     src, dst = 0, topology.num_devices - 1
     routes = [(src, dst)] + [(d, -1) for d in range(BATCHED_ROUTES)]
-    loads, latency, edges = topology.route_loads(routes)
+    loads, latency, edges = topology._loads_by_runs(routes)
     links, _ = topology.route(src, dst)
     wafer = {r for r in links if topology.bandwidth_bytes_per_s[r] == 10e9}
     assert len(wafer) == 2 and all(loads[r] == 1.0 for r in wafer)
