@@ -58,11 +58,12 @@ ms (least / median), again 37.0 -> 33.0 ms; DP 1,024 first 45.1 / 50.8 -> 42.6 /
 M, again 87.9 -> 86.0 M). Still missed.
 
 Measured for T-1T on ``wafer-4``, before and after the mesh built and routed by numpy (its links
-for all cores at once, device orders walked when read, flows of at least 64 never-routed routes
-counted by runs of links; results unchanged): callgrind 890 -> 398 M instructions for the first
-simulation (``PYTHONHASHSEED=0``, ``OPENBLAS_NUM_THREADS=1``, a process of one simulation less
-one of none); CPU 221 -> 99 ms median over 5 fresh processes each, base and branch interleaved
-(load average about 1). The repeat is unchanged (25-45 ms); the 50 ms target is still missed.
+for all cores at once, device orders walked when read, a flow with many never-routed routes
+counted by runs of links and its pairs kept; results unchanged): callgrind 890 -> 396 M
+instructions for the first simulation (``PYTHONHASHSEED=0``, ``OPENBLAS_NUM_THREADS=1``, a
+process of one simulation less one of none); CPU 186 -> 76 ms median over 5 fresh processes
+each, base and branch interleaved (load average about 1.8). The repeat is unchanged (25-45 ms);
+the 50 ms target is still missed by the first simulation.
 
 Usage: ``python benchmarks/datacenter_scale.py [--repeat N] [--skip-optimize]``.
 """
