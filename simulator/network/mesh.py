@@ -463,7 +463,7 @@ class MeshTopology(Topology):
         (:mod:`simulator.network.mesh_loads`): the XY legs of every pair on one wafer, the legs
         and links of pairs on two wafers (:meth:`_gateways_crossed`), and each DRAM stream's legs
         from its ports' cores and the ports (:meth:`dram_routes`). Each pair's route is kept for
-        :meth:`route`."""
+        :meth:`route` where there are at most :data:`KEPT_ROUTES` routes."""
         import numpy as np
 
         from simulator.network.mesh_loads import Runs
@@ -489,7 +489,8 @@ class MeshTopology(Topology):
         dram_latency = self._dram_runs(runs, np.flatnonzero(to_dram), src[to_dram], share[to_dram])
         latency = max(float(pair_latency.max()), float(dram_latency.max()) if len(dram_latency) else 0.0)
         loads, crossed, ends = runs.loads(self._run_table(), count)
-        self._keep(routes, to_dram.tolist(), crossed, ends, pair_latency.tolist())
+        if count <= KEPT_ROUTES:
+            self._keep(routes, to_dram.tolist(), crossed, ends, pair_latency.tolist())
         return loads, latency, sum(share.tolist())
 
     def _keep(self, routes: Sequence[Edge], to_dram: list[bool], crossed: np.ndarray, ends: list[int],
@@ -711,6 +712,10 @@ links (numpy): its arrays' set-up (0.3-0.6 ms a call) outweighs routing fewer on
 ACROSS_WAFERS = 6
 """What a never-routed pair joining two wafers counts toward :data:`BATCHED_ROUTES` (about 15 us
 to route it alone)."""
+KEPT_ROUTES = 1024
+"""Most routes of a flow whose pairs :meth:`MeshTopology._loads_by_runs` keeps: a larger flow (an
+expert-parallel all-to-all's every pair) is counted by runs each time, about as fast as counting
+known routes one by one, without keeping each pair (2 us a pair)."""
 SAMPLED_ROUTES = 16
 """Routes of a flow :meth:`MeshTopology.route_loads` looks at to judge how many were never routed."""
 DRAM_STREAM = 3

@@ -12,7 +12,7 @@ from fixtures import mesh_hardware
 
 from simulator import load_hardware
 from simulator.hardware.spec import Dram
-from simulator.network.mesh import ACROSS_WAFERS, BATCHED_ROUTES, MeshTopology
+from simulator.network.mesh import ACROSS_WAFERS, BATCHED_ROUTES, KEPT_ROUTES, MeshTopology
 from simulator.network.topology import Topology
 
 
@@ -104,6 +104,14 @@ def test_pairs_routed_before_are_counted_route_by_route_with_the_same_loads():
     first = topology._loads_by_runs(routes)
     assert topology.route_loads(routes) == first  # nothing new: route by route
     assert not topology._batched
+
+
+def test_a_flow_of_more_routes_than_are_kept_is_counted_by_runs_without_keeping_them():
+    topology = _fresh("one wafer")  # an all-to-all over all 36 cores: 1,260 pairs
+    routes = [(a, b) for a in range(topology.num_devices) for b in range(topology.num_devices) if a != b]
+    assert len(routes) > KEPT_ROUTES
+    assert topology.route_loads(routes) == Topology.route_loads(_fresh("one wafer"), routes)
+    assert not topology._routed and not topology._batched
 
 
 def test_on_one_wafer_fewer_pairs_than_the_threshold_are_routed_one_at_a_time_and_kept():
