@@ -604,7 +604,8 @@ class MeshTopology(Topology):
                                          share[leg_route])
         link_route, link = np.nonzero(np.arange(deepest) < hops[:, None])
         a, b = near[link_route, link], far[link_route, link]
-        block = np.select([b - a == 1, b - a == -1, b > a], [EAST, WEST, SOUTH], NORTH)
+        along_row = a // self._width == b // self._width
+        block = np.where(along_row, np.where(b > a, EAST, WEST), np.where(b > a, SOUTH, NORTH))
         runs.add(route[link_route], 3 * link + 2, block * self.num_devices, a, 0, 1, share[link_route])
         on_wafer = np.bincount(leg_route, weights=mesh_hops, minlength=count)
         crossed = np.bincount(leg_route, weights=crossing, minlength=count)

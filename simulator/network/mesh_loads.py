@@ -9,7 +9,9 @@ along a column; 0 for a single resource) and its length (``count``). :class:`Run
 runs of every route, keyed by the route's position and the run's position in it, and expands
 them all at once: the resources crossed come out in exactly the order a loop over the routes
 would cross them, so the loads are summed in the same order (the same floats) and kept in the
-order the routes first cross the resources (:meth:`~simulator.network.topology.Topology.route_loads`).
+order the routes first cross the resources (:meth:`~simulator.network.topology.Topology.route_loads`);
+each route's resources come out too, for the mesh to keep
+(:meth:`~simulator.network.mesh.MeshTopology.route_loads`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ import pytest
 from fixtures import mesh_hardware
 
 from simulator import load_hardware
-from simulator.hardware.spec import Dram
 from simulator.network.mesh import ACROSS_WAFERS, BATCHED_ROUTES, KEPT_ROUTES, MeshTopology
 from simulator.network.topology import Topology
 
@@ -30,6 +29,9 @@ def _machines():
                                       inter_wafer_link_bandwidth_bytes_per_s=10e9, inter_wafer_hop_latency_s=1e-6,
                                       inter_wafer_links_per_die=links)
         machines[f"{wafers[0]} x {wafers[1]} wafers, {links} links a die"] = dataclasses.replace(small, network=network)
+    column = mesh_hardware(dies=(1, 2), cores=(1, 2))  # one core wide: a step south is also one id
+    machines["a column of 3 one-core-wide wafers"] = dataclasses.replace(column, network=dataclasses.replace(
+        column.network, wafers_y=3, inter_wafer_link_bandwidth_bytes_per_s=10e9, inter_wafer_hop_latency_s=1e-6))
     machines["wafer-4"] = load_hardware("wafer-4")
     machines["wormhole-galaxy"] = load_hardware("wormhole-galaxy")
     return machines
@@ -135,8 +137,3 @@ def test_a_route_between_wafers_crosses_each_wafer_link_it_names_once():
 
 def test_no_routes_load_nothing():
     assert _fresh("one wafer").route_loads([]) == ({}, 0.0, 0.0)
-
-
-def test_dram_access_is_a_field_the_tests_cover():
-    assert {m.memory.dram.access for m in MACHINES.values() if isinstance(m.memory.dram, Dram)} == {"nearest",
-                                                                                                   "interleaved"}
