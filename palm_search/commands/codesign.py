@@ -70,7 +70,8 @@ def _print_summary(summary: dict) -> None:
         if chip is None:
             echo("best: no chip fits every model within the budgets")
             continue
-        echo(f"{title}: {chip['label']}: {chip['samples_per_s']:.4g} samples/s (mean), "
+        named = "" if chip["label"] == title else f" {chip['label']}:"  # the base chip's label is "base"
+        echo(f"{title}:{named} {chip['samples_per_s']:.4g} samples/s (mean), "
              f"{chip['area_m2'] * 1e6:,.0f} mm^2, {chip['power_W']:,.0f} W")
         for name, result in chip["per_model"].items():
             echo(f"  {name}: {result['samples_per_s']:.4g} samples/s, {result['mapping']}")

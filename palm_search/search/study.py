@@ -200,7 +200,14 @@ def default_name(model: str, hardware: str, objectives: tuple[str, ...], mode: s
     """``<model>-<hardware>[-inference][-<objectives>]``, lower case."""
     suffix = "" if objectives == ("throughput",) else "-" + "-".join(objectives)
     serving = "-inference" if is_inference(mode) else ""
-    return f"{Path(model).stem}-{Path(hardware).stem}{serving}{suffix}".lower()
+    return f"{_named(model)}-{_named(hardware)}{serving}{suffix}".lower()
+
+
+def _named(name: str) -> str:
+    """A preset's name (its dots its own: ``Llama-3.1-8B``), or a model or hardware file's name
+    without its folder and suffix."""
+    path = Path(name)
+    return path.stem if path.suffix in (".toml", ".json") else path.name
 
 
 def _check(key: str, value, allowed: tuple[str, ...], many: bool = False) -> None:

@@ -99,9 +99,12 @@ def _resource_table(result: SimulationResult) -> Table:
 
 def _certificate(screened: dict) -> str:
     """What the screen certifies once every queued point is simulated (:func:`.screen.certified_margin`),
-    or "" (an older study, or queued points not simulated yet)."""
+    or "" (an older study, queued points not simulated yet, or nothing certified: a serving search
+    queues the estimates' Pareto front first, so a point left out may estimate above one queued)."""
     margin = screened.get("margin")
     if margin is None or not screened["queued"] or screened.get("queued_simulated", 0) < screened["queued"]:
+        return ""
+    if margin <= 0.0:  # a point left out estimates as well as the best queued (a queue by Pareto front)
         return ""
     if margin >= 1.0:
         return "certified: every point with a positive estimate was simulated"
@@ -123,6 +126,7 @@ def print_search_summary(summary: dict, console: Console | None = None) -> None:
     if screen:
         console.print(f"memory pre-screen: {screen['fitting']} of {screen['plans']} plans fit the devices"
                       f" ({screen['checked']} checked); the search proposed only those")
+    serving = is_inference(summary.get("mode"))
     screened = summary.get("screen")
     if screened:
         rho, compared = screened.get("spearman"), screened.get("compared", 0)
@@ -130,14 +134,14 @@ def print_search_summary(summary: dict, console: Console | None = None) -> None:
                      f"undefined (the {compared} simulated trials tie in estimate or simulation)" if compared
                      else "-")
         if rho is not None and "simulated_span" in screened:
-            agreement += (f" (their samples/s within {screened['simulated_span']:.1%} of each other; every"
+            agreement += (f" (their {'tokens/s' if serving else 'samples/s'} within {screened['simulated_span']:.1%}"
+                          " of each other; every"
                           f" estimate within {screened['largest_gap']:.1%} of its simulation)")
         console.print(f"screen: {screened['points']:,} points estimated in {screened['seconds']:.1f} s, the best"
                       f" {screened['queued']} simulated; estimate vs simulation rank agreement: {agreement}")
         certificate = _certificate(screened)
         if certificate:
             console.print(certificate)
-    serving = is_inference(summary.get("mode"))
     if base:
         rate = (f"{base.get('tokens_per_s') or 0:.4g} tokens/s, {base.get('tokens_per_s_per_user') or 0:.4g} per user"
                 if serving else f"{base.get('samples_per_s', 0):.4g} samples/s")

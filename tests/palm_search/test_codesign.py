@@ -222,3 +222,16 @@ def test_a_study_names_its_files_relative_to_itself_so_it_runs_from_any_director
     monkeypatch.chdir(tmp_path)
     spec = load_codesign(Path(__file__).parents[2] / "studies" / "codesign-small.toml")
     assert Path(spec.hardware).is_file() and Path(spec.hardware).name == "wafer-2x2-tiled.toml"
+
+
+def test_the_printed_answer_names_the_base_chip_once(capsys):
+    from palm_search.commands.codesign import _print_summary
+
+    chip = {"samples_per_s": 5.197, "area_m2": 0.0462, "power_W": 15000.0, "per_model": {}}
+    summary = {"chips": 2, "feasible_chips": 2, "area_budget_m2": 0.05, "power_budget_W": 20000.0,
+               "estimated_mappings": 10, "simulations": 4, "screen_s": 1.0, "refine_s": 2.0, "rank_agreement": None,
+               "base": {**chip, "label": "base"}, "best": {**chip, "label": "sram 2x", "speedup_over_base": 1.0},
+               "run_dir": "runs/c"}
+    _print_summary(summary)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("base: 5.197 samples/s (mean)") and lines[2].startswith("best: sram 2x: 5.197")

@@ -108,6 +108,16 @@ def test_the_summary_says_how_close_the_simulations_a_low_rank_agreement_ranks_a
     assert "every estimate within 0.2% of its simulation)" in line
 
 
+def test_a_serving_summary_says_how_close_the_simulations_tokens_per_s_are():
+    summary = {**_summary([_row(1, users=64)]), "mode": "inference",
+               "screen": {"points": 9828, "seconds": 2.0, "queued": 49, "spearman": 0.97, "compared": 49,
+                          "simulated_span": 0.981, "largest_gap": 0.05}}
+    console = Console(width=400, record=True, file=open("/dev/null", "w"))  # noqa: SIM115 - closed with the console
+    print_search_summary(summary, console)
+    line = next(line for line in console.export_text().splitlines() if line.startswith("screen:"))
+    assert "(their tokens/s within 98.1% of each other" in line
+
+
 def test_the_screen_certifies_the_margin_below_the_best_estimate_that_was_all_queued():
     from palm_search.search.screen import certified_margin
 
@@ -120,7 +130,8 @@ def test_the_screen_certifies_the_margin_below_the_best_estimate_that_was_all_qu
 @pytest.mark.parametrize(("simulated", "margin", "expected"), [
     (49, 0.0123, "certified: every point whose estimate is within 1.23% of the best estimate was simulated"),
     (49, 1.0, "certified: every point with a positive estimate was simulated"),
-    (48, 0.0123, None)])
+    (48, 0.0123, None),
+    (49, 0.0, None)])  # a point left out estimates as well as the best queued: nothing certified
 def test_the_summary_prints_the_certificate_only_once_every_queued_point_is_simulated(simulated, margin, expected):
     summary = {**_summary([_row(1)]), "screen": {"points": 6732, "seconds": 6.5, "queued": 49, "spearman": None,
                                                  "compared": 0, "margin": margin, "queued_simulated": simulated}}

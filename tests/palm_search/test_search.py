@@ -19,7 +19,7 @@ from palm_search.search.baseline import choose_baseline
 from palm_search.search.driver import open_search, optimize, run_baseline
 from palm_search.search.space import ScriptedTrial, candidate_builder, enumerate_points
 from palm_search.search.storage import journal_storage
-from palm_search.search.study import load_study
+from palm_search.search.study import default_name, load_study
 from simulator import load_hardware, load_model, simulate
 
 DATA = Path(__file__).parent / "data"
@@ -285,6 +285,16 @@ def test_the_study_names_its_objectives(tmp_path):
     assert search.study.metric_names == ["samples/s"]
 
 
+def test_models_whose_names_differ_after_a_dot_get_studies_of_their_own():
+    # a preset's dots are its own (Llama-3.1-8B is not the file Llama-3 with the suffix .1-8B)
+    names = {default_name(model, "wormhole-n150", ("throughput",), "inference")
+             for model in ("Llama-3.1-8B", "Llama-3.1-70B", "Llama-3.2-1B")}
+    assert names == {"llama-3.1-8b-wormhole-n150-inference", "llama-3.1-70b-wormhole-n150-inference",
+                     "llama-3.2-1b-wormhole-n150-inference"}
+    assert default_name("studies/models/my.model.toml", "chips/wafer-tiled.toml", ("throughput", "memory"),
+                        "training") == "my.model-wafer-tiled-throughput-memory"
+
+
 def _keys(document) -> set[str]:
     """Every key of a nested JSON document."""
     if isinstance(document, dict):
@@ -377,6 +387,14 @@ def test_a_space_over_the_screen_limit_goes_to_the_sampler_or_is_refused(tmp_pat
     run_baseline(search, choose_baseline(spec, search.model, search.hardware)[0])
     optimize(search)
     assert len(search.study.trials) == 5 and "screen" not in search.study.user_attrs
+
+
+@pytest.mark.parametrize("fidelity", ["auto", "screen"])
+def test_a_one_trial_study_runs_its_baseline_and_starts_no_screen(tmp_path, fidelity):
+    # a screen started for one trial was never collected: its workers' callbacks failed at exit
+    search = _run(tmp_path, jobs=2, trials=1, fidelity=fidelity)
+    assert search.points is None and search.screened is None
+    assert [t.state for t in search.study.trials] == [TrialState.COMPLETE]
 
 
 @pytest.mark.parametrize("model", ["T-1.7B", "T-18B"])
