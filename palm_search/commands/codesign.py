@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from palm_search.commands.optimize import _check_jobs, _progress_bar
+from palm_search.commands.optimize import _check_jobs, progress_bar
 
 Opt = typer.Option
 
@@ -44,7 +44,7 @@ def codesign_command(
                                              trials=trials, refine=refine, screen_chips=screen_chips, seed=seed)
     check_references(spec)
     directory = run_dir or Path("runs") / spec.name
-    with _progress_bar(1, "co-design") as (progress, task):
+    with progress_bar(1, "co-design") as (progress, task):
         def report(phase: str, done: int, total: int) -> None:
             label = "chips screened" if phase == "screen" else "mappings simulated"
             progress.update(task, completed=done, total=total, description=label)

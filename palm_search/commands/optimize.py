@@ -113,12 +113,12 @@ def optimize_command(
         finished_before = _finished_trials(search.study)
         baseline, note = choose_baseline(spec, search.model, search.hardware)
         search.study.set_user_attr("baseline_note", note)
-        with _progress_bar(search.spec.trials) as (progress, task), stop_on_sigint(search):
+        with progress_bar(search.spec.trials) as (progress, task), stop_on_sigint(search):
             if search.screened:
                 progress.update(task, description=f"baseline, then screening {search.screened.points:,} points")
             run_baseline(search, baseline)
             unit = "tokens/s" if search.spec.serving else "samples/s"
-            optimize(search, lambda p: progress.update(task, completed=p.done, description=_describe(p, unit)))
+            optimize(search, lambda p: progress.update(task, completed=p.done, description=describe_progress(p, unit)))
     finally:
         cluster.close()
     summary = write_outputs(search, directory)
@@ -182,18 +182,19 @@ def _attach(search, directory: Path) -> list[int]:
 
     if not search.spec.artifacts_top:
         return []
-    with _progress_bar(search.spec.artifacts_top + 1, "pictures") as (progress, task):
+    with progress_bar(search.spec.artifacts_top + 1, "pictures") as (progress, task):
         return attach_artifacts(search.study, search.storage, search.model, search.hardware, search.spec.network,
                                 directory, search.spec.artifacts_top,
                                 lambda done, total: progress.update(task, completed=done, total=total),
                                 jobs=search.jobs, stack=search.stack)
 
 
-def _describe(p, unit: str = "samples/s") -> str:
+def describe_progress(p, unit: str = "samples/s") -> str:
+    """A search's progress ``p`` (:class:`palm_search.search.driver.Progress`) in a few words."""
     return f"feasible {p.feasible} cached {p.cached} failed {p.failed} best {p.best:.4g} {unit}"
 
 
-class _progress_bar:
+class progress_bar:
     """A rich progress bar with its ETA on stderr; when stderr is not a terminal (a log file, CI),
     a plain line at every tenth of the work instead (:class:`_ProgressLines`)."""
 

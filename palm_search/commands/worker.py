@@ -30,9 +30,13 @@ def worker_cmd(
         raise InputError(f"--trials must be >= 1, got {trials}")
     if heartbeat_interval < 1 or grace_period <= heartbeat_interval:
         raise InputError(f"need 1 <= --heartbeat-interval < --grace-period, got {heartbeat_interval}, {grace_period}")
+    from palm_search.commands.optimize import describe_progress, progress_bar
+
     search = open_worker(storage, study, trials, heartbeat_interval, grace_period)
-    with stop_on_sigint(search):
-        told = run_worker(search)
+    unit = "tokens/s" if search.spec.serving else "samples/s"
+    with progress_bar(search.spec.trials) as (progress, task), stop_on_sigint(search):
+        told = run_worker(search, lambda p: progress.update(task, completed=p.done,
+                                                            description=describe_progress(p, unit)))
     summary = {"study": study, "told": told, "counted": search.progress.done, "trials": search.spec.trials}
     if json_output:
         typer.echo(json.dumps(summary))

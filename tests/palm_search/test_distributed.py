@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -90,6 +91,7 @@ def test_two_workers_on_one_postgres_study_survive_one_killed_mid_trial(postgres
     out, err = survivor.communicate(timeout=120)
     assert survivor.returncode == 0, err
     assert json.loads(out)["counted"] == BUDGET
+    assert re.search(rf"^trials \d+/{BUDGET} after \d+ s feasible", err, re.MULTILINE), err  # its progress, on stderr
     trials = optuna.load_study(study_name="small", storage=postgres_url).trials
     states = Counter(t.state for t in trials)
     assert states[TrialState.RUNNING] == 0 and states[TrialState.WAITING] == 0
