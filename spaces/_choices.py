@@ -15,6 +15,8 @@ from collections.abc import Sequence
 
 import optuna
 
+from simulator import InputError
+
 Choice = None | bool | int | float | str
 
 
@@ -44,9 +46,10 @@ def suggest_among(trial: optuna.trial.Trial, name: str, universe: Sequence[Choic
     """Suggest one of ``valid`` (kept in ``universe`` order) under :func:`subset_name`.
 
     Raises:
-        ValueError: ``valid`` is empty (a caller bug: callers filter empty spaces out first).
+        InputError: ``valid`` is empty: no point of the space has the earlier choices (e.g. no
+            microbatch size of a data-parallel degree fits memory), which a walk of the space skips.
     """
     ordered = [c for c in universe if c in valid]
     if not ordered:
-        raise ValueError(f"no valid choice for {name!r}")
+        raise InputError(f"{name}: no valid choice among {list(universe)}")
     return trial.suggest_categorical(subset_name(name, universe, ordered), ordered)

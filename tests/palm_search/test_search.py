@@ -146,6 +146,16 @@ def test_cli_optimize_writes_the_run_directory(tmp_path):
     assert (tmp_path / "r" / "trials.csv").read_text().count("\n") == 13
 
 
+def test_a_baseline_whose_degrees_fit_no_microbatch_is_a_trial_outside_the_space(tmp_path):
+    # a bare Hugging Face config trains at its context length (131,072 for Llama 3.1 8B), batch 1:
+    # no microbatch size fits at the baseline's degrees, so the walk to its point finds none
+    config = Path(__file__).parents[1] / "simulator" / "workload" / "hf_configs" / "Llama-3.1-8B.json"
+    result = runner.invoke(app, ["optimize", "--model", str(config), "--hw", "h100-cluster", "--trials", "3",
+                                 "--jobs", "1", "--artifacts-top", "0", "--run-dir", str(tmp_path / "r"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["trials"] == 3
+
+
 @pytest.mark.parametrize(("flags", "needle"), [
     (["--model", "T-1.7B"], "--hw"),
     (["--model", "T-1.7B", "--hw", "wafer", "--sampler", "magic"], "sampler"),
