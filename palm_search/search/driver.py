@@ -177,8 +177,9 @@ def open_search(spec: StudySpec, *, run_dir: Path, storage: str | None = None, j
     (:meth:`DegreeWalk.prescreen`), open (or resume) the study, enqueue the exhaustive walk or
     start the screen (:func:`.screen.start_screen`, on the workers of the joblib backend in use).
 
-    With sampler ``exhaustive`` (or ``auto`` when the space has at most ``trials`` points) every
-    point of the space is enqueued and the budget shrinks to the points plus the baseline.
+    With sampler ``exhaustive`` (or ``auto`` when the space has at most ``trials`` points) the
+    walk's first points are enqueued, as many as the budget holds beside the baseline (the budget
+    shrinks to the points plus the baseline where they are fewer).
 
     Raises:
         InputError: bad model, hardware, study values or storage.
@@ -308,8 +309,8 @@ def enqueue_points(search: Search) -> None:
     study = search.study
     if study.user_attrs.get("enqueued") or (search.points is None and search.screened is None):
         return
-    if search.points is not None:
-        for params in search.points:
+    if search.points is not None:  # the budget's first points (the baseline is a trial of it)
+        for params in search.points[:search.spec.trials - 1]:
             study.enqueue_trial(params)
     elif search.screened is not None and search.spec.trials > 1:
         ranked, seconds = search.screened.ranked()

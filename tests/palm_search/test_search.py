@@ -160,6 +160,7 @@ def test_a_baseline_whose_degrees_fit_no_microbatch_is_a_trial_outside_the_space
     (["--model", "T-1.7B"], "--hw"),
     (["--model", "T-1.7B", "--hw", "wafer", "--sampler", "magic"], "sampler"),
     (["--model", "T-1.7B", "--hw", "wafer", "--objective", "speed"], "objectives"),
+    (["--model", "T-1.7B", "--hw", "wafer", "--objective", "memory"], '["throughput", "memory"]'),
 ])
 def test_cli_optimize_bad_input_is_one_line_and_exit_code_2(tmp_path, flags, needle):
     result = runner.invoke(app, ["optimize", *flags, "--run-dir", str(tmp_path / "x")])
@@ -397,6 +398,13 @@ def test_a_space_over_the_screen_limit_goes_to_the_sampler_or_is_refused(tmp_pat
     run_baseline(search, choose_baseline(spec, search.model, search.hardware)[0])
     optimize(search)
     assert len(search.study.trials) == 5 and "screen" not in search.study.user_attrs
+
+
+def test_an_exhaustive_search_with_a_budget_below_its_points_queues_only_the_budget(tmp_path):
+    # it queued every point of the walk (up to 10^6, minutes of journal writes) for a few trials
+    search = _run(tmp_path, sampler="exhaustive", trials=4)
+    assert len(search.points) > 4
+    assert [t.state for t in search.study.trials] == [TrialState.COMPLETE] * 4  # nothing left WAITING
 
 
 @pytest.mark.parametrize("fidelity", ["auto", "screen"])
