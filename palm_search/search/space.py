@@ -399,6 +399,9 @@ class ServingWalk:
         """Raises:
             InputError: no number of users has a legal mapping.
         """
+        if not model.is_causal:
+            raise InputError(f"study: an inference search serves a decoder's tokens; {model.name} generates none"
+                             " (palm-search simulate --mode inference times its forward passes)")
         lengths = serving_fixed(spec, model, 1)
         for key in ("prompt_length", "decode_context_length"):
             if lengths[key] > model.sequence_length:

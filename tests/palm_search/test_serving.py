@@ -71,3 +71,11 @@ def test_serving_keys_in_training_are_one_line(tmp_path):
     result = runner.invoke(app, ["optimize", "--model", "Llama-3.2-1B", "--hw", "wormhole-n150",
                                  "--min-tokens-per-s-per-user", "5", "--run-dir", str(tmp_path / "run")])
     _one_line_error(result, tmp_path, "mode")
+
+
+def test_an_inference_search_of_a_model_that_generates_no_tokens_is_one_line(tmp_path):
+    # ResNet-50 and BERT have no decode step; their error named a context they do not have
+    for model in ("ResNet-50", "BERT-base"):
+        result = runner.invoke(app, ["optimize", "--mode", "inference", "--model", model, "--hw", "wormhole-n150",
+                                     "--jobs", "1", "--run-dir", str(tmp_path / "run")])
+        _one_line_error(result, tmp_path, "generates none")
