@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from palm_search.commands.optimize import describe_progress, progress_bar
 from palm_search.search.run_control import INTERRUPTED_EXIT_CODE, stop_on_sigint
 from palm_search.search.storage import GRACE_PERIOD_S, HEARTBEAT_INTERVAL_S
 
@@ -30,8 +31,6 @@ def worker_cmd(
         raise InputError(f"--trials must be >= 1, got {trials}")
     if heartbeat_interval < 1 or grace_period <= heartbeat_interval:
         raise InputError(f"need 1 <= --heartbeat-interval < --grace-period, got {heartbeat_interval}, {grace_period}")
-    from palm_search.commands.optimize import describe_progress, progress_bar
-
     search = open_worker(storage, study, trials, heartbeat_interval, grace_period)
     unit = "tokens/s" if search.spec.serving else "samples/s"
     with progress_bar(search.spec.trials) as (progress, task), stop_on_sigint(search):

@@ -263,7 +263,7 @@ def _walks(spec: StudySpec, model: ModelSpec, walk: DegreeWalk | ServingWalk, jo
     """
     if spec.sampler == "exhaustive":
         return _at_most(iter(walk), 10**6), None
-    if spec.sampler != "auto" or spec.trials == 1 and target is None:  # one trial: the baseline's, nothing to screen
+    if spec.sampler != "auto" or (spec.trials == 1 and target is None):  # one trial, the baseline's: no screen
         return None, None
     budget = spec.trials or DEFAULT_TRIALS
     blocks = walk.blocks()

@@ -126,7 +126,7 @@ class StudySpec:
 
     def __post_init__(self) -> None:
         _check("objectives", self.objectives, OBJECTIVES, many=True)
-        if self.objectives and "memory" in self.objectives and len(self.objectives) == 1:  # outputs rank by speed
+        if tuple(self.objectives) == ("memory",):  # every output ranks mappings by speed
             raise InputError('study: `objectives` ["memory"] alone is not a search; use ["throughput", "memory"]'
                              " for the Pareto front of speed and memory")
         _check("mode", self.mode, MODES)

@@ -102,9 +102,8 @@ def _certificate(screened: dict) -> str:
     or "" (an older study, queued points not simulated yet, or nothing certified: a serving search
     queues the estimates' Pareto front first, so a point left out may estimate above one queued)."""
     margin = screened.get("margin")
-    if margin is None or not screened["queued"] or screened.get("queued_simulated", 0) < screened["queued"]:
-        return ""
-    if margin <= 0.0:  # a point left out estimates as well as the best queued (a queue by Pareto front)
+    if margin is None or margin <= 0.0 or not screened["queued"] \
+            or screened.get("queued_simulated", 0) < screened["queued"]:
         return ""
     if margin >= 1.0:
         return "certified: every point with a positive estimate was simulated"
