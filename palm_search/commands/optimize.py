@@ -116,6 +116,8 @@ def optimize_command(
         with progress_bar(search.spec.trials) as (progress, task), stop_on_sigint(search):
             if search.screened:
                 progress.update(task, description=f"baseline, then screening {search.screened.points:,} points")
+                search.screened.on_progress = lambda done, points: progress.update(
+                    task, description=f"screen: {done:,} of {points:,} points estimated")
             run_baseline(search, baseline)
             unit = "tokens/s" if search.spec.serving else "samples/s"
             optimize(search, lambda p: progress.update(task, completed=p.done, description=describe_progress(p, unit)))
@@ -226,19 +228,26 @@ class progress_bar:
 
 class _ProgressLines:
     """Progress as plain lines on stderr, one per tenth of ``total`` (the ``update`` of rich's
-    ``Progress`` that the search calls)."""
+    ``Progress`` that the search calls); between them, a changed description (the screen's
+    progress before the first trial) at most every :data:`QUIET_S` seconds."""
+
+    QUIET_S = 10.0
 
     def __init__(self, label: str, total: int) -> None:
         self.label, self.total, self.shown = label, total, 0
-        self.started = time.monotonic()
+        self.started = self.said_at = time.monotonic()
+        self.said = ""
 
     def update(self, task: TaskID, completed: int = 0, total: int | None = None, description: str = "") -> None:
         self.total = total or self.total
-        step = max(self.total // 10, 1)
+        step, now = max(self.total // 10, 1), time.monotonic()
         if completed >= self.shown + step or (completed == self.total and completed > self.shown):
             self.shown = completed
-            typer.echo(f"{self.label} {completed}/{self.total} after {time.monotonic() - self.started:.0f} s"
-                       f" {description}".rstrip(), err=True)
+        elif not description or description == self.said or (self.said and now - self.said_at < self.QUIET_S):
+            return
+        self.said, self.said_at = description, now
+        typer.echo(f"{self.label} {max(completed, self.shown)}/{self.total} after {now - self.started:.0f} s"
+                   f" {description}".rstrip(), err=True)
 
 
 def dashboard_cmd(

@@ -23,7 +23,7 @@ import queue
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import count
 from typing import Any, NamedTuple, overload
@@ -119,6 +119,9 @@ class Screening:
     running: Iterator[np.ndarray] | None
     started_s: float
     done: tuple[Ranked, float] | None = None
+    on_progress: Callable[[int, int], None] | None = None
+    """Called as the estimates come in with the points estimated and those walked so far (the
+    walk may still be going on)."""
 
     @property
     def points(self) -> int:
@@ -134,11 +137,15 @@ class Screening:
     def _ranked(self) -> tuple[Ranked, float]:
         starts = np.cumsum([0] + [len(b) for b in self.blocks])
         values = np.zeros(int(starts[-1]))
+        estimated = 0
         for piece, piece_values in zip(self.pieces, self.running or (), strict=True):
             width = len(self.blocks[piece.block].layouts)
             rows = np.arange(piece.plans.start, piece.plans.stop)[:, None] * width
             positions = starts[piece.block] + rows + np.arange(piece.layouts.start, piece.layouts.stop)[None, :]
             values[positions.reshape(-1)] = piece_values.reshape(-1)
+            estimated += piece.size
+            if self.on_progress is not None:
+                self.on_progress(estimated, int(starts[-1]))
         order = np.argsort(-values, kind="stable")
         return Ranked(self.blocks, order, values[order]), time.perf_counter() - self.started_s
 

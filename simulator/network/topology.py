@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
+from itertools import chain
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 from simulator.errors import InputError
@@ -178,6 +179,8 @@ class Topology:
         ``routes`` are (source device, destination device) pairs, a pair ``(d, -1)`` being d's
         DRAM stream, or (source, destination, share) for an edge carrying ``share`` of an edge's
         bytes (:meth:`channel_edges`)."""
+        if all(len(route) == 2 and route[1] >= 0 for route in routes):
+            return self._whole_route_loads(routes)
         loads: dict[int, float] = {}
         get, route_of, dram_routes_of = loads.get, self.route, self.dram_routes
         latency = edges = 0.0
@@ -200,6 +203,15 @@ class Topology:
                     latency = route_latency
             edges += share
         return loads, latency, edges
+
+    def _whole_route_loads(self, routes: Sequence[Edge]) -> tuple[dict[int, float], float, float]:
+        """:meth:`route_loads` of whole device pairs only, their resources counted by
+        :class:`collections.Counter` (C, not a Python step per resource crossed): the same loads
+        (a sum of ones is its count exactly), in the same order of first crossing."""
+        routed = [self.route(src, dst) for src, dst in routes]
+        counts = Counter(chain.from_iterable([resources for resources, _ in routed]))
+        latency = max([route_latency for _, route_latency in routed], default=0.0)
+        return {r: float(count) for r, count in counts.items()}, max(latency, 0.0), float(len(routes))
 
     def all_pairs_loads(self, groups: tuple[tuple[int, ...], ...]) -> tuple[dict[int, float], float, float]:
         """:meth:`route_loads` of a direct all-to-all in each group: every ordered pair of

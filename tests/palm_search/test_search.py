@@ -583,3 +583,38 @@ def test_the_prescreen_on_two_workers_finds_what_one_process_finds():
     assert len(shared.found) == len(shared.degrees) > 10
     assert [shared.found[d] for d in shared.degrees] == [alone._plans(d) for d in alone.degrees]
     assert shared.builder().space == alone.builder().space
+
+
+def test_a_screen_reports_its_estimates_as_they_come_in(tmp_path):
+    # a screen of minutes said nothing before its end (Qwen3-30B-A3B on wafer-4: half an hour)
+    from palm_search.search.driver import _walks
+    from palm_search.search.space import DegreeWalk
+
+    spec = _spec(trials=5)
+    model, hardware = load_model(spec.model), load_hardware(spec.hardware)
+    screened = _walks(spec, model, DegreeWalk(spec, model, hardware), jobs=1)[1]
+    assert screened is not None and screened.points > 5
+    calls: list[tuple[int, int]] = []
+    screened.on_progress = lambda done, points: calls.append((done, points))
+    ranked, _ = screened.ranked()
+    assert [points for _, points in calls] == [len(ranked)] * len(calls)
+    done = [d for d, _ in calls]
+    assert done == sorted(set(done)) and done[-1] == len(ranked) == screened.points
+
+
+def test_plain_progress_lines_show_a_changed_description_at_most_every_quiet_interval(monkeypatch, capsys):
+    import palm_search.commands.optimize as command
+
+    clock = iter([0.0, 0.0, 1.0, 2.0, 12.5, 13.0, 14.0])
+    monkeypatch.setattr(command.time, "monotonic", lambda: next(clock))
+    lines = command._ProgressLines("trials", 50)
+    lines.update(0, description="baseline, then screening 900 points")  # t=0: the first, at once
+    lines.update(0, description="screen: 10 of 900 points estimated")  # t=1: too soon
+    lines.update(0, description="screen: 20 of 900 points estimated")  # t=2: too soon
+    lines.update(0, description="screen: 30 of 900 points estimated")  # t=12.5: shown
+    lines.update(0, completed=5, description="feasible 5")  # t=13: a tenth of the trials, shown whatever the time
+    lines.update(0, completed=5, description="feasible 5")  # t=14: unchanged, not shown
+    assert capsys.readouterr().err.splitlines() == [
+        "trials 0/50 after 0 s baseline, then screening 900 points",
+        "trials 0/50 after 12 s screen: 30 of 900 points estimated",
+        "trials 5/50 after 13 s feasible 5"]

@@ -68,6 +68,21 @@ def test_loads_counted_by_runs_are_those_of_routing_every_edge(name, seed):
     assert counted[2] == pytest.approx(routed[2], rel=1e-12)
 
 
+@pytest.mark.parametrize("name", ["one wafer", "2 x 2 wafers, 1 links a die", "wafer-4"])
+def test_whole_pairs_counted_together_are_those_counted_one_resource_at_a_time(name):
+    # Topology.route_loads counts routes of whole pairs only with a Counter; as edges of share 1
+    # each resource is summed one crossing at a time: the same loads, order, latency and edges
+    topology = _fresh(name)
+    rng = random.Random(7)
+    pairs = [(rng.randrange(topology.num_devices), rng.randrange(topology.num_devices)) for _ in range(300)]
+    pairs = [(a, b) for a, b in pairs if a != b]
+    together = Topology.route_loads(topology, pairs)
+    one_by_one = Topology.route_loads(topology, [(a, b, 1.0) for a, b in pairs])
+    assert list(together[0].items()) == list(one_by_one[0].items())
+    assert together[1:] == one_by_one[1:]
+    assert Topology.route_loads(topology, []) == ({}, 0.0, 0.0)
+
+
 def _between_wafers(topology: MeshTopology, count: int) -> list[tuple[int, int]]:
     """``count`` pairs of cores on different wafers."""
     rng = random.Random(0)
