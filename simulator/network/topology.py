@@ -208,7 +208,7 @@ class Topology:
         """:meth:`route_loads` of whole device pairs only, their resources counted by
         :class:`collections.Counter` (C, not a Python step per resource crossed): the same loads
         (a sum of ones is its count exactly), in the same order of first crossing."""
-        routed = [self.route(src, dst) for src, dst in routes]
+        routed = [self.route(route[0], route[1]) for route in routes]
         counts = Counter(chain.from_iterable([resources for resources, _ in routed]))
         latency = max([route_latency for _, route_latency in routed], default=0.0)
         return {r: float(count) for r, count in counts.items()}, max(latency, 0.0), float(len(routes))
