@@ -37,6 +37,7 @@ from simulator import (
     strategy_flags,
 )
 from simulator import __version__ as SIMULATOR_VERSION
+from simulator.strategy_loader import read_json_document
 
 app = typer.Typer(no_args_is_help=True, help="Simulate and search parallel mappings of large-model training.")
 
@@ -142,6 +143,7 @@ def simulate_command(
 ) -> None:
     """Simulate one training (or inference) iteration of MODEL on HW with one strategy."""
     try:
+        strategy_file = _one_mapping(strategy_file, model)
         strategy = build_strategy(strategy_file, flags, stage_layers, stage_devices)
         model_spec, hardware = _model_and_machine(model, hw, strategy_file)
         result = _simulate_and_draw(model_spec, hardware, strategy, network, steady_state, trace, plots,
@@ -156,6 +158,32 @@ def simulate_command(
         from palm_search.views.render import print_result  # rich: only to print
 
         print_result(result, machine_devices=hardware.num_devices)
+
+
+def _one_mapping(strategy_file: Path | None, model: str | None) -> Path | None:
+    """``strategy_file``, or for a co-design run's ``best.json`` (the best chip and a mapping per
+    model) the ``best-<model>.json`` beside it of its one model, or of ``model``.
+
+    Raises:
+        InputError: a co-design's ``best.json`` of several models without ``--model``, or without
+            the one ``--model`` names.
+    """
+    if strategy_file is None or strategy_file.suffix != ".json":
+        return strategy_file
+    document = read_json_document(strategy_file)
+    best = document.get("best") if isinstance(document, dict) and "strategy" not in document else None
+    if not isinstance(best, dict) or not isinstance(best.get("per_model"), dict):
+        return strategy_file
+    models = list(best["per_model"])
+    chosen = [m for m in models if model in (m, Path(m).stem) or Path(model or "").stem == Path(m).stem]
+    if len(models) == 1 and model is None:
+        chosen = models
+    if len(chosen) != 1:
+        wanted = f"--model {model} is not one of them" if model else "choose one with --model"
+        raise InputError(f"{strategy_file}: a co-design summary with a mapping per model ({', '.join(models)}); "
+                         f"{wanted}, or replay {strategy_file.parent}/best-<model>.json")
+    name = chosen[0]
+    return strategy_file.parent / f"best-{Path(name).stem if Path(name).is_file() else name}.json"
 
 
 def _model_and_machine(model: str | None, hw: str | None, strategy_file: Path | None) -> tuple[ModelSpec, Hardware]:

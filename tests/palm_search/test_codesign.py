@@ -94,6 +94,14 @@ def test_the_best_chip_and_mapping_replay_from_the_run_directory(study, tmp_path
     document = json.loads((run / "best-T-1.7B.json").read_text())
     replayed = simulate(load_model("T-1.7B"), hardware, Strategy.from_dict(document["strategy"]))
     assert replayed.samples_per_s == pytest.approx(summary["best"]["per_model"]["T-1.7B"]["samples_per_s"], rel=1e-9)
+    # the summary's best.json replays one model's mapping (--model), or says which to choose in one line
+    cli = CliRunner().invoke(app, ["simulate", "--strategy", str(run / "best.json"), "--model", "T-1.7B", "--json"])
+    assert cli.exit_code == 0, cli.output
+    assert json.loads(cli.stdout)["samples_per_s"] == pytest.approx(replayed.samples_per_s, rel=1e-9)
+    for more in ([], ["--model", "T-18B"]):
+        refused = CliRunner().invoke(app, ["simulate", "--strategy", str(run / "best.json"), *more])
+        assert refused.exit_code == 2 and len(refused.output.strip().splitlines()) == 1, refused.output
+        assert "T-1.7B, T-3.6B" in refused.output and "best-<model>.json" in refused.output
 
 
 def test_a_bad_study_is_one_line_naming_the_file_and_key(study):
