@@ -135,7 +135,7 @@ def _placed_table(model: ModelSpec, hardware: Hardware, plan: Strategy, layout: 
         return -1
     where = (_PLACED_FIELDS(strategy), all_to_all)
     if where not in index:
-        index[where] = _flow_table(hardware, strategy, all_to_all, tables)
+        index[where] = _flow_table(hardware, strategy, all_to_all, tables, index)
     return index[where]
 
 
@@ -155,14 +155,20 @@ def _plan(model: ModelSpec, hardware: Hardware, strategy: Strategy, stack: Stack
     return _Plan(len(tables) - 1, m, strategy.microbatch_size * strategy.dp * m, group, uses_all_to_all(costs))
 
 
-def _flow_table(hardware: Hardware, strategy: Strategy, all_to_all: bool, tables: list[FlowTable]) -> int:
+def _flow_table(hardware: Hardware, strategy: Strategy, all_to_all: bool, tables: list[FlowTable],
+                index: dict[tuple[object, ...], int]) -> int:
     """The index in ``tables`` of the table of ``strategy``'s flows (:func:`simulator.api._prepare`'s
-    placement and the engine's flows; appended), -1 where the machine has no such placement."""
+    placement and the engine's flows; appended unless ``index`` holds the same placement's, which
+    layouts that differ in fields but place the stages alike share), -1 where the machine has no
+    such placement."""
     topology = topology_of(hardware)
     try:
         placements = place(topology, strategy, simulated_replicas(topology, strategy))
     except InputError:
         return -1
-    made = machine_flows(topology, placements, hardware.calibration, strategy.transfer_strategy, all_to_all)
-    tables.append(flow_table(*made, placements, strategy.transfer_strategy))
-    return len(tables) - 1
+    placed = (placements, strategy.transfer_strategy, all_to_all)
+    if placed not in index:
+        made = machine_flows(topology, placements, hardware.calibration, strategy.transfer_strategy, all_to_all)
+        tables.append(flow_table(*made, placements, strategy.transfer_strategy))
+        index[placed] = len(tables) - 1
+    return index[placed]

@@ -198,3 +198,21 @@ def test_the_busiest_resource_of_many_pairs_is_each_pairs_sums_over_the_flow_ind
     alone = [float(table.index.busy_s(table.flow_bytes(row)).max()) for row in moved]
     assert alone[0] == 0.0 and min(alone[1:]) > 0.0
     assert table.busiest_s(moved).tolist() == pytest.approx(alone, rel=1e-12, abs=0)
+
+
+def test_layouts_that_place_the_stages_alike_share_one_build_of_their_flows(monkeypatch):
+    # with TP 1 the group layout changes no group: the two layouts' flows are built once
+    import simulator.estimates
+
+    built = []
+    machine_flows = simulator.estimates.machine_flows
+    monkeypatch.setattr(simulator.estimates, "machine_flows", lambda *a: built.append(a[1]) or machine_flows(*a))
+    model, hardware = load_model("T-1.7B"), load_hardware("wafer")
+    plan = Strategy(tp=1, pp=4, dp=8, global_batch_size=32, recompute="full")
+    layouts = [dict(group_layout=layout, placement=placement) for placement in ("line", "row-snake")
+               for layout in ("compact", "strided")]
+    grid = estimate_product(model, hardware, [plan], layouts)
+    assert len(built) == 2 and built[0] != built[1]
+    assert grid[0, 0] == grid[0, 1] > 0 and grid[0, 2] == grid[0, 3] > 0
+    assert grid[0].tolist() == [pytest.approx(_alone(model, hardware, plan.with_fields(**layout)), rel=1e-12)
+                                for layout in layouts]
