@@ -59,7 +59,7 @@ from simulator.strategy import (
     strategy_fields,
     strategy_flags,
 )
-from simulator.strategy_loader import load_strategy, read_best
+from simulator.strategy_loader import load_strategy, read_best, read_json_document
 from simulator.workload.loader import load_model, model_presets
 from simulator.workload.spec import ModelSpec
 
@@ -98,7 +98,8 @@ __all__ = [
     "check_memory", "estimate_many", "estimate_product", "estimate_samples_per_s", "grid_gemm", "BlockTuning",
     "StageReport", "Strategy", "hardware_from_tables", "hardware_presets", "hardware_tables",
     "hardware_to_toml", "load_hardware", "load_model", "load_strategy",
-    "model_presets", "num_microbatches", "read_best", "simulate", "simulate_timeline", "simulate_with_records",
+    "model_presets", "num_microbatches", "read_best", "read_json_document", "simulate", "simulate_timeline",
+    "simulate_with_records",
     "DEFAULT_NETWORK", "NETWORKS", "MODES", "is_inference", "search_dimensions", "strategy_fields", "strategy_flags",
     "StrategyFlag", "ATTENTION_SPLITS",
     "GROUP_LAYOUTS", "GROUP_ORDERS", "PLACEMENTS", "PRECISIONS", "RECOMPUTES",

@@ -33,11 +33,11 @@ from simulator import (
     load_stack,
     load_strategy,
     read_best,
+    read_json_document,
     stack_presets,
     strategy_flags,
 )
 from simulator import __version__ as SIMULATOR_VERSION
-from simulator.strategy_loader import read_json_document
 
 app = typer.Typer(no_args_is_help=True, help="Simulate and search parallel mappings of large-model training.")
 
