@@ -169,7 +169,7 @@ def make_flow(
             that load the machine as these do (identical data-parallel replicas,
             :mod:`simulator.replicas`): they count in ``num_edges``, not in ``loads``.
     """
-    return _flow(topology, name, kind, topology.route_loads(routes), efficiency, group_size, copies)
+    return _flow(topology, name, kind, topology.remembered_loads(routes), efficiency, group_size, copies)
 
 
 def all_to_all_flow(topology: Topology, name: str, kind: str, groups: tuple[tuple[int, ...], ...],
@@ -177,7 +177,7 @@ def all_to_all_flow(topology: Topology, name: str, kind: str, groups: tuple[tupl
     """A direct all-to-all in each of ``groups`` (of the first group's size): the flow of
     :func:`make_flow` over every ordered pair of distinct devices of a group, its loads counted by
     :meth:`~simulator.network.topology.Topology.all_pairs_loads`."""
-    return _flow(topology, name, kind, topology.all_pairs_loads(groups), efficiency, len(groups[0]), copies)
+    return _flow(topology, name, kind, topology.remembered_all_pairs_loads(groups), efficiency, len(groups[0]), copies)
 
 
 def _flow(topology: Topology, name: str, kind: str, counted: tuple[dict[int, float], float, float],

@@ -152,3 +152,19 @@ def test_a_route_between_wafers_crosses_each_wafer_link_it_names_once():
 
 def test_no_routes_load_nothing():
     assert _fresh("one wafer").route_loads([]) == ({}, 0.0, 0.0)
+
+
+def test_counted_route_sets_are_remembered_as_counted_the_least_recently_used_forgotten(monkeypatch):
+    import simulator.network.topology as topology_module
+
+    topology, fresh = _fresh("2 x 2 wafers, 1 links a die"), _fresh("2 x 2 wafers, 1 links a die")
+    routes = _routes(random.Random(5), topology.num_devices)
+    groups = ((0, 5, 9, 14), (1, 6, 10, 15))
+    first = topology.remembered_loads(routes)
+    assert first == fresh.route_loads(routes) and list(first[0]) == list(fresh.route_loads(routes)[0])
+    assert topology.remembered_all_pairs_loads(groups) == fresh.all_pairs_loads(groups)
+    assert topology.remembered_loads(list(routes)) is first  # asked again: not counted again
+    monkeypatch.setattr(topology_module, "COUNTS_REMEMBERED", 2)
+    topology.remembered_loads(routes[:3])  # a third set: the all-pairs one, least recently used, goes
+    assert list(topology._counted) == [("routes", tuple(routes)), ("routes", tuple(routes[:3]))]
+    assert topology.remembered_loads(routes) is first
