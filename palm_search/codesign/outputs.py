@@ -139,8 +139,13 @@ def _write_best(run: CodesignRun, best: Chip, directory: Path, summary: dict) ->
         document = {"schema_version": SCHEMA_VERSION, "model": name, "hardware": hardware.name,
                     "network": run.spec.network, "strategy": record["strategy"], "machine": machine,
                     "result": {k: v for k, v in record.items() if k != "strategy"}}
-        stem = Path(name).stem if Path(name).is_file() else name
-        (directory / f"best-{stem}.json").write_text(strict_json(document, indent=2))
+        (directory / mapping_file(name)).write_text(strict_json(document, indent=2))
+
+
+def mapping_file(model: str) -> str:
+    """The name of the file holding ``model``'s best mapping in a run directory:
+    ``best-<preset>.json``, or ``best-<file stem>.json`` for a model file."""
+    return f"best-{Path(model).stem if Path(model).is_file() else model}.json"
 
 
 def _write_study(run: CodesignRun, directory: Path) -> None:

@@ -174,16 +174,15 @@ def _one_mapping(strategy_file: Path | None, model: str | None) -> Path | None:
     best = document.get("best") if isinstance(document, dict) and "strategy" not in document else None
     if not isinstance(best, dict) or not isinstance(best.get("per_model"), dict):
         return strategy_file
+    from palm_search.codesign.outputs import mapping_file  # optuna and pandas: only for a co-design's file
+
     models = list(best["per_model"])
-    chosen = [m for m in models if model in (m, Path(m).stem) or Path(model or "").stem == Path(m).stem]
-    if len(models) == 1 and model is None:
-        chosen = models
+    chosen = [m for m in models if mapping_file(m) == mapping_file(model)] if model else models
     if len(chosen) != 1:
         wanted = f"--model {model} is not one of them" if model else "choose one with --model"
         raise InputError(f"{strategy_file}: a co-design summary with a mapping per model ({', '.join(models)}); "
                          f"{wanted}, or replay {strategy_file.parent}/best-<model>.json")
-    name = chosen[0]
-    return strategy_file.parent / f"best-{Path(name).stem if Path(name).is_file() else name}.json"
+    return strategy_file.parent / mapping_file(chosen[0])
 
 
 def _model_and_machine(model: str | None, hw: str | None, strategy_file: Path | None) -> tuple[ModelSpec, Hardware]:

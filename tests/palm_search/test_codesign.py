@@ -243,3 +243,14 @@ def test_the_printed_answer_names_the_base_chip_once(capsys):
     _print_summary(summary)
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].startswith("base: 5.197 samples/s (mean)") and lines[2].startswith("best: sram 2x: 5.197")
+
+
+def test_a_summary_of_models_whose_names_differ_after_a_dot_replays_the_one_named(tmp_path):
+    from palm_search.commands.cli import _one_mapping
+
+    summary = tmp_path / "best.json"
+    summary.write_text(json.dumps({"best": {"per_model": {"Llama-3.1-8B": {}, "Llama-3.1-70B": {}}}}))
+    assert _one_mapping(summary, "Llama-3.1-70B") == tmp_path / "best-Llama-3.1-70B.json"
+    assert _one_mapping(summary, "Llama-3.1-8B") == tmp_path / "best-Llama-3.1-8B.json"
+    with pytest.raises(InputError, match="choose one with --model"):
+        _one_mapping(summary, None)
