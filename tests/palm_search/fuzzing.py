@@ -78,6 +78,11 @@ BASES["serving stack"] = tomllib.loads((ROOT / "simulator/stacks/presets/tt-tran
 """A serving stack file: its tables of operator classes (weight formats, math fidelities) and KV-cache format."""
 BASES["training stack"] = tomllib.loads((ROOT / "simulator/stacks/presets/torchtitan-fsdp2-eager.toml").read_text())
 """A training stack file with its recompute policy, reduction format and table of element-wise bytes."""
+BASES["codesign summary"] = {"best": {"per_model": {"T-1.7B": {"samples_per_s": 1.0}, "T-3.6B": {}}}}
+"""A co-design run's ``best.json`` given to ``simulate --strategy``: it replays the ``best-<model>.json``
+beside it (:data:`JSON_FILES`) of the model ``--model`` names."""
+JSON_FILES = {"config": "config.json", "summary": "best.json", "mapping": "best-T-1.7B.json"}
+"""The files a case writes as JSON, by their name in the case (the others are TOML)."""
 BAD_VALUES = ["text", "", -1, 0, -0.5, math.nan, math.inf, -math.inf, 1e308, 1e300, 1e-300, 10**18, 2**63 - 1,
               True, 2.5, [], [1, "x"], {"nested": 1}]
 PRESET_FILES = [ROOT / "simulator/hardware/presets/wafer.toml", ROOT / "simulator/hardware/presets/h100-cluster.toml",
@@ -190,11 +195,15 @@ def schema_cases(draw) -> Case:
     kind = draw(st.sampled_from(["model", "moe model", "classifier model", "windowed model", "hf config",
                                  "windowed hf config", "hardware", "multi-chip hardware", "multi-wafer hardware",
                                  "gpu hardware", "strategy", "decode strategy", "recompute strategy", "stack",
-                                 "serving stack", "training stack",
+                                 "serving stack", "training stack", "codesign summary",
                                  "study", "serving study"]), label="kind")
     if kind.endswith("hf config"):
         case = simulate_case({"config": json.dumps(draw(mutated(kind))).encode()}, f"schema {kind}")
         return replace(case, argv=[a.replace("{model}", "{config}") for a in case.argv])
+    if kind == "codesign summary":
+        case = simulate_case({"summary": json.dumps(draw(mutated(kind))).encode(),
+                              "mapping": json.dumps(BASES["strategy"]).encode()}, f"schema {kind}")
+        return replace(case, argv=[{"{strategy}": "{summary}", "{model}": "T-1.7B"}.get(a, a) for a in case.argv])
     text = to_toml(draw(mutated(kind))).encode()
     if kind.endswith("study"):
         return optimize_case(text, f"schema {kind}")
@@ -294,7 +303,7 @@ class Outcome:
 def _materialise(case: Case, directory: Path) -> list[str]:
     paths = {"run": str(directory / "run")}
     for name, content in case.files.items():
-        path = directory / (f"{name}.json" if name == "config" else f"{name}.toml")
+        path = directory / JSON_FILES.get(name, f"{name}.toml")
         if content == "dir":
             path.mkdir()
         elif content == "fifo":
