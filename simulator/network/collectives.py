@@ -184,10 +184,9 @@ def _flow(topology: Topology, name: str, kind: str, counted: tuple[dict[int, flo
           efficiency: float, group_size: int, copies: int) -> Flow:
     """The flow of ``counted`` edges: their loads per resource, largest latency (s) and number."""
     loads, latency, edges = counted
-    occupancy = topology.occupancy(loads, efficiency)
+    occupancy, seconds_per_byte = topology.remembered_occupancy(counted, efficiency)
     return Flow(name=name, kind=kind, group_size=group_size, loads=loads, latency_s=latency,
-                seconds_per_byte=max(occupancy.values(), default=0.0), num_edges=round(edges) * copies,
-                occupancy=occupancy)
+                seconds_per_byte=seconds_per_byte, num_edges=round(edges) * copies, occupancy=occupancy)
 
 
 def ring_edges(groups: tuple[tuple[int, ...], ...]) -> list[tuple[int, int]]:

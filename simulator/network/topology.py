@@ -113,6 +113,7 @@ class Topology:
         self.efficiencies: Sequence[float | None] = self._efficiencies
         self.num_devices = 0
         self._counted: OrderedDict[tuple[object, ...], Counted] = OrderedDict()
+        self._occupied: OrderedDict[tuple[int, float], tuple[Counted, dict[int, float], float]] = OrderedDict()
 
     def _add(self, name: str, kind: str, bandwidth_bytes_per_s: float, efficiency: float | None = None) -> int:
         self._names.append(name)
@@ -234,6 +235,22 @@ class Topology:
     def remembered_all_pairs_loads(self, groups: tuple[tuple[int, ...], ...]) -> Counted:
         """:meth:`all_pairs_loads` of ``groups``, remembered as :meth:`remembered_loads` is."""
         return self._remembered(("all pairs", groups), self.all_pairs_loads, groups)
+
+    def remembered_occupancy(self, counted: Counted, efficiency: float) -> tuple[dict[int, float], float]:
+        """:meth:`occupancy` of ``counted``'s loads at ``efficiency`` and its largest value (s per
+        byte per edge; 0 without loads), remembered for the counted object (an answer of
+        :meth:`remembered_loads`, the same object each time it is found again) as its loads are.
+        The answer is shared, not copied: read it only."""
+        key = (id(counted), efficiency)
+        found = self._occupied.get(key)
+        if found is None or found[0] is not counted:  # the entry holds ``counted``: its id is not reused
+            occupancy = self.occupancy(counted[0], efficiency)
+            found = self._occupied[key] = (counted, occupancy, max(occupancy.values(), default=0.0))
+            if len(self._occupied) > COUNTS_REMEMBERED:
+                self._occupied.popitem(last=False)
+        else:
+            self._occupied.move_to_end(key)
+        return found[1], found[2]
 
     def _remembered(self, key: tuple[object, ...], count: Callable[[_A], Counted], argument: _A) -> Counted:
         """``count(argument)`` under ``key``, the :data:`COUNTS_REMEMBERED` most recently used kept."""

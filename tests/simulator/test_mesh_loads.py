@@ -168,3 +168,14 @@ def test_counted_route_sets_are_remembered_as_counted_the_least_recently_used_fo
     topology.remembered_loads(routes[:3])  # a third set: the all-pairs one, least recently used, goes
     assert list(topology._counted) == [("routes", tuple(routes)), ("routes", tuple(routes[:3]))]
     assert topology.remembered_loads(routes) is first
+
+
+def test_an_occupancy_is_remembered_for_the_counted_loads_and_efficiency_it_was_computed_for():
+    topology = _fresh("one wafer")
+    counted = topology.remembered_loads(_routes(random.Random(9), topology.num_devices))
+    occupancy, seconds_per_byte = topology.remembered_occupancy(counted, 0.8)
+    assert occupancy == topology.occupancy(counted[0], 0.8) and seconds_per_byte == max(occupancy.values())
+    assert topology.remembered_occupancy(counted, 0.8)[0] is occupancy
+    assert topology.remembered_occupancy(counted, 0.5)[0] == topology.occupancy(counted[0], 0.5) != occupancy
+    equal = (dict(counted[0]), *counted[1:])  # equal loads, another object: counted anew, not found
+    assert topology.remembered_occupancy(equal, 0.8)[0] is not occupancy
