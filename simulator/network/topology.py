@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from itertools import chain
 from typing import TYPE_CHECKING, Literal, TypeVar
 
@@ -42,7 +42,8 @@ screen's task place many flows alike (Qwen3-30B-A3B on wafer-4, the screen's blo
 27,790 sets asked for, 5,122 distinct, all found again at this size); a worker's memory grew
 less with them than with the routes they spare (941 against 1,047 MB)."""
 
-_A = TypeVar("_A")
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 
 MarkShape = Literal["link", "port", "cell", "dot"]
@@ -230,38 +231,25 @@ class Topology:
     def remembered_loads(self, routes: Sequence[Edge]) -> Counted:
         """:meth:`route_loads` of ``routes``, remembered (:data:`COUNTS_REMEMBERED`): a search's
         placements share many of their flows' routes. The answer is shared, not copied: read it only."""
-        return self._remembered(("routes", tuple(routes)), self.route_loads, routes)
+        return _recent(self._counted, ("routes", tuple(routes)), partial(self.route_loads, routes))
 
     def remembered_all_pairs_loads(self, groups: tuple[tuple[int, ...], ...]) -> Counted:
         """:meth:`all_pairs_loads` of ``groups``, remembered as :meth:`remembered_loads` is."""
-        return self._remembered(("all pairs", groups), self.all_pairs_loads, groups)
+        return _recent(self._counted, ("all pairs", groups), partial(self.all_pairs_loads, groups))
 
     def remembered_occupancy(self, counted: Counted, efficiency: float) -> tuple[dict[int, float], float]:
         """:meth:`occupancy` of ``counted``'s loads at ``efficiency`` and its largest value (s per
         byte per edge; 0 without loads), remembered for the counted object (an answer of
-        :meth:`remembered_loads`, the same object each time it is found again) as its loads are.
-        The answer is shared, not copied: read it only."""
-        key = (id(counted), efficiency)
-        found = self._occupied.get(key)
-        if found is None or found[0] is not counted:  # the entry holds ``counted``: its id is not reused
-            occupancy = self.occupancy(counted[0], efficiency)
-            found = self._occupied[key] = (counted, occupancy, max(occupancy.values(), default=0.0))
-            if len(self._occupied) > COUNTS_REMEMBERED:
-                self._occupied.popitem(last=False)
-        else:
-            self._occupied.move_to_end(key)
-        return found[1], found[2]
+        :meth:`remembered_loads`, the same object each time it is found again) as its loads are;
+        the entry holds ``counted``, so no other object has its id while the entry lasts. The
+        answer is shared, not copied: read it only."""
+        _, occupancy, seconds_per_byte = _recent(self._occupied, (id(counted), efficiency),
+                                                 partial(self._occupancy_of, counted, efficiency))
+        return occupancy, seconds_per_byte
 
-    def _remembered(self, key: tuple[object, ...], count: Callable[[_A], Counted], argument: _A) -> Counted:
-        """``count(argument)`` under ``key``, the :data:`COUNTS_REMEMBERED` most recently used kept."""
-        counted = self._counted.get(key)
-        if counted is None:
-            counted = self._counted[key] = count(argument)
-            if len(self._counted) > COUNTS_REMEMBERED:
-                self._counted.popitem(last=False)
-        else:
-            self._counted.move_to_end(key)
-        return counted
+    def _occupancy_of(self, counted: Counted, efficiency: float) -> tuple[Counted, dict[int, float], float]:
+        occupancy = self.occupancy(counted[0], efficiency)
+        return counted, occupancy, max(occupancy.values(), default=0.0)
 
     def all_pairs_loads(self, groups: tuple[tuple[int, ...], ...]) -> tuple[dict[int, float], float, float]:
         """:meth:`route_loads` of a direct all-to-all in each group: every ordered pair of
@@ -346,6 +334,19 @@ def _topology(network: Network, dram: Dram | None) -> Topology:
 
 TOPOLOGIES: dict[type, type[Topology]] = {}
 """Network record class -> its topology class (filled by :func:`topology_for`)."""
+
+
+def _recent(store: OrderedDict[_K, _V], key: _K, make: Callable[[], _V]) -> _V:
+    """``store[key]``, made by ``make`` when absent; the :data:`COUNTS_REMEMBERED` most recently
+    used kept."""
+    found = store.get(key)
+    if found is None:
+        found = store[key] = make()
+        if len(store) > COUNTS_REMEMBERED:
+            store.popitem(last=False)
+    else:
+        store.move_to_end(key)
+    return found
 
 
 T = TypeVar("T", bound=type[Topology])
