@@ -107,8 +107,9 @@ def optimize_command(
         from palm_search.views.outputs import dashboard_command, strict_json, write_outputs
         from palm_search.views.render import print_search_summary
 
-        search = open_search(spec, run_dir=directory, storage=storage, jobs=jobs or os.cpu_count() or 1,
-                             deterministic=deterministic)
+        with opening_notice(spec, jobs or os.cpu_count() or 1):
+            search = open_search(spec, run_dir=directory, storage=storage, jobs=jobs or os.cpu_count() or 1,
+                                 deterministic=deterministic)
         search.backend = cluster.backend
         finished_before = _finished_trials(search.study)
         baseline, note = choose_baseline(spec, search.model, search.hardware)
@@ -224,6 +225,30 @@ class progress_bar:
 
     def __exit__(self, *exc) -> None:
         self.progress.stop()
+
+
+class opening_notice:
+    """One line on stderr when opening the study (loading the model and machine, pre-screening
+    the space's plans for memory on ``jobs`` workers, walking it) takes over :data:`AFTER_S`
+    seconds, as it does on large spaces (about 15 s for Qwen3-30B-A3B on ``wafer-4``) before the
+    first progress line; nothing on small ones, whose errors stay one line."""
+
+    AFTER_S = 5.0
+
+    def __init__(self, spec: StudySpec, jobs: int) -> None:
+        import threading
+
+        message = (f"opening study {spec.name}: pre-screening the space's plans for memory on {jobs} workers and"
+                   " walking it")
+        self.timer = threading.Timer(self.AFTER_S, lambda: typer.echo(message, err=True))
+        self.timer.daemon = True
+
+    def __enter__(self) -> opening_notice:
+        self.timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.timer.cancel()
 
 
 class _ProgressLines:

@@ -19,7 +19,7 @@ from palm_search.search.baseline import choose_baseline
 from palm_search.search.driver import open_search, optimize, run_baseline
 from palm_search.search.space import ScriptedTrial, candidate_builder, enumerate_points
 from palm_search.search.storage import journal_storage
-from palm_search.search.study import default_name, load_study
+from palm_search.search.study import StudySpec, default_name, load_study
 from simulator import load_hardware, load_model, simulate
 
 DATA = Path(__file__).parent / "data"
@@ -549,7 +549,6 @@ def test_every_plan_that_fits_memory_is_a_plan_of_the_walk_and_hybrid_sharding_a
     # shard group (16 A100s: two nodes of 8), so the fitting plans bound the walk's from below
     # and a space whose fitting plans exceed the screen's is known too large before its walk
     from palm_search.search.space import DegreeWalk
-    from palm_search.search.study import StudySpec
 
     spec = StudySpec(model="LLaMA2-7B", hardware="a100-cluster").replace(device_counts=(16,))
     walk = DegreeWalk(spec, load_model(spec.model), load_hardware(spec.hardware))
@@ -618,3 +617,18 @@ def test_plain_progress_lines_show_a_changed_description_at_most_every_quiet_int
         "trials 0/50 after 0 s baseline, then screening 900 points",
         "trials 0/50 after 12 s screen: 30 of 900 points estimated",
         "trials 5/50 after 13 s feasible 5"]
+
+
+def test_opening_a_study_that_takes_long_says_so_in_one_line_and_a_quick_one_says_nothing(monkeypatch, capsys):
+    import palm_search.commands.optimize as command
+
+    spec = StudySpec(model="T-18B", hardware="wafer")
+    monkeypatch.setattr(command.opening_notice, "AFTER_S", 0.05)
+    with command.opening_notice(spec, 2) as notice:
+        pass  # done before the notice is due: nothing said
+    notice.timer.join(1.0)
+    assert capsys.readouterr().err == ""
+    with command.opening_notice(spec, 2) as notice:
+        notice.timer.join(5.0)  # still opening when the notice is due
+    assert capsys.readouterr().err.splitlines() == [
+        f"opening study {spec.name}: pre-screening the space's plans for memory on 2 workers and walking it"]
