@@ -493,6 +493,55 @@ class MeshTopology(Topology):
             self._keep(routes, to_dram.tolist(), crossed, ends, pair_latency.tolist())
         return loads, latency, sum(share.tolist())
 
+    def all_pairs_loads(self, groups: tuple[tuple[int, ...], ...]) -> tuple[dict[int, float], float, float]:
+        """:meth:`Topology.all_pairs_loads` counted in closed form, not routed pair by pair (an
+        all-to-all of 64 cores is 4,032 routes), where every group's devices are distinct and
+        on one wafer (:func:`~simulator.network.mesh_loads.all_pairs_links`); else routed. The same
+        loads (sums of ones, exact in any order), in the order the pairs (source-major, groups in
+        order) first cross them, the same latency and edges. (Groups spanning wafers counted the
+        same way, their pairs between wafers by runs, took longer than routing them: a search has
+        routed most of those pairs already, and the grid then spans every wafer.)"""
+        import numpy as np
+
+        from simulator.network.mesh_loads import all_pairs_links
+
+        wafer = self._wafer_ids
+        if any(len(set(g)) < len(g) or len({wafer[d] for d in g}) > 1 for g in groups):
+            return super().all_pairs_loads(groups)
+        pairs = [g for g in groups if len(g) > 1]
+        if not pairs:
+            return {}, 0.0, 0.0
+        sizes = np.asarray([len(g) for g in pairs])
+        devices = np.concatenate([np.asarray(g, dtype=np.int64) for g in pairs])
+        group = np.repeat(np.arange(len(pairs)), sizes)
+        position = np.arange(len(devices)) - (np.cumsum(sizes) - sizes)[group]
+        y, x = np.divmod(devices, self._width)
+        x0, y0 = int(x.min()), int(y.min())
+        found = all_pairs_links(group, position, x - x0, y - y0)
+        table = self._run_table()
+        links = np.concatenate([table[block * self.num_devices + (at[:, 1] + y0) * self._width + at[:, 0] + x0]
+                                for block, at, _ in found])
+        counted = np.concatenate([f for _, _, f in found])  # group, pairs, first pair's source, destination, place
+        met = links[np.lexsort(counted[:, [4, 3, 2, 0]].T)]  # by group, source, destination, place in the route
+        resources, where = np.unique(met, return_index=True)
+        order = resources[np.argsort(where)]
+        sums = np.bincount(links, weights=counted[:, 1].astype(float))
+        return (dict(zip(order.tolist(), sums[order].tolist(), strict=True)), self._pairs_latency(pairs),
+                float(sum(len(g) * (len(g) - 1) for g in pairs)))
+
+    def _pairs_latency(self, groups: list[tuple[int, ...]]) -> float:
+        """The largest latency (s) of the XY routes between two distinct devices of a group, for
+        groups each on one wafer (:meth:`_route`'s hops and die crossings)."""
+        import numpy as np
+
+        from simulator.network.mesh_loads import die_crossings
+
+        src = np.concatenate([np.repeat(g, len(g)) for g in groups])
+        dst = np.concatenate([np.tile(g, len(g)) for g in groups])
+        src, dst, width = src[src != dst], dst[src != dst], self._width
+        hops = np.abs(src % width - dst % width) + np.abs(src // width - dst // width)
+        return float(self._latency(hops, die_crossings(src, dst, width, self.mesh.cores_x, self.mesh.cores_y)).max())
+
     def _keep(self, routes: Sequence[Edge], to_dram: list[bool], crossed: np.ndarray, ends: list[int],
               latency: list[float]) -> None:
         """Keep the route of every pair of ``routes`` not routed yet (its resources

@@ -95,3 +95,60 @@ def die_crossings(src: np.ndarray, dst: np.ndarray, width: int, cores_x: int, co
     (ay, ax), (by, bx) = np.divmod(src, width), np.divmod(dst, width)
     crossings: np.ndarray = np.abs(ax // cores_x - bx // cores_x) + np.abs(ay // cores_y - by // cores_y)
     return crossings
+
+
+def all_pairs_links(group: np.ndarray, position: np.ndarray, x: np.ndarray,
+                    y: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """The links crossed by the XY routes of every ordered pair of distinct devices of each group,
+    counted in closed form rather than routed. Device ``d`` is the ``position[d]``-th of group
+    ``group[d]`` (groups numbered from 0) at grid position ``(x[d], y[d])``, relative to the
+    smallest of each; a group has at most one device per position. A pair's row leg runs along
+    its source's row to its destination's column, so the link east of ``(c, r)`` carries the
+    pairs from the group's sources of row ``r`` at or west of ``c`` to its destinations east of
+    ``c`` (their counts multiply); its column leg runs down or up its destination's column, so
+    the link south of ``(c, r)`` carries the pairs from the sources at or north of ``r`` to the
+    destinations of column ``c`` south of ``r``; west and north alike.
+
+    Returns, per direction (:data:`EAST`, :data:`WEST`, :data:`SOUTH`, :data:`NORTH`), the block
+    of the lookup table (module docstring), the ``(x, y)`` of the device whose link it is, as an
+    ``(n, 2)`` array, and an ``(n, 5)`` array of (group, pairs crossing it, and of the first of
+    them in source-major order: source position, destination position, the link's place in its
+    route), for the ``n`` (group, link) pairs crossed."""
+    import numpy as np
+
+    groups, width, height = int(group.max()) + 1, int(x.max()) + 1, int(y.max()) + 1
+    big = int(position.max()) + 1  # above every position: "none"
+    cell = np.full((groups, height, width), big, dtype=np.int64)
+    cell[group, y, x] = position
+    source_x, source_y = np.zeros((groups, big), dtype=np.int64), np.zeros((groups, big), dtype=np.int64)
+    source_x[group, position], source_y[group, position] = x, y
+    here = (cell < big).astype(np.int64)
+    n = here.sum(axis=(1, 2))[:, None, None]
+    west_of, north_of = np.cumsum(here, axis=2), np.cumsum(here, axis=1)  # in the row / column, at or before
+    columns = np.cumsum(here.sum(axis=1), axis=1)[:, None, :]  # devices at or west of each column
+    rows = np.cumsum(here.sum(axis=2), axis=1)[:, :, None]  # devices at or north of each row
+    first_west, first_north = np.minimum.accumulate(cell, axis=2), np.minimum.accumulate(cell, axis=1)
+    first_east = np.minimum.accumulate(cell[:, :, ::-1], axis=2)[:, :, ::-1]
+    first_south = np.minimum.accumulate(cell[:, ::-1], axis=1)[:, ::-1]
+    column_first, row_first = cell.min(axis=1)[:, None, :], cell.min(axis=2)[:, :, None]
+    column_west = np.minimum.accumulate(column_first, axis=2)  # first device at or west of each column
+    column_east = np.minimum.accumulate(column_first[:, :, ::-1], axis=2)[:, :, ::-1]
+    row_north = np.minimum.accumulate(row_first, axis=1)
+    row_south = np.minimum.accumulate(row_first[:, ::-1], axis=1)[:, ::-1]
+    directions = (  # (block, pairs crossing, first source, first destination, link's device x and y offsets, sign)
+        (EAST, west_of[:, :, :-1] * (n - columns[:, :, :-1]), first_west[:, :, :-1], column_east[:, :, 1:], 0, 0, 1),
+        (WEST, (west_of[:, :, -1:] - west_of[:, :, :-1]) * columns[:, :, :-1], first_east[:, :, 1:],
+         column_west[:, :, :-1], 1, 0, -1),
+        (SOUTH, rows[:, :-1] * (north_of[:, -1:] - north_of[:, :-1]), row_north[:, :-1], first_south[:, 1:], 0, 0, 1),
+        (NORTH, (n - rows[:, :-1]) * north_of[:, :-1], row_south[:, 1:], first_north[:, :-1], 0, 1, -1))
+    found = []
+    for block, count, source, destination, dx, dy, sign in directions:
+        k, r, c = np.nonzero(count)
+        s = np.broadcast_to(source, count.shape)[k, r, c]
+        lx, ly, sx, sy = c + dx, r + dy, source_x[k, s], source_y[k, s]
+        # the link's place in the first pair's route: along its row leg, or past it down its column leg
+        place = sign * (lx - sx) if block in (EAST, WEST) else np.abs(lx - sx) + sign * (ly - sy)
+        found.append((block, np.stack([lx, ly], axis=1),
+                      np.stack([k, count[k, r, c], s, np.broadcast_to(destination, count.shape)[k, r, c], place],
+                               axis=1)))
+    return found

@@ -179,3 +179,43 @@ def test_an_occupancy_is_remembered_for_the_counted_loads_and_efficiency_it_was_
     assert topology.remembered_occupancy(counted, 0.5)[0] == topology.occupancy(counted[0], 0.5) != occupancy
     equal = (dict(counted[0]), *counted[1:])  # equal loads, another object: counted anew, not found
     assert topology.remembered_occupancy(equal, 0.8)[0] is not occupancy
+
+
+def _groups(rng: random.Random, topology: MeshTopology, one_wafer: bool) -> tuple[tuple[int, ...], ...]:
+    """A few groups of random distinct cores, each on one wafer (``one_wafer``) or anywhere."""
+    groups = []
+    for _ in range(rng.choice([1, 2, 3, 5])):
+        wafer = rng.randrange(topology.mesh.wafers)
+        cores = [d for d in range(topology.num_devices) if not one_wafer or topology.wafer_of(d) == wafer]
+        groups.append(tuple(rng.sample(cores, rng.randint(1, min(len(cores), 40)))))
+    return tuple(groups)
+
+
+@pytest.mark.parametrize("name", list(MACHINES))
+@pytest.mark.parametrize("seed", range(8))
+def test_all_to_all_loads_counted_in_closed_form_are_those_of_routing_every_pair(name, seed):
+    # groups on one wafer each are counted without routing a pair: the same loads, in the same
+    # order, latency and edges as routing every pair source-major
+    topology = _fresh(name)
+    groups = _groups(random.Random(seed), topology, one_wafer=True)
+    counted, routed = topology.all_pairs_loads(groups), Topology.all_pairs_loads(_fresh(name), groups)
+    assert list(counted[0].items()) == list(routed[0].items()) and counted[1:] == routed[1:]
+    assert not topology._routed  # nothing routed
+    pairs = [(a, b) for g in groups for a in g for b in g if a != b]
+    assert counted[2] == len(pairs)
+    assert sum(counted[0].values()) == sum(len(topology.route(a, b)[0]) for a, b in pairs)  # a link per hop
+
+
+@pytest.mark.parametrize("name", ["2 x 2 wafers, 1 links a die", "a column of 3 one-core-wide wafers", "wafer-4"])
+@pytest.mark.parametrize("seed", range(4))
+def test_all_to_all_loads_of_groups_spanning_wafers_or_repeating_a_core_are_routed(name, seed):
+    topology = _fresh(name)
+    groups = _groups(random.Random(seed), topology, one_wafer=False)
+    groups = (*groups, (groups[0][0], groups[0][0], *groups[0][1:2]))  # a core twice: pairs of it with itself
+    counted, routed = topology.all_pairs_loads(groups), Topology.all_pairs_loads(_fresh(name), groups)
+    assert list(counted[0].items()) == list(routed[0].items()) and counted[1:] == routed[1:]
+
+
+def test_all_to_all_loads_of_single_cores_are_none():
+    assert _fresh("one wafer").all_pairs_loads(((3,), (5,))) == ({}, 0.0, 0.0)
+    assert _fresh("one wafer").all_pairs_loads(()) == ({}, 0.0, 0.0)
