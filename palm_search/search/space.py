@@ -9,7 +9,7 @@ driven by ask/tell because it stops the study from inside ``tell``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from itertools import islice
 
 from joblib import Parallel, delayed
@@ -78,12 +78,14 @@ class DegreeWalk:
 
     def __init__(self, spec: StudySpec, model: ModelSpec, hardware: Hardware) -> None:
         """Raises:
-            InputError: invalid custom placements or dimensions, a device count the machine lacks.
+            InputError: invalid custom placements or dimensions, a device count the machine lacks,
+                a precision it has no peak for.
         """
         over = [n for n in spec.device_counts if n > hardware.num_devices]
         if over:
             raise InputError(f"study: [search] `devices` has {over[0]}, more than the {hardware.num_devices}"
                              f" devices of hardware {hardware.name!r}")
+        _check_precision(spec, hardware)
         custom = custom_placements(spec.placements, hardware, _fixed_degrees(spec)) if spec.placements else None
         self.space = SearchedSpace(model=model, searched=frozenset(spec.searched), custom_placements=custom,
                                    microbatch_choices=spec.microbatch_sizes, device_counts=spec.device_counts)
@@ -164,6 +166,18 @@ class DegreeWalk:
         return SpaceBuilder(space=replace(self.space, plans=plans, degree_choices=fitting), hardware=self.hardware,
                             fixed=self.fixed)
 
+
+
+def _check_precision(spec: StudySpec, hardware: Hardware) -> None:
+    """Raises: InputError: the study's precision (fixed, else the strategy's default) has no peak
+    on ``hardware``; every plan would be refused, which the memory pre-screen would report as
+    none fitting memory."""
+    precision = spec.fixed.get("precision", next(f.default for f in fields(Strategy) if f.name == "precision"))
+    peaks = hardware.compute.peak_flop_per_s
+    if precision not in peaks:
+        given = "the study's" if "precision" in spec.fixed else "the default"
+        raise InputError(f"study: precision {precision!r} ({given}) has no peak on hardware {hardware.name!r}"
+                         f" (has {sorted(peaks)}); give one with --precision or the study's [fixed] precision")
 
 PRESCREEN_RUNS_PER_JOB = 4
 """Runs of sets of degrees per worker in a parallel pre-screen (:meth:`DegreeWalk.prescreen`):

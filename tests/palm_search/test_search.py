@@ -20,7 +20,7 @@ from palm_search.search.driver import open_search, optimize, run_baseline
 from palm_search.search.space import ScriptedTrial, candidate_builder, enumerate_points
 from palm_search.search.storage import journal_storage
 from palm_search.search.study import StudySpec, default_name, load_study
-from simulator import load_hardware, load_model, simulate
+from simulator import InputError, load_hardware, load_model, simulate
 
 DATA = Path(__file__).parent / "data"
 STUDY = DATA / "small-study.toml"
@@ -632,3 +632,16 @@ def test_opening_a_study_that_takes_long_says_so_in_one_line_and_a_quick_one_say
         notice.timer.join(5.0)  # still opening when the notice is due
     assert capsys.readouterr().err.splitlines() == [
         f"opening study {spec.name}: pre-screening the space's plans for memory on 2 workers and walking it"]
+
+
+def test_a_study_whose_precision_the_machine_lacks_is_refused_for_that_not_for_memory():
+    # tpu-v4-cube has bf16 and int8 peaks only: the default fp16 would refuse every plan, which the
+    # memory pre-screen used to report as no mapping fitting memory
+    from palm_search.search.space import DegreeWalk
+
+    spec = StudySpec(model="T-18B", hardware="tpu-v4-cube")
+    model, hardware = load_model(spec.model), load_hardware(spec.hardware)
+    with pytest.raises(InputError, match=r"precision 'fp16' \(the default\) has no peak on hardware 'tpu-v4-cube'"):
+        DegreeWalk(spec, model, hardware)
+    walk = DegreeWalk(spec.replace(fixed={"precision": "bf16"}), model, hardware)
+    assert walk.builder().prescreen["fitting"] > 0
