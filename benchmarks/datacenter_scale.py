@@ -70,6 +70,27 @@ and a topology remembered the loads it counted for a set of routes (estimates an
 unchanged): the million-point screen 96-105 -> 92 us CPU a point (load average about 2); an MoE
 space on a mesh, ``optimize --model Qwen3-30B-A3B --hw wafer-4`` (527,076 points, 13,032 layouts),
 9 min 47 s -> 7 min 11 s wall (screen 569 -> 412 s; the first of the two changes was in both).
+Then a mesh counted an all-to-all's link loads in closed form where each group lies on one wafer
+(:meth:`simulator.network.mesh.MeshTopology.all_pairs_loads`): callgrind over that space's
+screen blocks 150-152 (2,808 points, the walk included), 43.48 -> 40.92 G instructions, the
+estimates identical. Groups spanning wafers are still routed: counting their pairs within each
+wafer in closed form and those between wafers by runs took 7.2 s where routing took 2.5 s over
+blocks 150-155 (a search has routed most such pairs already, and the grid spans every wafer).
+
+Why the first-simulation targets stay missed (callgrind, ``PYTHONHASHSEED=0``, one BLAS thread,
+a process of ``n`` simulations less one of ``n - 1``). Llama 3.1 405B at DP 128: the first
+simulation 120.2 M instructions, a repeat 81.1 M; its event run is 1,773 SimPy steps for 528
+passes, 480 sends and 16 updates, and SimPy alone takes 18.5 M instructions for as many steps (16
+processes of 111 timeouts; 19.6 M as plain callbacks without processes), about 6 ms here. The
+20 ms target is some 55-65 M instructions on this host (it runs 2.5-3.2 instructions a
+nanosecond), so both the build of a first simulation (about 39 M: stage costs, placement, flows,
+the sharing structure) and the event run's own logic (about 62 M, some 50 Python calls a pass
+or send) would have to shrink by half or more: that takes another event core, not a tuning of
+this one. Compiling the engine, the sharing network, its timing model and the machine with mypyc
+cut a repeat by 17% (81.1 -> 67.0 M; results identical) and added 480 M instructions to the
+import, so it was not kept. T-1T on ``wafer-4``: the first simulation 409 M instructions (about
+three fifths of it building the flows of four wafers' meshes, a quarter of that the XY loads of
+25 flows counted by runs), a repeat 115 M, where 50 ms is about 150 M.
 
 Usage: ``python benchmarks/datacenter_scale.py [--repeat N] [--skip-optimize]``.
 """
