@@ -496,38 +496,51 @@ class MeshTopology(Topology):
     def all_pairs_loads(self, groups: tuple[tuple[int, ...], ...]) -> tuple[dict[int, float], float, float]:
         """:meth:`Topology.all_pairs_loads` counted in closed form, not routed pair by pair (an
         all-to-all of 64 cores is 4,032 routes), where every group's devices are distinct and
-        on one wafer (:func:`~simulator.network.mesh_loads.all_pairs_links`); else routed. The same
-        loads (sums of ones, exact in any order), in the order the pairs (source-major, groups in
-        order) first cross them, the same latency and edges. (Groups spanning wafers counted the
-        same way, their pairs between wafers by runs, took longer than routing them: a search has
-        routed most of those pairs already, and the grid then spans every wafer.)"""
+        on one wafer, and each wafer's groups (over the box holding them,
+        :func:`~simulator.network.mesh_loads.all_pairs_links`) have at least
+        :data:`PAIRS_PER_GRID` pairs and at most :data:`CELLS_PER_PAIR` cells a pair; else
+        routed. The same loads (sums of ones, exact in any order), in the order the pairs
+        (source-major, groups in order) first cross them, the same latency and edges. (Groups
+        spanning wafers counted the same way, their pairs between wafers by runs, took longer than
+        routing them: a search has routed most of those pairs already.)"""
         import numpy as np
 
         from simulator.network.mesh_loads import all_pairs_links
 
-        wafer = self._wafer_ids
+        wafer, width = self._wafer_ids, self._width
         if any(len(set(g)) < len(g) or len({wafer[d] for d in g}) > 1 for g in groups):
             return super().all_pairs_loads(groups)
         pairs = [g for g in groups if len(g) > 1]
-        if not pairs:
-            return {}, 0.0, 0.0
-        sizes = np.asarray([len(g) for g in pairs])
-        devices = np.concatenate([np.asarray(g, dtype=np.int64) for g in pairs])
-        group = np.repeat(np.arange(len(pairs)), sizes)
-        position = np.arange(len(devices)) - (np.cumsum(sizes) - sizes)[group]
-        y, x = np.divmod(devices, self._width)
-        x0, y0 = int(x.min()), int(y.min())
-        found = all_pairs_links(group, position, x - x0, y - y0)
-        table = self._run_table()
-        links = np.concatenate([table[block * self.num_devices + (at[:, 1] + y0) * self._width + at[:, 0] + x0]
-                                for block, at, _ in found])
-        counted = np.concatenate([f for _, _, f in found])  # group, pairs, first pair's source, destination, place
-        met = links[np.lexsort(counted[:, [4, 3, 2, 0]].T)]  # by group, source, destination, place in the route
+        on_wafer: dict[int, list[int]] = {}
+        for k, g in enumerate(pairs):
+            on_wafer.setdefault(wafer[g[0]], []).append(k)
+        boxes = {w: self._box([d for k in ks for d in pairs[k]]) for w, ks in on_wafer.items()}
+        cells = sum(len(on_wafer[w]) * (x1 - x0 + 1) * (y1 - y0 + 1) for w, (x0, y0, x1, y1) in boxes.items())
+        edges = sum(len(g) * (len(g) - 1) for g in pairs)
+        if not pairs or edges < PAIRS_PER_GRID * len(on_wafer) or cells > CELLS_PER_PAIR * edges:
+            return super().all_pairs_loads(groups)
+        table, links, counted = self._run_table(), [], []
+        for w, ks in on_wafer.items():
+            devices = np.concatenate([np.asarray(pairs[k], dtype=np.int64) for k in ks])
+            sizes = np.asarray([len(pairs[k]) for k in ks])
+            group = np.repeat(np.arange(len(ks)), sizes)
+            (x0, y0, _, _), (y, x) = boxes[w], np.divmod(devices, width)
+            for block, at, found in all_pairs_links(group, np.arange(len(devices)) - (np.cumsum(sizes) - sizes)[group],
+                                                    x - x0, y - y0):
+                links.append(table[block * self.num_devices + (at[:, 1] + y0) * width + at[:, 0] + x0])
+                counted.append(np.c_[np.asarray(ks)[found[:, 0]], found[:, 1:]])  # the group's index in ``pairs``
+        link, first = np.concatenate(links), np.concatenate(counted)  # group, pairs, first pair's source, ...
+        met = link[np.lexsort(first[:, [4, 3, 2, 0]].T)]  # by group, source, destination, place in the route
         resources, where = np.unique(met, return_index=True)
         order = resources[np.argsort(where)]
-        sums = np.bincount(links, weights=counted[:, 1].astype(float))
+        sums = np.bincount(link, weights=first[:, 1].astype(float))
         return (dict(zip(order.tolist(), sums[order].tolist(), strict=True)), self._pairs_latency(pairs),
-                float(sum(len(g) * (len(g) - 1) for g in pairs)))
+                float(edges))
+
+    def _box(self, devices: list[int]) -> tuple[int, int, int, int]:
+        """The smallest and largest x and y of ``devices`` (x0, y0, x1, y1)."""
+        xs, ys = [d % self._width for d in devices], [d // self._width for d in devices]
+        return min(xs), min(ys), max(xs), max(ys)
 
     def _pairs_latency(self, groups: list[tuple[int, ...]]) -> float:
         """The largest latency (s) of the XY routes between two distinct devices of a group, for
@@ -755,6 +768,16 @@ class MeshTopology(Topology):
         return [(*self._port_route(device, port, core), 1.0 / len(ports)) for port, core in ports]
 
 
+PAIRS_PER_GRID = 640
+"""Fewest pairs per wafer's grid for which :meth:`MeshTopology.all_pairs_loads` counts an
+all-to-all in closed form: each grid costs some 60 numpy calls (about 0.7 ms), routing about
+1.3 us a pair (less where routed before)."""
+CELLS_PER_PAIR = 8
+"""Most grid cells (a group's: the box holding its wafer's groups) per pair for which
+:meth:`MeshTopology.all_pairs_loads` counts an all-to-all in closed form: its numpy work grows
+with the cells. Measured on ``wafer-4`` (compact groups on each wafer, this host): 16 groups of
+16 cores, closed form 3.5 ms, routing 5.9 ms; 64 of 4, 3.7 and 2.0 ms; 32 of 8, 3.4 and 2.5 ms;
+4 of 64, 5.2 and 27 ms."""
 BATCHED_ROUTES = 128
 """Never-routed pairs on one wafer from which :meth:`MeshTopology.route_loads` counts by runs of
 links (numpy): its arrays' set-up (0.3-0.6 ms a call) outweighs routing fewer one at a time

@@ -10,6 +10,7 @@ import random
 import pytest
 from fixtures import mesh_hardware
 
+import simulator.network.mesh as mesh_module
 from simulator import load_hardware
 from simulator.network.mesh import ACROSS_WAFERS, BATCHED_ROUTES, KEPT_ROUTES, MeshTopology
 from simulator.network.topology import Topology
@@ -193,9 +194,11 @@ def _groups(rng: random.Random, topology: MeshTopology, one_wafer: bool) -> tupl
 
 @pytest.mark.parametrize("name", list(MACHINES))
 @pytest.mark.parametrize("seed", range(8))
-def test_all_to_all_loads_counted_in_closed_form_are_those_of_routing_every_pair(name, seed):
-    # groups on one wafer each are counted without routing a pair: the same loads, in the same
-    # order, latency and edges as routing every pair source-major
+def test_all_to_all_loads_counted_in_closed_form_are_those_of_routing_every_pair(name, seed, monkeypatch):
+    # groups on one wafer each are counted without routing a pair (however few their pairs): the
+    # same loads, in the same order, latency and edges as routing every pair source-major
+    monkeypatch.setattr(mesh_module, "PAIRS_PER_GRID", 0)
+    monkeypatch.setattr(mesh_module, "CELLS_PER_PAIR", 10**9)
     topology = _fresh(name)
     groups = _groups(random.Random(seed), topology, one_wafer=True)
     counted, routed = topology.all_pairs_loads(groups), Topology.all_pairs_loads(_fresh(name), groups)
@@ -214,6 +217,19 @@ def test_all_to_all_loads_of_groups_spanning_wafers_or_repeating_a_core_are_rout
     groups = (*groups, (groups[0][0], groups[0][0], *groups[0][1:2]))  # a core twice: pairs of it with itself
     counted, routed = topology.all_pairs_loads(groups), Topology.all_pairs_loads(_fresh(name), groups)
     assert list(counted[0].items()) == list(routed[0].items()) and counted[1:] == routed[1:]
+
+
+def test_an_all_to_all_of_few_pairs_for_its_grid_is_routed_and_one_of_many_counted():
+    topology = _fresh("wafer-4")
+    cores = [d for d in range(topology.num_devices) if topology.wafer_of(d) == 0]
+    few = (tuple(cores[:2]), tuple(cores[2:4]))  # 4 pairs: routed
+    topology.all_pairs_loads(few)
+    assert topology._routed == {(a, b) for g in few for a in g for b in g if a != b}
+    many = (tuple(cores[:32]),)  # 992 pairs over a 20 x 2 box
+    assert len(many[0]) * (len(many[0]) - 1) >= mesh_module.PAIRS_PER_GRID
+    fresh = _fresh("wafer-4")
+    counted = fresh.all_pairs_loads(many)
+    assert not fresh._routed and counted == Topology.all_pairs_loads(_fresh("wafer-4"), many)
 
 
 def test_all_to_all_loads_of_single_cores_are_none():
