@@ -167,7 +167,6 @@ class DegreeWalk:
                             fixed=self.fixed)
 
 
-
 def _check_precision(spec: StudySpec, hardware: Hardware) -> None:
     """Raises: InputError: the study's precision (fixed, else the strategy's default) has no peak
     on ``hardware``; every plan would be refused, which the memory pre-screen would report as
@@ -178,6 +177,7 @@ def _check_precision(spec: StudySpec, hardware: Hardware) -> None:
         given = "the study's" if "precision" in spec.fixed else "the default"
         raise InputError(f"study: precision {precision!r} ({given}) has no peak on hardware {hardware.name!r}"
                          f" (has {sorted(peaks)}); give one with --precision or the study's [fixed] precision")
+
 
 PRESCREEN_RUNS_PER_JOB = 4
 """Runs of sets of degrees per worker in a parallel pre-screen (:meth:`DegreeWalk.prescreen`):
