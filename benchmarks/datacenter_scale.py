@@ -74,8 +74,8 @@ Then a mesh counted an all-to-all's link loads in closed form where each group l
 (:meth:`simulator.network.mesh.MeshTopology.all_pairs_loads`, where a wafer's groups have
 enough pairs for their grid): callgrind over that space's screen blocks 150-152 (2,808 points,
 the walk included), 43.48 -> 41.09 G instructions, the estimates identical; the whole
-``optimize`` 7 min 11 s -> 6 min 13 s (before the rule choosing the closed form; the same best
-mapping and certification). Groups spanning wafers are still routed: counting their pairs within each
+``optimize`` 7 min 11 s -> 6 min 13 s before the rule choosing the closed form, 5 min 47 s after
+(the same best mapping and certification). Groups spanning wafers are still routed: counting their pairs within each
 wafer in closed form and those between wafers by runs took 7.2 s where routing took 2.5 s over
 blocks 150-155 (a search has routed most such pairs already, and the grid spans every wafer).
 
