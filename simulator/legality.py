@@ -220,7 +220,14 @@ def _check_pipeline(model: ModelSpec, strategy: Strategy) -> None:
                          f" got {list(strategy.stage_layers)}")
 
 
-def _check_precision(hardware: Hardware, strategy: Strategy) -> None:
+def check_formats(hardware: Hardware, strategy: Strategy) -> None:
+    """The number formats of ``strategy`` that ``hardware`` must offer (they depend on no model or
+    degree: a search checks them once for its fixed values).
+
+    Raises:
+        InputError: a precision without a peak, fp8 without a bf16 peak and the calibration
+            ``fp8_gemm_efficiency``, or a math fidelity the hardware does not offer.
+    """
     if strategy.precision not in hardware.compute.peak_flop_per_s:
         raise InputError(
             f"strategy: precision {strategy.precision!r} has no peak on hardware {hardware.name!r}"
@@ -289,7 +296,7 @@ def check_workload(model: ModelSpec, hardware: Hardware, strategy: Strategy) -> 
             with a sequence ``2 cp`` does not split, or without fused attention, or ``ep`` not
             dividing the routed experts, or a recompute module the model does not have.
     """
-    _check_precision(hardware, strategy)
+    check_formats(hardware, strategy)
     attention_of(model, hardware, strategy)
     _check_context_parallel(model, hardware, strategy)
     _check_tensor_parallel(model, strategy)

@@ -9,13 +9,14 @@ driven by ask/tell because it stops the study from inside ``tell``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from itertools import islice
 
 from joblib import Parallel, delayed
 
 from palm_search.search.study import DEFAULT_MICROBATCH_SIZES, DEFAULT_USERS, StudySpec
 from simulator import Hardware, InputError, ModelSpec, Stack, Strategy, load_stack
+from simulator.legality import check_formats
 from spaces import (
     Candidate,
     DegreePlans,
@@ -79,13 +80,13 @@ class DegreeWalk:
     def __init__(self, spec: StudySpec, model: ModelSpec, hardware: Hardware) -> None:
         """Raises:
             InputError: invalid custom placements or dimensions, a device count the machine lacks,
-                a precision it has no peak for.
+                a number format it does not offer.
         """
         over = [n for n in spec.device_counts if n > hardware.num_devices]
         if over:
             raise InputError(f"study: [search] `devices` has {over[0]}, more than the {hardware.num_devices}"
                              f" devices of hardware {hardware.name!r}")
-        _check_precision(spec, hardware)
+        _check_formats(spec, hardware)
         custom = custom_placements(spec.placements, hardware, _fixed_degrees(spec)) if spec.placements else None
         self.space = SearchedSpace(model=model, searched=frozenset(spec.searched), custom_placements=custom,
                                    microbatch_choices=spec.microbatch_sizes, device_counts=spec.device_counts)
@@ -167,16 +168,19 @@ class DegreeWalk:
                             fixed=self.fixed)
 
 
-def _check_precision(spec: StudySpec, hardware: Hardware) -> None:
-    """Raises: InputError: the study's precision (fixed, else the strategy's default) has no peak
-    on ``hardware``; every plan would be refused, which the memory pre-screen would report as
-    none fitting memory."""
-    precision = spec.fixed.get("precision", next(f.default for f in fields(Strategy) if f.name == "precision"))
-    peaks = hardware.compute.peak_flop_per_s
-    if precision not in peaks:
-        given = "the study's" if "precision" in spec.fixed else "the default"
-        raise InputError(f"study: precision {precision!r} ({given}) has no peak on hardware {hardware.name!r}"
-                         f" (has {sorted(peaks)}); give one with --precision or the study's [fixed] precision")
+FORMAT_FIELDS = ("precision", "fp8_recipe", "math_fidelity")
+"""The strategy fields naming number formats, which :func:`_check_formats` checks once."""
+
+def _check_formats(spec: StudySpec, hardware: Hardware) -> None:
+    """Raises: InputError: ``hardware`` lacks a number format of the study (its fixed precision,
+    fp8 recipe and math fidelity, else the strategy's defaults: :func:`simulator.legality.check_formats`).
+    Every plan would be refused, which the memory pre-screen would report as none fitting memory."""
+    formats = {k: v for k, v in spec.fixed.items() if k in FORMAT_FIELDS}
+    try:
+        check_formats(hardware, Strategy.from_dict(formats))
+    except InputError as error:
+        given = "the study's [fixed]" if formats else "the defaults; set it with --precision or the study's [fixed]"
+        raise InputError(f"study: {str(error).removeprefix('strategy: ')} ({given})") from None
 
 
 PRESCREEN_RUNS_PER_JOB = 4

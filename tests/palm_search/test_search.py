@@ -634,14 +634,20 @@ def test_opening_a_study_that_takes_long_says_so_in_one_line_and_a_quick_one_say
         f"opening study {spec.name}: pre-screening the space's plans for memory on 2 workers and walking it"]
 
 
-def test_a_study_whose_precision_the_machine_lacks_is_refused_for_that_not_for_memory():
+def test_a_study_whose_number_format_the_machine_lacks_is_refused_for_that_not_for_memory():
     # tpu-v4-cube has bf16 and int8 peaks only: the default fp16 would refuse every plan, which the
-    # memory pre-screen used to report as no mapping fitting memory
+    # memory pre-screen used to report as no mapping fitting memory; likewise a math fidelity on
+    # a machine without matrix-engine passes
     from palm_search.search.space import DegreeWalk
 
     spec = StudySpec(model="T-18B", hardware="tpu-v4-cube")
     model, hardware = load_model(spec.model), load_hardware(spec.hardware)
-    with pytest.raises(InputError, match=r"precision 'fp16' \(the default\) has no peak on hardware 'tpu-v4-cube'"):
+    with pytest.raises(InputError, match=r"^study: precision 'fp16' has no peak on hardware 'tpu-v4-cube' \(has "
+                                         r"\['bf16', 'int8'\]\) \(the defaults; set it with --precision"):
         DegreeWalk(spec, model, hardware)
     walk = DegreeWalk(spec.replace(fixed={"precision": "bf16"}), model, hardware)
     assert walk.builder().prescreen["fitting"] > 0
+    wafer = StudySpec(model="T-18B", hardware="wafer").replace(fixed={"math_fidelity": "HiFi2"})
+    with pytest.raises(InputError, match=r"^study: math_fidelity 'HiFi2' is not offered by hardware 'wafer' .*"
+                                         r"\(the study's \[fixed\]\)$"):
+        DegreeWalk(wafer, model, load_hardware("wafer"))
