@@ -171,6 +171,7 @@ class DegreeWalk:
 FORMAT_FIELDS = ("precision", "fp8_recipe", "math_fidelity")
 """The strategy fields naming number formats, which :func:`_check_formats` checks once."""
 
+
 def _check_formats(spec: StudySpec, hardware: Hardware) -> None:
     """Raises: InputError: ``hardware`` lacks a number format of the study (its fixed precision,
     fp8 recipe and math fidelity, else the strategy's defaults: :func:`simulator.legality.check_formats`).

@@ -511,13 +511,15 @@ class MeshTopology(Topology):
         if any(len(set(g)) < len(g) or len({wafer[d] for d in g}) > 1 for g in groups):
             return super().all_pairs_loads(groups)
         pairs = [g for g in groups if len(g) > 1]
+        if not pairs:
+            return {}, 0.0, 0.0
         on_wafer: dict[int, list[int]] = {}
         for k, g in enumerate(pairs):
             on_wafer.setdefault(wafer[g[0]], []).append(k)
         boxes = {w: self._box([d for k in ks for d in pairs[k]]) for w, ks in on_wafer.items()}
         cells = sum(len(on_wafer[w]) * (x1 - x0 + 1) * (y1 - y0 + 1) for w, (x0, y0, x1, y1) in boxes.items())
         edges = sum(len(g) * (len(g) - 1) for g in pairs)
-        if not pairs or edges < PAIRS_PER_GRID * len(on_wafer) or cells > CELLS_PER_PAIR * edges:
+        if edges < PAIRS_PER_GRID * len(on_wafer) or cells > CELLS_PER_PAIR * edges:
             return super().all_pairs_loads(groups)
         table, links, counted = self._run_table(), [], []
         for w, ks in on_wafer.items():
